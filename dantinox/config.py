@@ -1,0 +1,181 @@
+"""Model configuration: one frozen dataclass, named presets, and the validation rules.
+
+Dimension alphabet used across dantinox (names and einsum strings):
+B batch, T query length, S key length, D model width, F MLP width, N query heads, K KV heads,
+G = N/K query heads per KV head, H head size, L layers, V vocab, C latent width (MLA), R RoPE key width (MLA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")
+PARADIGMS = ("autoregressive", "diffusion")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+MLA_DECODE_PATHS = ("absorbed", "materialized")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Everything that fixes the shapes of a dantinox model and its KV cache."""
+
+    vocab_size: int = 259  # 256 bytes + <bos>, <eos>, <mask>
+    d_model: int = 256  # D, residual stream width
+    n_layers: int = 12  # L
+    n_heads: int = 8  # N, query heads
+    head_size: int = 32  # H
+    attention: str = "mha"  # "mha" | "gqa" | "mqa" | "mla"
+    kv_heads: int | None = None  # K; derived for mha (= N) and mqa (= 1), required for gqa
+    max_context: int = 1024  # longest sequence the static cache holds
+    dtype: str = "float32"  # parameters and activations
+    cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
+    mlp_width: int | None = None  # F; defaults to 3 * d_model
+    rope_base: float = 10_000.0  # RoPE wavelength base
+    norm_eps: float = 1e-6  # RMSNorm epsilon
+    tie_embeddings: bool = True  # output head reuses the token embedding matrix
+    # Multi-head latent attention (attention="mla").
+    kv_latent_dim: int | None = None  # C, width of the cached KV latent
+    rope_head_dim: int | None = None  # R, width of the decoupled RoPE key shared by all heads
+    q_latent_dim: int | None = None  # optional low-rank query compression width
+    mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
+    mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
+    # Generation paradigm.
+    paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context"):
+            _positive_int(name, getattr(self, name))
+        if self.attention not in ATTENTION_VARIANTS:
+            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {self.attention!r}")
+        if self.paradigm not in PARADIGMS:
+            raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
+        for name in ("dtype", "cache_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"{name}: expected one of {', '.join(DTYPES)}, got {getattr(self, name)!r}")
+        if self.mlp_width is not None:
+            _positive_int("mlp_width", self.mlp_width)
+        if self.head_size % 2:
+            raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
+        if self.rope_base <= 1:
+            raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
+        self._check_kv_heads()
+        self._check_mla()
+
+    def _check_kv_heads(self) -> None:
+        n, k = self.n_heads, self.kv_heads
+        if k is not None:
+            _positive_int("kv_heads", k)
+        if self.attention == "mha":
+            if k is not None and k != n:
+                raise ValueError(f"kv_heads: attention='mha' uses one KV head per query head, so kv_heads must "
+                                 f"equal n_heads ({n}), got {k}")
+            object.__setattr__(self, "kv_heads", n)
+        elif self.attention == "mqa":
+            if k is not None and k != 1:
+                raise ValueError(f"kv_heads: attention='mqa' shares one KV head across all query heads, "
+                                 f"so kv_heads must be 1, got {k}")
+            object.__setattr__(self, "kv_heads", 1)
+        elif self.attention == "gqa":
+            if k is None:
+                raise ValueError(f"kv_heads: attention='gqa' needs kv_heads, a divisor of n_heads ({n})")
+            if n % k:
+                raise ValueError(f"kv_heads: attention='gqa' needs kv_heads to divide n_heads ({n}), got {k}")
+        elif self.attention == "mla" and k is not None and k != n:
+            raise ValueError(f"kv_heads: attention='mla' caches a shared latent, not KV heads; leave kv_heads "
+                             f"unset, got {k}")
+        if self.attention == "mla":
+            object.__setattr__(self, "kv_heads", n)
+
+    def _check_mla(self) -> None:
+        mla_fields = ("kv_latent_dim", "rope_head_dim")
+        if self.attention != "mla":
+            for name in (*mla_fields, "q_latent_dim"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: only used with attention='mla', got attention={self.attention!r}")
+            return
+        for name in mla_fields:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: attention='mla' needs a positive integer {name}")
+            _positive_int(name, getattr(self, name))
+        if self.rope_head_dim % 2:
+            raise ValueError(f"rope_head_dim: RoPE rotates pairs of channels, so it must be even, "
+                             f"got {self.rope_head_dim}")
+        if self.q_latent_dim is not None:
+            _positive_int("q_latent_dim", self.q_latent_dim)
+        if self.mla_decode not in MLA_DECODE_PATHS:
+            raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
+
+    # Derived values.
+    @property
+    def groups(self) -> int:
+        """G: query heads that share one KV head."""
+        return self.n_heads // self.kv_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        return self.mlp_width if self.mlp_width is not None else 3 * self.d_model
+
+    @property
+    def jnp_dtype(self) -> Any:
+        return DTYPES[self.dtype]
+
+    @property
+    def cache_jnp_dtype(self) -> Any:
+        return DTYPES[self.cache_dtype]
+
+    @property
+    def cache_itemsize(self) -> int:
+        return jnp.dtype(self.cache_jnp_dtype).itemsize
+
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
+        if self.attention == "mla":
+            return self.kv_latent_dim + self.rope_head_dim
+        return 2 * self.kv_heads * self.head_size
+
+    @property
+    def causal(self) -> bool:
+        return self.paradigm == "autoregressive"
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed; derived fields are re-derived unless given."""
+        if "attention" in changes and "kv_heads" not in changes and changes["attention"] != "gqa":
+            changes["kv_heads"] = None
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named preset from PRESETS, with optional field overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"preset: expected one of {', '.join(PRESETS)}, got {name!r}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The reference model of the docs and benchmarks.
+    "reference": dict(d_model=256, n_layers=12, n_heads=8, head_size=32, max_context=1024),
+    # Small enough to train in a couple of minutes on two CPU cores; the shipped run uses it.
+    "tiny": dict(d_model=128, n_layers=4, n_heads=4, head_size=32, max_context=256, mlp_width=384),
+    # For unit tests: compiles and runs in well under a second.
+    "test": dict(d_model=32, n_layers=2, n_heads=4, head_size=8, max_context=64, mlp_width=64),
+}

@@ -1,0 +1,114 @@
+"""Memory accounting: the KV-cache formula, weight bytes, batch capacity and the generated tables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+from flax import nnx
+
+from dantinox.cache import tree_nbytes
+from dantinox.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class DevicePreset:
+    """An accelerator (or this machine) for the batch calculator."""
+
+    name: str
+    memory_bytes: int
+    source: str
+
+
+def _host_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+# Capacities are the vendors' rated numbers in decimal gigabytes (1 GB = 10^9 B).
+DEVICE_PRESETS: dict[str, DevicePreset] = {
+    p.name: p
+    for p in (
+        DevicePreset("A100 40GB", 40 * 10**9, "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
+        DevicePreset("A100 80GB", 80 * 10**9, "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
+        DevicePreset("H100 80GB", 80 * 10**9, "https://www.nvidia.com/en-us/data-center/h100/"),
+        DevicePreset("H200 141GB", 141 * 10**9, "https://www.nvidia.com/en-us/data-center/h200/"),
+        DevicePreset("this machine (RAM)", _host_ram(), "os.sysconf: physical pages x page size"),
+    )
+}
+
+
+def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
+    """The formula: L · 2 · B · T · K · H · bytes (MLA: L · B · T · (C + R) · bytes).
+
+    `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
+    """
+    tokens = cfg.max_context if tokens is None else tokens
+    for name, value in (("batch_size", batch_size), ("tokens", tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+    return cfg.n_layers * batch_size * tokens * cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize
+
+
+def param_bytes(cfg_or_model: ModelConfig | nnx.Module) -> int:
+    """Bytes of the model's parameters, measured from the parameter arrays (shapes only for a config)."""
+    if isinstance(cfg_or_model, ModelConfig):
+        from dantinox.model import Transformer
+
+        cfg = cfg_or_model
+        state = jax.eval_shape(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param))
+    else:
+        state = nnx.state(cfg_or_model, nnx.Param)
+    return tree_nbytes(state)
+
+
+def max_batch_size(cfg: ModelConfig, memory_bytes: int, tokens: int | None = None,
+                   weight_bytes: int | None = None) -> int:
+    """How many sequences of `tokens` tokens fit: (memory - weights) // KV bytes per sequence.
+
+    Weights default to the bytes of the model's parameter arrays. Returns 0 when even one does not fit.
+    """
+    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes <= 0:
+        raise ValueError(f"memory_bytes: expected a positive integer, got {memory_bytes!r}")
+    weights = param_bytes(cfg) if weight_bytes is None else weight_bytes
+    per_sequence = kv_cache_bytes(cfg, 1, tokens)
+    if per_sequence == 0:
+        raise ValueError("tokens: must be at least 1 to size a batch")
+    return max(0, (memory_bytes - weights) // per_sequence)
+
+
+def format_bytes(n: float) -> str:
+    """Binary units, as the formula's powers of two read best: 6 MiB, 1.5 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            text = f"{n:,.0f}" if unit == "B" else f"{n:,.3f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+TABLE_VARIANTS = (("MHA", dict(attention="mha")), ("GQA ×4", dict(attention="gqa", kv_heads=2)),
+                  ("GQA ×8 (= MQA)", dict(attention="mqa")))
+TABLE_TOKENS = (512, 1024, 4096)
+
+
+def reference_tables() -> str:
+    """The README's reference tables (KV-cache size and max batch), generated from the formula."""
+    base = ModelConfig.preset("reference", cache_dtype="bfloat16", dtype="bfloat16", max_context=4096)
+    lines = ["KV cache per sequence, reference model (12 layers, 8 query heads, head size 32, bf16 cache):", "",
+             "| variant | KV heads | " + " | ".join(f"{t} tokens" for t in TABLE_TOKENS) + " |",
+             "|---|---|" + "---|" * len(TABLE_TOKENS)]
+    configs = [(label, base.replace(**kw)) for label, kw in TABLE_VARIANTS]
+    for label, cfg in configs:
+        cells = [format_bytes(kv_cache_bytes(cfg, 1, t)) for t in TABLE_TOKENS]
+        lines.append(f"| {label} | {cfg.kv_heads} | " + " | ".join(cells) + " |")
+    devices = [d for d in DEVICE_PRESETS.values() if not d.name.startswith("this machine")]
+    weights = param_bytes(base)
+    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)}, measured from the "
+              "parameter arrays, subtracted first):", "",
+              "| variant | " + " | ".join(d.name for d in devices) + " |",
+              "|---|" + "---|" * len(devices)]
+    for label, cfg in configs:
+        cells = [f"{max_batch_size(cfg, d.memory_bytes, 512, weights):,}" for d in devices]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

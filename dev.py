@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The project's single entry point; needs nothing but Python 3.11.
+
+    python3 dev.py lab     set up .venv if needed, then open JupyterLab on labs/
+    python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
+
+Set-up is idempotent: packages are reinstalled only when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".dantinox-installed"
+
+
+def _fingerprint() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def setup() -> None:
+    """Create .venv and install the project with its dev extras, unless already current."""
+    if not PY.exists():
+        print(f"dev.py: creating {VENV.relative_to(ROOT)} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    print("dev.py: installing dantinox-labs and its dependencies into .venv ...", flush=True)
+    pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "install", "--quiet", "--upgrade", "pip"])
+    _run([*pip, "install", "--quiet", "-e", f"{ROOT}[dev]"])
+    STAMP.write_text(_fingerprint())
+
+
+def _run(cmd: list[str], **kw) -> None:
+    code = subprocess.call(cmd, cwd=ROOT, **kw)
+    if code:
+        sys.exit(code)
+
+
+def lab(extra: list[str]) -> None:
+    setup()
+    args = [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={ROOT / 'labs'}"]
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
+        args.append("--no-browser")  # no screen: JupyterLab prints the URL with its token instead
+    os.execv(args[0], args + extra)
+
+
+def test(extra: list[str]) -> None:
+    setup()
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    _run([str(BIN / "ruff"), "check", "."], env=env)
+    _run([str(BIN / "dantinox"), "content", "check", "content"], env=env)
+    # One pytest run covers the unit tests and every lab notebook (nbval), so CI reads one summary line.
+    nb_args = ["--nbval", "--nbval-sanitize-with", "labs/sanitize.cfg", "--nbval-current-env"]
+    _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
+          *nb_args, "-p", "no:cacheprovider", *extra], env=env)
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"lab", "test", "setup"}:
+        print(__doc__.strip())
+        sys.exit(2)
+    {"lab": lab, "test": test, "setup": lambda _: setup()}[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
