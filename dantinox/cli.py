@@ -1,0 +1,100 @@
+"""The `dantinox` command: train, generate, validate content, print the reference tables.
+
+Errors in what the user typed or pointed at end in one line on stderr and a non-zero exit, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+class UserError(Exception):
+    """A problem with the user's input: reported in one line, exit status 1."""
+
+
+def _train(args: argparse.Namespace) -> int:
+    from dantinox.train import train
+
+    train(args.run_dir, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
+          corpus=args.corpus, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len)
+    print(f"wrote {args.run_dir}")
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from dantinox.rundir import Generator
+
+    gen = Generator(args.run_dir)
+    start = time.perf_counter()
+    text = gen.generate(args.prompt, max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache,
+                        temperature=args.temperature, seed=args.seed)
+    seconds = time.perf_counter() - start
+    print(args.prompt + text)
+    mode = "no cache" if args.no_cache else "KV cache"
+    print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
+          f"{mode}]", file=sys.stderr)
+    return 0
+
+
+def _content_check(args: argparse.Namespace) -> int:
+    from dantinox.content.check import run
+
+    return run(args.paths or ["content"])
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from dantinox.memory import reference_tables
+
+    print(reference_tables())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dantinox", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a small model and write a run directory")
+    t.add_argument("--run_dir", required=True)
+    t.add_argument("--preset", default="tiny")
+    t.add_argument("--steps", type=int, default=600)
+    t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive")
+    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the text of content/*.yaml)")
+    t.add_argument("--batch_size", type=int, default=16)
+    t.add_argument("--seq_len", type=int, default=128)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=_train)
+
+    g = sub.add_parser("generate", help="continue a prompt with a trained run directory")
+    g.add_argument("--run_dir", required=True)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max_new_tokens", type=int, default=100)
+    g.add_argument("--no_cache", action="store_true", help="recompute every token (to see what the cache saves)")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=_generate)
+
+    c = sub.add_parser("content", help="concept entries")
+    csub = c.add_subparsers(dest="content_command", required=True)
+    cc = csub.add_parser("check", help="validate YAML concept entries (default: content/)")
+    cc.add_argument("paths", nargs="*")
+    cc.set_defaults(func=_content_check)
+
+    tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")
+    tb.set_defaults(func=_tables)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (UserError, ValueError, FileNotFoundError) as err:
+        print(f"dantinox {args.command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
