@@ -28,6 +28,8 @@ def _generate(args: argparse.Namespace) -> int:
     from dantinox.rundir import Generator
 
     gen = Generator(args.run_dir)
+    # compile first (the program depends on the prompt length, not on max_new_tokens) so the rate is decode speed
+    gen.generate(args.prompt, max_new_tokens=1, use_cache=not args.no_cache)
     start = time.perf_counter()
     text = gen.generate(args.prompt, max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache,
                         temperature=args.temperature, seed=args.seed)

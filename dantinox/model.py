@@ -6,6 +6,7 @@ returned (see dantinox/cache.py); no module keeps state between calls.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -61,11 +62,14 @@ def kv_windows(length: int) -> tuple[int, ...]:
 
 
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-           kv_len: jax.Array | int, causal: bool) -> jax.Array:
-    """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated."""
-    head_size = q_BTKGH.shape[-1]
+           kv_len: jax.Array | int, causal: bool, scale: float | None = None) -> jax.Array:
+    """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
+
+    `scale` defaults to 1/sqrt(query width); V may be narrower than Q and K (MLA's absorbed path).
+    """
+    scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32),
-                              k_BKSH.astype(jnp.float32)) * head_size**-0.5
+                              k_BKSH.astype(jnp.float32)) * scale
     k_pos_S = jnp.arange(k_BKSH.shape[2])
     mask_TS = (k_pos_S < kv_len)[None, :]  # slots past the filled length hold no token
     if causal:
@@ -75,22 +79,26 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH.astype(jnp.float32))
 
 
-def attend_window(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-                  kv_len: jax.Array | int, causal: bool, seq_axis: int = 2) -> jax.Array:
-    """`attend` over only the first w slots of a static cache, w the smallest window >= kv_len."""
-    windows = kv_windows(k_BKSH.shape[seq_axis])
+def on_window(fn: Any, length: int, kv_len: jax.Array | int, *operands: Any) -> Any:
+    """`fn(size, *operands)` for the smallest window size in `kv_windows(length)` that is >= kv_len.
 
-    def over(size: int):
-        def run(q, k, v, qp, n):
-            take = lambda a: jax.lax.slice_in_dim(a, 0, size, axis=seq_axis)  # noqa: E731
-            return attend(q, take(k), take(v), qp, n, causal)
-        return run
-
-    if isinstance(kv_len, int):  # concrete (eager call): pick the window in Python
-        size = next(w for w in windows if w >= kv_len)
-        return over(size)(q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len)
+    A concrete kv_len picks the window in Python; a traced one becomes a lax.switch over all windows.
+    """
+    windows = kv_windows(length)
+    if isinstance(kv_len, int):
+        return fn(next(w for w in windows if w >= kv_len), *operands)
     branch = jnp.minimum(jnp.searchsorted(jnp.asarray(windows), kv_len), len(windows) - 1)
-    return jax.lax.switch(branch, [over(w) for w in windows], q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len)
+    return jax.lax.switch(branch, [functools.partial(fn, w) for w in windows], *operands)
+
+
+def attend_window(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
+                  kv_len: jax.Array | int, causal: bool, seq_axis: int = 2, scale: float | None = None) -> jax.Array:
+    """`attend` over only the first w slots of a static cache, w the smallest window >= kv_len."""
+    def over(size, q, k, v, qp, n):
+        take = lambda a: jax.lax.slice_in_dim(a, 0, size, axis=seq_axis)  # noqa: E731
+        return attend(q, take(k), take(v), qp, n, causal, scale)
+
+    return on_window(over, k_BKSH.shape[seq_axis], kv_len, q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len)
 
 
 class Attention(nnx.Module):

@@ -1,0 +1,203 @@
+"""The concept-entry schema: one pydantic model per YAML mapping, unknown keys rejected, types strict.
+
+This module checks each field on its own (types, required keys, URL schemes, id spelling). Rules that
+relate fields to each other (a check's science item exists, an answer index is in range, a compute
+expression uses only declared variables) live in `dantinox.content.loader`, which knows the field paths
+and lines to report.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ID_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+LEVELS = ("foundation", "intermediate", "advanced")
+KINDS = ("mechanism", "data-structure", "architecture-variant", "system-technique", "hardware", "component",
+         "workload")
+SPEC_FORMATS = ("bytes", "number", "times", "percent")
+
+
+def _nonblank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected non-empty text, got blank text")
+    return text
+
+
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        raise ValueError(f"expected an http(s) URL, got {url!r}")
+    return url
+
+
+def _entry_id(text: str) -> str:
+    if not re.fullmatch(ID_PATTERN, text):
+        raise ValueError(f"expected a lowercase id of letters, digits and single hyphens (like 'kv-cache'), "
+                         f"got {text!r}")
+    return text
+
+
+def _variable_name(text: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, text):
+        raise ValueError(f"expected a variable name of letters, digits and underscores, got {text!r}")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_nonblank)]
+Url = Annotated[str, AfterValidator(_http_url)]
+EntryId = Annotated[str, AfterValidator(_entry_id)]
+VariableName = Annotated[str, AfterValidator(_variable_name)]
+Number = int | float
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class Source(_Strict):
+    title: Text
+    url: Url
+
+
+class SpecCompute(_Strict):
+    """A spec value computed by one of the entry's science items from published inputs."""
+
+    science: Text  # title of the science item
+    with_: dict[VariableName, Number] = Field(alias="with")
+    format: Literal[SPEC_FORMATS] = "number"  # bytes: binary units; times: "2.25×"; percent: 0.5 -> "50%"
+    unit: str = ""  # appended to a "number"
+
+
+class Spec(_Strict):
+    label: Text
+    value: Text | None = None  # words only; any number must come from `compute`
+    compute: SpecCompute | None = None
+    context: Text
+    source: Url | None = None  # where the compute inputs are published
+
+    @field_validator("value")
+    @classmethod
+    def _no_typed_numbers(cls, value: str | None) -> str | None:
+        if value is not None and any(c.isdigit() for c in value):
+            raise ValueError(f"expected words without digits (a number must come from `compute`), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _value_or_compute(self) -> Spec:
+        if (self.value is None) == (self.compute is None):
+            raise ValueError("expected exactly one of `value` (words) or `compute` (a science item and inputs)")
+        return self
+
+
+class Interface(_Strict):
+    name: Text
+    direction: Literal["in", "out"]
+    signal: Text
+
+
+class Variable(_Strict):
+    meaning: Text
+    unit: Text
+
+
+class Science(_Strict):
+    title: Text
+    equation: Text  # LaTeX, what learners read
+    compute: Text  # the same equation as arithmetic over `variables`, what code evaluates
+    variables: dict[VariableName, Variable] = Field(min_length=1)
+    unit: Text  # unit of the result
+    explanation: Text
+    assumptions: list[Text] = Field(min_length=1)
+
+
+class History(_Strict):
+    year: int = Field(ge=1900, le=2100)
+    title: Text
+    significance: Text
+    source: Url
+
+
+class Misconception(_Strict):
+    claim: Text  # the wrong belief, as people state it
+    correction: Text
+    source: Url  # where the belief is documented
+
+
+class ChoiceCheck(_Strict):
+    kind: Literal["choice"]
+    question: Text
+    options: list[Text] = Field(min_length=2)
+    answer: int  # index into options
+    explanation: Text
+    feedback: list[Text] | None = None  # one line per option
+
+
+class NumericCheck(_Strict):
+    kind: Literal["numeric"]
+    question: Text  # may contain {name} placeholders for params
+    science: Text  # title of the science item that computes the answer
+    params: dict[VariableName, Number]
+    tolerance: float = Field(gt=0, le=0.5)  # relative
+    unit: Text  # unit of the answer; may be a scaled form of the science item's unit (MiB for B)
+    explanation: Text
+
+
+Check = Annotated[ChoiceCheck | NumericCheck, Field(discriminator="kind")]
+
+
+class Entry(_Strict):
+    """One concept card (content/<id>.yaml)."""
+
+    id: EntryId
+    level: Literal[LEVELS]
+    name: Text
+    short_name: Text
+    role: Text
+    description: Text
+    mechanism: list[Text] = Field(min_length=2)
+    specs: list[Spec] = Field(min_length=1)
+    interfaces: list[Interface] = Field(min_length=1)
+    tradeoff: Text
+    why_ai: Text
+    related: list[EntryId]
+    prerequisites: list[EntryId]
+    sources: list[Source] = Field(min_length=1)
+    scale: Text
+    kind: Literal[KINDS]
+    misconception: list[Misconception] = Field(min_length=1)
+    checks: list[Check] = Field(min_length=3)
+    branch: Text
+    subbranch: Text
+    science: list[Science] = Field(min_length=1)
+    history: list[History] = Field(min_length=1)
+    learning_objective: Text
+    engineering_example: Text
+    evidence_notes: Text
+    visual_family: EntryId
+    lab_id: EntryId | None = None
+    scope: Text
+    lab_scope: Text | None = None
+    investigation_id: EntryId | None = None
+
+    def science_item(self, key: str | int) -> Science:
+        """A science item by title or index; ValueError naming the choices otherwise."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            if 0 <= key < len(self.science):
+                return self.science[key]
+            raise ValueError(f"science: expected an index from 0 to {len(self.science) - 1}, got {key}")
+        for item in self.science:
+            if item.title == key:
+                return item
+        titles = ", ".join(repr(s.title) for s in self.science)
+        raise ValueError(f"science: expected one of {titles} in entry {self.id!r}, got {key!r}")
+
+
+FIELD_NAMES = sorted({name for model in (Entry, Source, SpecCompute, Spec, Interface, Variable, Science, History,
+                                         Misconception, ChoiceCheck, NumericCheck)
+                      for name in (f.alias or n for n, f in model.model_fields.items())})
