@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -431,8 +432,6 @@ def load_all(root: str | Path | None = None) -> dict[str, Entry]:
 
 def load_entry(id: str, root: str | Path | None = None) -> Entry:
     """One entry by id, validated together with the entries it depends on (its prerequisites, transitively)."""
-    import re
-
     directory = _root(root)
     if not isinstance(id, str) or not re.fullmatch(ID_PATTERN, id):
         raise ContentError(f"id: expected an entry id like 'kv-cache', got {id!r}")
@@ -480,12 +479,16 @@ def evaluate(entry: Entry, science: str | int, **variables: float) -> float:
         raise ContentError(f"science {item.title!r}: {err}") from None
 
 
-def _numeric(entry: Entry, check_index: int) -> NumericCheck:
+def _check_at(entry: Entry, check_index: int) -> ChoiceCheck | NumericCheck:
     if isinstance(check_index, bool) or not isinstance(check_index, int) or not \
             0 <= check_index < len(entry.checks):
         raise ContentError(f"check_index: expected 0 to {len(entry.checks) - 1} for {entry.id!r}, "
                            f"got {check_index!r}")
-    check = entry.checks[check_index]
+    return entry.checks[check_index]
+
+
+def _numeric(entry: Entry, check_index: int) -> NumericCheck:
+    check = _check_at(entry, check_index)
     if not isinstance(check, NumericCheck):
         raise ContentError(f"check_index: expected a numeric check, but checks[{check_index}] of {entry.id!r} "
                            f"is a {check.kind} check")
@@ -517,12 +520,18 @@ def check_answer(entry: Entry, check_index: int, params: dict[str, float] | None
 def is_correct(entry: Entry, check_index: int, response: float | int,
                params: dict[str, float] | None = None) -> bool:
     """Grade a learner's response: the option index for a choice check, a number within tolerance otherwise."""
-    check = entry.checks[check_index] if isinstance(check_index, int) and \
-        0 <= check_index < len(entry.checks) else _numeric(entry, check_index)
+    check = _check_at(entry, check_index)
     if isinstance(check, ChoiceCheck):
+        _no_params(entry, check_index, params)
         return response == check.answer
     answer = check_answer(entry, check_index, params)
     return abs(response - answer) <= check.tolerance * abs(answer)
+
+
+def _no_params(entry: Entry, check_index: int, params: dict[str, float] | None) -> None:
+    if params:
+        raise ContentError(f"params: checks[{check_index}] of {entry.id!r} is a choice check and takes "
+                           f"no params, got {', '.join(params)}")
 
 
 def _param_text(value: float) -> str:
@@ -531,13 +540,10 @@ def _param_text(value: float) -> str:
 
 def render_question(entry: Entry, check_index: int, params: dict[str, float] | None = None) -> str:
     """The question text; for a numeric check, with its parameter values (or `params`) filled in."""
-    if isinstance(check_index, int) and 0 <= check_index < len(entry.checks) and \
-            isinstance(entry.checks[check_index], ChoiceCheck):
-        if params:
-            raise ContentError(f"params: checks[{check_index}] of {entry.id!r} is a choice check and takes "
-                               f"no params, got {', '.join(params)}")
-        return entry.checks[check_index].question
-    check = _numeric(entry, check_index)
+    check = _check_at(entry, check_index)
+    if isinstance(check, ChoiceCheck):
+        _no_params(entry, check_index, params)
+        return check.question
     values = _params(check, params)
     return check.question.format_map({k: _param_text(v) for k, v in values.items()})
 
