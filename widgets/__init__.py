@@ -1,0 +1,19 @@
+"""DantinoX Labs widgets: ipywidgets + plotly components, each in its own module, testable headless.
+
+    from dantinox import content
+    from widgets import CacheLab, CachePlot, ConceptCard, GeneratePanel, Quiz
+
+    entry = content.load_entry("kv-cache")
+    ConceptCard(entry)                # any entry: the card, the quiz and the plot helpers are generic
+    lab = CacheLab(entry)             # sliders; lab.reading holds the numbers on screen
+    CachePlot(lab); GeneratePanel(lab); Quiz(entry, params=lab.formula_params, lab_checks=[0])
+"""
+
+from widgets.cache_lab import CacheLab, LabReading
+from widgets.card import ConceptCard
+from widgets.generate import DecodeRun, GeneratePanel
+from widgets.plot import CachePlot, attention_variants
+from widgets.quiz import Quiz, summarise
+
+__all__ = ["CacheLab", "CachePlot", "ConceptCard", "DecodeRun", "GeneratePanel", "LabReading", "Quiz",
+           "attention_variants", "summarise"]
