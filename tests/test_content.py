@@ -123,3 +123,54 @@ def test_questions_only_use_declared_placeholders():
         for i, check in content.iter_numeric_checks(entry):
             fields = {f for _, f, _, _ in string.Formatter().parse(check.question) if f}
             assert fields == set(check.params), (entry.id, i)
+
+
+MLA_GRID = list(itertools.product(((8, 4), (16, 8)), (1, 2), ("float32", "bfloat16")))
+
+
+@pytest.mark.parametrize("widths,batch,cache_dtype", MLA_GRID)
+def test_mla_formula_equals_dantinox(widths, batch, cache_dtype):
+    entry = ENTRIES["multi-head-latent-attention"]
+    C, R = widths
+    cfg = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=C, rope_head_dim=R,
+                                      cache_dtype=cache_dtype)
+    for tokens in (1, 33):
+        formula = content.evaluate(entry, "MLA latent cache size", L=cfg.n_layers, B=batch, T=tokens, C=C, R=R,
+                                   bytes=cfg.cache_itemsize)
+        assert formula == dantinox.kv_cache_bytes(cfg, batch_size=batch, tokens=tokens)
+        assert formula == dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length=tokens))
+
+
+def test_mla_equivalent_heads_follow_the_papers_ratios():
+    entry = ENTRIES["multi-head-latent-attention"]
+    # DeepSeek-V2 sets the latent to four head sizes and the rotary key to half a head size: 2.25 groups
+    for d_h in (64, 128, 256):
+        assert content.evaluate(entry, "Equivalent GQA KV heads", C=4 * d_h, R=d_h // 2, d_h=d_h) == 2.25
+    mla = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=16, rope_head_dim=8)
+    mha = dantinox.ModelConfig.preset("test")
+    ratio = content.evaluate(entry, "MLA cache relative to MHA", C=16, R=8, N=mha.n_heads, d_h=mha.head_size)
+    assert ratio == dantinox.kv_cache_bytes(mla, 1, 8) / dantinox.kv_cache_bytes(mha, 1, 8)
+
+
+def test_gqa_formulas_equal_dantinox():
+    entry = ENTRIES["grouped-query-attention"]
+    mha = dantinox.ModelConfig.preset("test", cache_dtype="bfloat16")
+    for kv_heads in (1, 2, 4):
+        gqa = mha.replace(attention="gqa", kv_heads=kv_heads)
+        saved = content.evaluate(entry, "KV bytes saved per token", L=gqa.n_layers, N=gqa.n_heads, H_kv=kv_heads,
+                                 d_h=gqa.head_size, bytes=gqa.cache_itemsize)
+        assert saved == dantinox.kv_cache_bytes(mha, 1, 1) - dantinox.kv_cache_bytes(gqa, 1, 1)
+        share = content.evaluate(entry, "GQA cache relative to MHA", H_kv=kv_heads, N=gqa.n_heads)
+        assert share == dantinox.kv_cache_bytes(gqa, 2, 40) / dantinox.kv_cache_bytes(mha, 2, 40)
+
+
+def test_dual_cache_size_is_a_cache_of_everything_but_the_block():
+    entry = ENTRIES["diffusion-dual-cache"]
+    cfg = dantinox.ModelConfig.preset("test", paradigm="diffusion", attention="gqa", kv_heads=2)
+    for T, W in ((64, 8), (48, 16)):
+        size = content.evaluate(entry, "DualCache size", L=cfg.n_layers, B=2, T=T, W=W, H_kv=cfg.kv_heads,
+                                d_h=cfg.head_size, bytes=cfg.cache_itemsize)
+        assert size == dantinox.tree_nbytes(dantinox.init_cache(cfg, 2, length=T - W))
+    # one step per block: nothing is reused; more steps approach T / W
+    assert content.evaluate(entry, "DualCache work ratio", s=1, T=64, W=8) == 1
+    assert content.evaluate(entry, "DualCache work ratio", s=10**6, T=64, W=8) == pytest.approx(64 / 8, rel=1e-4)
