@@ -19,6 +19,7 @@ from dantinox.cache import (  # noqa: E402
     tree_nbytes,
 )
 from dantinox.config import PRESETS, ModelConfig  # noqa: E402
+from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate  # noqa: E402
 from dantinox.generate import DecodeState, StreamEvent, generate, stream  # noqa: E402
 from dantinox.memory import (  # noqa: E402
     DEVICE_PRESETS,
@@ -35,4 +36,5 @@ __all__ = [
     "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "LatentCache", "LayerCache", "ModelConfig",
     "StreamEvent", "Transformer", "cache_shapes", "format_bytes", "generate", "init_cache", "kv_cache_bytes",
     "max_batch_size", "param_bytes", "reference_tables", "stream", "tree_nbytes",
+    "DiffusionResult", "DualCache", "diffusion_generate",
 ]
