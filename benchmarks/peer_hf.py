@@ -1,0 +1,44 @@
+"""Peer for benchmarks/decode.py: Hugging Face LlamaForCausalLM with its static cache, torch on CPU.
+
+Runs inside benchmarks/.peer-venv (torch==2.13.0 + transformers), never in the project's environment.
+Prints one JSON object: {"variant/batch": tokens_per_second, ...}.
+"""
+
+import json
+import sys
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    out = {"torch": torch.__version__}
+    import transformers
+
+    out["transformers"] = transformers.__version__
+    for variant, kv_heads in spec["variants"].items():
+        cfg = LlamaConfig(vocab_size=spec["vocab"], hidden_size=spec["d_model"], intermediate_size=spec["mlp"],
+                          num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
+                          num_key_value_heads=kv_heads, head_dim=spec["head_size"],
+                          max_position_embeddings=spec["max_context"], tie_word_embeddings=True, rms_norm_eps=1e-6)
+        model = LlamaForCausalLM(cfg).eval()
+        for batch in spec["batches"]:
+            ids = torch.randint(0, 256, (batch, spec["prompt"]))
+            kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
+            with torch.inference_mode():
+                model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)  # warm-up
+                best = float("inf")
+                for _ in range(spec["repeats"]):
+                    start = time.perf_counter()
+                    model.generate(ids, max_new_tokens=spec["new"], min_new_tokens=spec["new"], **kw)
+                    best = min(best, time.perf_counter() - start)
+            out[f"{variant}/{batch}"] = batch * spec["new"] / best
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
