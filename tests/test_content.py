@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import string
 
 import pytest
@@ -174,3 +175,100 @@ def test_dual_cache_size_is_a_cache_of_everything_but_the_block():
     # one step per block: nothing is reused; more steps approach T / W
     assert content.evaluate(entry, "DualCache work ratio", s=1, T=64, W=8) == 1
     assert content.evaluate(entry, "DualCache work ratio", s=10**6, T=64, W=8) == pytest.approx(64 / 8, rel=1e-4)
+
+
+# Every science item, written again in plain Python: catches a compute expression that drifts from its intent.
+INDEPENDENT = {
+    "KV cache size": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"] * v["bytes"],
+    "KV cache per token": lambda v: 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
+    "Head size": lambda v: v["D"] / v["N"],
+    "Softmax scale": lambda v: (v["D"] / v["N"]) ** -0.5,
+    "Attention scores per layer": lambda v: v["B"] * v["N"] * v["T"] * v["S"],
+    "GQA cache relative to MHA": lambda v: v["H_kv"] / v["N"],
+    "KV bytes saved per token": lambda v: 2 * v["L"] * v["N"] * v["d_h"] * v["bytes"]
+    - 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
+    "MLA latent cache size": lambda v: v["L"] * v["B"] * v["T"] * (v["C"] + v["R"]) * v["bytes"],
+    "Equivalent GQA KV heads": lambda v: (v["C"] + v["R"]) / v["d_h"] / 2,
+    "MLA cache relative to MHA": lambda v: (v["C"] + v["R"]) / (2 * v["N"] * v["d_h"]),
+    "Blocks per sequence": lambda v: -(-v["T"] // v["P"]),
+    "Paged cache size": lambda v: -(-v["T"] // v["P"]) * v["P"] * 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
+    "Wasted share of the allocation": lambda v: 1 - v["T"] / (-(-v["T"] // v["P"]) * v["P"]),
+    "DualCache size": lambda v: 2 * v["L"] * v["B"] * (v["T"] - v["W"]) * v["H_kv"] * v["d_h"] * v["bytes"],
+    "DualCache work ratio": lambda v: v["s"] * v["T"] / (v["T"] + (v["s"] - 1) * v["W"]),
+    "Decode step time lower bound": lambda v: (v["B"] * v["T"] * v["m"] + v["W"]) / (v["n"] * v["BW"]),
+    "Critical batch size": lambda v: v["F"] / v["BW"],
+    "Attention arithmetic intensity": lambda v: 1 / (1 / v["S"] + 1 / v["T"]),
+    "Stack bandwidth": lambda v: v["w"] * v["r"] / 8,
+    "Stack capacity": lambda v: v["h"] * v["g"] / 8,
+    "Time to read memory once": lambda v: v["M"] / v["BW"],
+    "Bandwidth ratio": lambda v: v["BW_a"] / v["BW_b"],
+    "Output head parameters": lambda v: v["V"] * v["D"],
+    "Output head share of parameters": lambda v: v["V"] * v["D"] / v["P"],
+    "Logits memory": lambda v: v["B"] * v["T"] * v["V"] * v["bytes"],
+    "End-to-end latency": lambda v: v["ttft"] + v["n"] * v["tpot"],
+    "Sequences that fit": lambda v: (v["M"] - v["W"]) // (v["T"] * v["m"]),
+    "Requests in flight": lambda v: v["X"] * v["R"],
+    "Sliding-window cache size": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"]) * v["H_kv"] * v["d_h"]
+    * v["bytes"],
+    "Theoretical attention span": lambda v: v["L"] * v["W"],
+    "Cache reduction from the window": lambda v: v["T"] / min(v["T"], v["W"]),
+    "Hybrid cache relative to full attention": lambda v: (v["L_g"] * v["T"] + v["L_l"] * min(v["T"], v["W"]))
+    / ((v["L_g"] + v["L_l"]) * v["T"]),
+    "Quantized KV cache size": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"]
+    * (v["q"] / 8 + v["z"] / v["G"]),
+    "Compression relative to 16-bit": lambda v: 16 * v["G"] / (v["q"] * v["G"] + 8 * v["z"]),
+    "Cache with a full-precision window": lambda v: 2 * v["L"] * v["H_kv"] * v["d_h"]
+    * (v["n_fp"] * v["bytes"] + (v["T"] - v["n_fp"]) * (v["q"] / 8 + v["z"] / v["G"])),
+}
+
+
+@pytest.mark.parametrize("entry_id,title", [(e.id, s.title) for e in ENTRIES.values() for s in e.science])
+def test_every_science_item_matches_an_independent_formula(entry_id, title):
+    entry = ENTRIES[entry_id]
+    item = entry.science_item(title)
+    assert title in INDEPENDENT, f"{entry_id}: add {title!r} to INDEPENDENT"
+    rng = random.Random(title)
+    for _ in range(20):
+        values = {name: rng.randint(1, 4096) for name in item.variables}
+        if {"T", "W"} <= set(values) and "s" not in values and "L_g" not in values:
+            values["T"] = max(values["T"], values["W"] + 1)  # DualCache: the sequence is longer than a block
+        if "n_fp" in values:
+            values["T"] = values["n_fp"] + rng.randint(0, 4096)
+        if {"M", "W"} <= set(values) and "BW" not in values:
+            values["M"] = values["W"] + rng.randint(0, 10**9)
+        assert content.evaluate(entry, title, **values) == pytest.approx(INDEPENDENT[title](values), rel=1e-12)
+
+
+def test_serving_capacity_equals_dantinox_max_batch_size():
+    entry = ENTRIES["serving"]
+    cfg = dantinox.ModelConfig.preset("reference", cache_dtype="bfloat16")
+    per_token = dantinox.kv_cache_bytes(cfg, 1, 1)
+    for memory, weights, tokens in ((10**9, 10**7, 512), (80 * 10**9, 13 * 10**9, 1024), (10**6, 10**5, 64)):
+        fit = content.evaluate(entry, "Sequences that fit", M=memory, W=weights, T=tokens, m=per_token)
+        assert fit == dantinox.max_batch_size(cfg, memory, tokens, weight_bytes=weights)
+
+
+def test_output_head_parameters_equal_what_untying_adds_in_dantinox():
+    entry = ENTRIES["output-head"]
+    cfg = dantinox.ModelConfig.preset("test")
+    added = dantinox.param_bytes(cfg.replace(tie_embeddings=False)) - dantinox.param_bytes(cfg)
+    head = content.evaluate(entry, "Output head parameters", V=cfg.vocab_size, D=cfg.d_model)
+    assert head * 4 == added  # float32 parameters
+
+
+def test_window_paging_and_quantization_reduce_to_the_kv_cache_formula():
+    kv, swa = ENTRIES["kv-cache"], ENTRIES["sliding-window-attention"]
+    paged, quant = ENTRIES["paged-attention"], ENTRIES["kv-cache-quantization"]
+    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype="bfloat16")
+    shape = dict(L=cfg.n_layers, H_kv=cfg.kv_heads, d_h=cfg.head_size)
+    for T in (16, 64):
+        measured = dantinox.tree_nbytes(dantinox.init_cache(cfg, 1, length=T))
+        assert content.evaluate(kv, "KV cache size", B=1, T=T, bytes=2, **shape) == measured
+        assert content.evaluate(swa, "Sliding-window cache size", B=1, T=T, W=T, bytes=2, **shape) == measured
+        assert content.evaluate(paged, "Paged cache size", T=T, P=16, bytes=2, **shape) == measured
+        assert content.evaluate(quant, "Quantized KV cache size", B=1, T=T, q=16, z=0, G=1, **shape) == measured
+        assert content.evaluate(quant, "Cache with a full-precision window", T=T, n_fp=T, bytes=2, q=4, z=4, G=32,
+                                **shape) == measured
+    # hybrid with only global layers is full attention; a window never enlarges the cache
+    assert content.evaluate(swa, "Hybrid cache relative to full attention", L_g=1, L_l=0, T=100, W=10) == 1
+    assert content.evaluate(swa, "Cache reduction from the window", T=10, W=100) == 1

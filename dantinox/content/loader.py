@@ -29,6 +29,8 @@ UNIT_FAMILIES: tuple[dict[str, float], ...] = (
     {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
      "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12},
     {"s": 1, "ms": 1e-3, "us": 1e-6},
+    {"B/s": 1, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12},
+    {"params": 1, "thousand params": 1e3, "million params": 1e6, "billion params": 1e9},
 )
 
 
@@ -171,6 +173,10 @@ def _format_value(value: float, fmt: str, unit: str) -> str:
         return f"{_number_text(value)}×"
     if fmt == "percent":
         return f"{_number_text(100 * value)}%"
+    if fmt == "seconds":
+        for scale, name in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+            if abs(value) >= scale or name == "µs":
+                return f"{_number_text(value / scale)} {name}"
     return f"{_number_text(value)} {unit}".strip()
 
 
@@ -247,6 +253,13 @@ def _check_specs(rec: _Record, entry: Entry, parsed: dict[str, Any]) -> None:
         except expr.ExpressionError as err:
             rec.problem((*loc, "with"), str(err))
             continue
+        if spec.compute.format == "number" and spec.compute.unit:
+            factor = _unit_factor(spec.compute.unit, item.unit)
+            if factor is None:
+                rec.problem((*loc, "unit"), f"expected {item.unit!r} (the unit of {item.title!r}) or a scaled "
+                            f"form of it, got {spec.compute.unit!r}")
+                continue
+            result /= factor
         spec.value = _format_value(result, spec.compute.format, spec.compute.unit)
 
 
@@ -534,7 +547,15 @@ def _no_params(entry: Entry, check_index: int, params: dict[str, float] | None) 
                            f"no params, got {', '.join(params)}")
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def _param_text(value: float) -> str:
+    """How a parameter reads in a question: 4,096; 0.9; 4.8 × 10¹² for very large or small values."""
+    if value and (abs(value) >= 1e7 or abs(value) < 1e-3):
+        exponent = math.floor(math.log10(abs(value)))
+        mantissa = f"{value / 10**exponent:.4g}"
+        return f"{mantissa} × 10{str(exponent).translate(_SUPERSCRIPT)}"
     return _number_text(value) if float(value).is_integer() else f"{value:g}"
 
 

@@ -20,7 +20,7 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 LEVELS = ("foundation", "intermediate", "advanced")
 KINDS = ("mechanism", "data-structure", "architecture-variant", "system-technique", "hardware", "component",
          "workload")
-SPEC_FORMATS = ("bytes", "number", "times", "percent")
+SPEC_FORMATS = ("bytes", "number", "times", "percent", "seconds")
 
 
 def _nonblank(text: str) -> str:
@@ -53,7 +53,7 @@ Text = Annotated[str, AfterValidator(_nonblank)]
 Url = Annotated[str, AfterValidator(_http_url)]
 EntryId = Annotated[str, AfterValidator(_entry_id)]
 VariableName = Annotated[str, AfterValidator(_variable_name)]
-Number = int | float
+Number = float  # strict mode still accepts whole numbers here; true/false and text are refused
 
 
 class _Strict(BaseModel):
@@ -70,8 +70,9 @@ class SpecCompute(_Strict):
 
     science: Text  # title of the science item
     with_: dict[VariableName, Number] = Field(alias="with")
-    format: Literal[SPEC_FORMATS] = "number"  # bytes: binary units; times: "2.25×"; percent: 0.5 -> "50%"
-    unit: str = ""  # appended to a "number"
+    format: Literal[SPEC_FORMATS] = "number"  # bytes: binary units; times: "2.25×"; percent: 0.5 -> "50%";
+    # seconds: s, ms or µs
+    unit: str = ""  # for "number": the science item's unit or a scaled form of it (GB/s for B/s)
 
 
 class Spec(_Strict):

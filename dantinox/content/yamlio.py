@@ -6,6 +6,7 @@ later (by the schema or the cross-entry checks) can still name the line it comes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -47,6 +48,14 @@ class StrictLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+# PyYAML follows YAML 1.1 and reads 6.4e9 (no dot or no exponent sign) as text; accept it as a float.
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def _key_text(node: Node) -> str:
