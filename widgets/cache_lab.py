@@ -26,7 +26,9 @@ from dantinox import content
 from dantinox.config import DTYPES
 from widgets._html import badge, error_box, esc, note_box
 
-DEFAULT_BUDGET = 1 << 30  # bytes; a larger cache is sized from shapes instead of allocated
+# Bytes; a larger cache is sized from shapes instead of allocated. Allocating is dominated by the OS
+# zeroing fresh pages (benchmarks/lab_latency.py): 256 MiB keeps a slider move under 300 ms on 2 CPU cores.
+DEFAULT_BUDGET = 256 * 2**20
 SCIENCE_TITLE = "KV cache size"
 PER_TOKEN_TITLE = "KV cache per token"
 

@@ -76,6 +76,13 @@ class ConceptCard(widgets.VBox):
         super().__init__(list(self.sections.values()),
                          layout=widgets.Layout(border="1px solid #ccc", padding="6px 12px", max_width="900px"))
 
+    def _repr_mimebundle_(self, **kwargs):
+        """The live widget, plus the card as static HTML for viewers that cannot run widgets."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/html"] = self.html
+        return bundle
+
     @property
     def html(self) -> str:
         """All sections' HTML, in order (what a test or an export reads)."""
