@@ -119,8 +119,9 @@ def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
     cache = dantinox.init_cache(cfg, batch)
     assert dantinox.tree_nbytes(cache) == dantinox.kv_cache_bytes(cfg, batch, cfg.max_context)
     for length in (1, 17):
-        assert dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length)) == dantinox.kv_cache_bytes(cfg, batch, length)
-        assert dantinox.tree_nbytes(dantinox.cache_shapes(cfg, batch, length)) == dantinox.kv_cache_bytes(cfg, batch, length)
+        formula = dantinox.kv_cache_bytes(cfg, batch, length)
+        assert dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length)) == formula
+        assert dantinox.tree_nbytes(dantinox.cache_shapes(cfg, batch, length)) == formula
     layer = cache[0]
     assert layer.k.shape == (batch, cfg.kv_heads, cfg.max_context, cfg.head_size)
     assert layer.k.dtype == jnp.dtype(cache_dtype)
