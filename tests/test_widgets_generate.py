@@ -83,12 +83,17 @@ def test_trained_weights_are_used_when_the_run_matches(lab, tmp_path):
     assert panel.error == "" and "trained weights from tiny" in panel.status.value
     model, _ = panel.model_for(lab.reading.cfg)
     assert (model.embed.embedding[...] == trained.embed.embedding[...]).all()
+    other = lab.reading.cfg.replace(attention="mha")
+    _, where = panel.model_for(other)
+    assert where.startswith("untrained weights") and "holds a 2-layer GQA K=2 model, not this one" in where
 
 
 def test_refusals_are_shown_not_raised(lab, tmp_path):
-    panel = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=64)
+    panel = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=62)
     panel.run(use_cache=True, wait=True)
-    assert "exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
+    assert "= 65 exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
+    with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 63\]"):
+        GeneratePanel(lab, new_tokens=64)
     small = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=2, budget_bytes=100)
     small.run(use_cache=True, wait=True)
     assert small.error.startswith("concurrency B: the static KV cache for B=1 needs")

@@ -81,7 +81,11 @@ class GeneratePanel(widgets.VBox):
         self.runs: dict[str, DecodeRun] = {}
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
-        self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=1024, description="new tokens",
+        longest = lab.config().max_context - 1
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
+            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for preset "
+                             f"{lab.preset.value!r}, got {new_tokens!r}")
+        self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
                                             layout=widgets.Layout(width="520px"))
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
                                             icon="play", layout=widgets.Layout(width="200px"))
@@ -105,6 +109,13 @@ class GeneratePanel(widgets.VBox):
         self.stop_button.on_click(lambda _: self._stop.set())
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
         super().__init__([self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text, self.figure])
+        lab.observe(self._fit_to_lab, names="reading")
+        self._fit_to_lab(None)
+
+    def _fit_to_lab(self, _change) -> None:
+        """The new-token slider spans the preset's context (the prompt's share is checked on click)."""
+        if self.lab.reading is not None:
+            self.new_tokens.max = self.lab.reading.cfg.max_context - 1
 
     # Model ----------------------------------------------------------------------------------------
     def _trained_run(self) -> tuple[dantinox.ModelConfig, dantinox.Transformer] | None:
@@ -130,8 +141,9 @@ class GeneratePanel(widgets.VBox):
                 nnx.update(model, nnx.state(trained[1], nnx.Param))  # weights do not depend on the cache dtype
                 where = f"trained weights from {self.run_dir.name}"
             else:
-                why = (self._trained if isinstance(self._trained, str) else
-                       f"{self.run_dir.name} was trained with a different model config")
+                why = self._trained if isinstance(self._trained, str) else (
+                    f"{self.run_dir.name} holds a {trained[0].n_layers}-layer {trained[0].attention.upper()} "
+                    f"K={trained[0].kv_heads} model, not this one")
                 where = f"untrained weights (random init): {why}; the text is noise, the cache and timings are real"
             self._models[cfg] = (model, where)
         return self._models[cfg]
