@@ -19,11 +19,12 @@ from dantinox.content.loader import (
     load_entry,
     prerequisite_graph,
     render_question,
+    validate_files,
 )
 from dantinox.content.schema import ChoiceCheck, Entry, NumericCheck, Science, Spec
 
 __all__ = [
     "CONTENT_DIR", "ChoiceCheck", "ContentError", "Entry", "ExpressionError", "NumericCheck", "Problem",
     "Science", "Spec", "check_answer", "evaluate", "is_correct", "iter_numeric_checks", "load_all",
-    "load_entry", "prerequisite_graph", "render_question",
+    "load_entry", "prerequisite_graph", "render_question", "validate_files",
 ]

@@ -93,15 +93,20 @@ def parse(expression: str, variables: set[str] | frozenset[str]) -> ast.Expressi
     except SyntaxError as err:
         raise ExpressionError(f"expected an arithmetic expression, got a syntax error at column "
                               f"{err.offset}: {expression.strip()!r}") from None
+    except (RecursionError, MemoryError):
+        raise ExpressionError("expected an arithmetic expression, got one nested too deeply") from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
         raise ExpressionError(f"expected at most {MAX_NODES} syntax nodes, got {len(nodes)}")
     for node in nodes:
-        _vet(node, variables)
+        _vet(node, variables, expression.strip())
+    for node in nodes:  # evaluate constant parts now, so 9**9**9 fails here and not when a value is given
+        if isinstance(node, ast.BinOp | ast.UnaryOp | ast.Call) and not free_names(ast.Expression(node)):
+            _eval(node, {})
     return tree
 
 
-def _vet(node: ast.AST, variables: set[str] | frozenset[str]) -> None:
+def _vet(node: ast.AST, variables: set[str] | frozenset[str], source: str) -> None:
     if isinstance(node, ast.Expression | ast.Load) or type(node) in _BINARY or type(node) in _UNARY:
         return
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
@@ -121,9 +126,8 @@ def _vet(node: ast.AST, variables: set[str] | frozenset[str]) -> None:
         raise ExpressionError(f"expected only declared variables ({declared}); got undeclared name '{node.id}'")
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            callee = node.func.id if isinstance(node.func, ast.Name) else None
-            what = f"a call to '{callee}'" if callee else _describe(node)
-            raise ExpressionError(f"expected only {_ALLOWED}; got {what}")
+            callee = ast.get_source_segment(source, node.func) or _describe(node.func)
+            raise ExpressionError(f"expected only {_ALLOWED}; got a call to {callee!r}")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise ExpressionError(f"{node.func.id}: expected plain positional arguments")
         arity = FUNCTIONS[node.func.id][1]

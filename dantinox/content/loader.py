@@ -152,6 +152,29 @@ def _schema_message(err: dict) -> str:
     return f"expected valid input ({err['msg']}), got {_yaml_type(got)}"
 
 
+def _schema_problems(errors: list[dict], data: Any) -> list[tuple[FieldPath, str]]:
+    """(path, message) per schema error; a misspelled key is one problem, not 'unknown' plus 'missing'."""
+    located = [(_clean_loc(e["loc"], data), e) for e in errors]
+    missing = {loc for loc, e in located if e["type"] == "missing"}
+    typos: dict[FieldPath, str] = {}  # path of the missing field -> the misspelled key found instead
+    for loc, e in located:
+        if e["type"] == "extra_forbidden":
+            siblings = [m[-1] for m in missing if m[:-1] == loc[:-1]]
+            close = difflib.get_close_matches(str(loc[-1]), siblings, n=1)
+            if close:
+                typos[(*loc[:-1], close[0])] = str(loc[-1])
+    out = []
+    for loc, e in located:
+        if e["type"] == "missing" and loc in typos:
+            continue
+        if e["type"] == "extra_forbidden" and str(loc[-1]) in typos.values():
+            right = next(k[-1] for k, v in typos.items() if v == loc[-1] and k[:-1] == loc[:-1])
+            out.append((loc, f"expected the field '{right}', got misspelled key '{loc[-1]}'"))
+            continue
+        out.append((loc, _schema_message(e)))
+    return out
+
+
 # ----------------------------------------------------------------------------------------- one entry
 
 def _unit_factor(target: str, base: str) -> float | None:
@@ -298,6 +321,8 @@ def _check_numeric(rec: _Record, loc: FieldPath, entry: Entry, check: NumericChe
         rec.problem((*loc, "science"), f"expected the title of one of this entry's science items "
                     f"({_science_titles(entry)}), got {check.science!r}")
         return
+    if item.title not in parsed:
+        return  # its compute is already reported
     name, message = _inputs_problem(item, check.params)
     if message:
         rec.problem((*loc, "params", name) if name else (*loc, "params"), message)
@@ -321,11 +346,10 @@ def _check_numeric(rec: _Record, loc: FieldPath, entry: Entry, check: NumericChe
         rec.problem((*loc, "unit"), f"expected {item.unit!r} (the unit of {item.title!r}) or a scaled form "
                     f"of it, got {check.unit!r}")
         return
-    if item.title in parsed:
-        try:
-            expr.evaluate(parsed[item.title], check.params)
-        except expr.ExpressionError as err:
-            rec.problem((*loc, "params"), str(err))
+    try:
+        expr.evaluate(parsed[item.title], check.params)
+    except expr.ExpressionError as err:
+        rec.problem((*loc, "params"), str(err))
 
 
 def _check_lists(rec: _Record, entry: Entry) -> None:
@@ -352,8 +376,8 @@ def read_entry(path: Path, label: str | None = None) -> _Record:
     try:
         entry = Entry.model_validate(data)
     except ValidationError as err:
-        for e in err.errors():
-            rec.problem(_clean_loc(e["loc"], data), _schema_message(e))
+        for loc, message in _schema_problems(err.errors(), data):
+            rec.problem(loc, message)
         return rec
     if entry.id != path.stem:
         rec.problem(("id",), f"expected the file name without .yaml ({path.stem!r}), got {entry.id!r}")
@@ -423,6 +447,32 @@ def validate(records: list[_Record], known_ids: Iterable[str] = ()) -> list[Prob
 
 def entry_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def validate_files(paths: Iterable[str | Path]) -> tuple[list[Entry], list[Problem]]:
+    """Validate entry files and directories together, as `dantinox content check` does.
+
+    Ids in `related` and `prerequisites` resolve against the entries checked and the repository's content/.
+    Returns the valid entries and every problem (files as named in `paths`).
+    """
+    records: list[_Record] = []
+    problems: list[Problem] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            files = entry_files(path)
+            if not files:
+                problems.append(Problem(str(name), None, "path",
+                                        "expected a directory with .yaml entry files, got none"))
+            records += [read_entry(f, str(path / f.name)) for f in files]
+        elif path.is_file():
+            records.append(read_entry(path, str(name)))
+        else:
+            problems.append(Problem(str(name), None, "path",
+                                    "expected an entry file or a directory, got nothing there"))
+    known = [p.stem for p in entry_files(CONTENT_DIR)] if CONTENT_DIR.is_dir() else []
+    problems += validate(records, known)
+    return [r.entry for r in records if r.entry is not None and not r.problems], problems
 
 
 # ----------------------------------------------------------------------------------------- public API
@@ -575,4 +625,4 @@ def iter_numeric_checks(entry: Entry) -> Iterator[tuple[int, NumericCheck]]:
 
 __all__ = ["CONTENT_DIR", "ContentError", "Entry", "Problem", "Spec", "check_answer", "evaluate", "is_correct",
            "iter_numeric_checks", "load_all", "load_entry", "prerequisite_graph", "read_entry", "render_question",
-           "validate"]
+           "validate", "validate_files"]

@@ -1,0 +1,243 @@
+"""The validator: each deliberately broken entry gives exactly its one-line message, from the API and the command."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dantinox import content
+from dantinox.content import expr
+from dantinox.content.yamlio import MAX_BYTES
+
+FIXTURES = Path(__file__).parent / "content_fixtures"
+BASE = FIXTURES / "base" / "fixture-base.yaml"
+ALLOWED = "numbers, declared variable names, + - * / // % **, parentheses and min, max, ceil, floor, log2, sqrt"
+
+# fixture (relative to FIXTURES) -> the one line it must produce, after "<file>:"
+EXPECTED = {
+    "alias-bomb.yaml": "25: yaml: expected plain data without anchors, got anchor &lol",
+    "answer-out-of-range.yaml": "51: checks[1].answer: expected an option index from 0 to 3, got 4",
+    "bad-check-kind.yaml": "48: checks[1]: expected kind 'choice', 'numeric', got 'essay'",
+    "bad-placeholder.yaml": "42: checks[0].question: expected placeholders naming params (L, T, m), got {dtype}",
+    "bad-related.yaml": "27: related[0]: expected the id of an existing entry such as 'kv-cache', got 'kv-cach'",
+    "cycle/cycle-a.yaml": "28: prerequisites[0]: expected no prerequisite cycle, got cycle-a -> cycle-b -> cycle-a",
+    "digit-in-spec.yaml": "19: specs[1].value: expected words without digits (a number must come from `compute`), "
+                          "got 'about 256 bytes'",
+    "duplicate-key.yaml": "6: name: expected each key once, got a second 'name' (first on line 4)",
+    "exponent-bomb.yaml": "61: science[0].compute: expected an exponent of at most 64, got 387420489",
+    "id-mismatch.yaml": "2: id: expected the file name without .yaml ('id-mismatch'), got 'some-other-id'",
+    "missing-science.yaml": "43: checks[0].science: expected the title of one of this entry's science items "
+                            "('Cache size'), got 'Cache bytes'",
+    "no-numeric-check.yaml": "40: checks: expected at least one numeric check (kind: numeric), got only choice checks",
+    "non-http-url.yaml": "31: sources[0].url: expected an http(s) URL, got 'ftp://example.org/inference.pdf'",
+    "python-tag.yaml": "25: yaml: expected valid YAML, got: could not determine a constructor for the tag "
+                       "'tag:yaml.org,2002:python/object/apply:os.system'",
+    "undeclared-variable.yaml": "61: science[0].compute: expected only declared variables (L, T, m); "
+                                "got undeclared name 'K'",
+    "unknown-key.yaml": "8: mechansim: expected the field 'mechanism', got misspelled key 'mechansim'",
+    "unsafe-attribute.yaml": f"61: science[0].compute: expected only {ALLOWED}; got attribute access '.__class__'",
+    "unsafe-import.yaml": f"61: science[0].compute: expected only {ALLOWED}; "
+                          "got a call to '__import__(\"os\").system'",
+    "unused-variable.yaml": "66: science[0].variables.H: expected every declared variable to appear in compute, "
+                            "got unused 'H'",
+    "wrong-type.yaml": "56: checks[2].answer: expected a whole number, got the text 'yes'",
+    "yaml-syntax.yaml": "33: yaml: expected valid YAML, got: mapping values are not allowed here",
+}
+# which files each case is checked with (the cycle needs both of its halves)
+INPUTS = {name: [FIXTURES / name] for name in EXPECTED}
+INPUTS["cycle/cycle-a.yaml"] = [FIXTURES / "cycle"]
+
+
+def test_every_fixture_has_an_expected_message():
+    on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.yaml")} - {"base/fixture-base.yaml",
+                                                                                   "cycle/cycle-b.yaml"}
+    assert on_disk == set(EXPECTED)
+
+
+def test_the_base_fixture_is_valid():
+    entries, problems = content.validate_files([BASE])
+    assert problems == [] and [e.id for e in entries] == ["fixture-base"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_broken_fixture_gives_exactly_its_message(name):
+    entries, problems = content.validate_files(INPUTS[name])
+    assert [str(p) for p in problems] == [f"{FIXTURES / name}:{EXPECTED[name]}"]
+    assert [e.id for e in entries if e.id == Path(name).stem] == []
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - {"bad-related.yaml", "cycle/cycle-a.yaml"}))
+def test_load_entry_raises_the_same_one_line_message(name, tmp_path):
+    shutil.copytree(content.CONTENT_DIR, tmp_path, dirs_exist_ok=True)
+    target = tmp_path / Path(name).name
+    shutil.copy(FIXTURES / name, target)
+    with pytest.raises(content.ContentError) as err:
+        content.load_entry(target.stem, root=tmp_path)
+    assert str(err.value) == f"{target}:{EXPECTED[name]}"
+    assert "\n" not in str(err.value) and isinstance(err.value, ValueError)
+    with pytest.raises(content.ContentError):
+        content.load_all(tmp_path)
+
+
+def test_load_all_reports_a_cycle_and_a_bad_related_id(tmp_path):
+    shutil.copytree(content.CONTENT_DIR, tmp_path, dirs_exist_ok=True)
+    for name in ("cycle/cycle-a.yaml", "cycle/cycle-b.yaml", "bad-related.yaml"):
+        shutil.copy(FIXTURES / name, tmp_path)
+    with pytest.raises(content.ContentError) as err:
+        content.load_all(tmp_path)
+    assert [str(p) for p in err.value.problems] == [
+        f"{tmp_path / 'bad-related.yaml'}:{EXPECTED['bad-related.yaml']}",
+        f"{tmp_path / 'cycle-a.yaml'}:{EXPECTED['cycle/cycle-a.yaml']}",
+    ]
+    assert str(err.value).endswith("(and 1 more problem(s))")
+
+
+def _dantinox(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("dantinox")
+    return subprocess.run([str(script), "content", "check", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_command_prints_one_line_per_broken_file_and_exits_1():
+    paths = sorted(str(p) for name, inputs in INPUTS.items() for p in inputs)
+    done = _dantinox(*paths)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr and done.stderr == ""
+    assert done.stdout.splitlines() == sorted(f"{FIXTURES / name}:{line}" for name, line in EXPECTED.items())
+
+
+def test_command_on_one_file_and_with_its_default_directory():
+    done = _dantinox(str(FIXTURES / "unknown-key.yaml"))
+    assert (done.returncode, done.stderr) == (1, "")
+    assert done.stdout == f"{FIXTURES / 'unknown-key.yaml'}:{EXPECTED['unknown-key.yaml']}\n"
+    done = _dantinox(cwd=content.CONTENT_DIR.parent)  # no path: content/
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"OK: {len(content.load_all())} entries valid (")
+
+
+def test_missing_path_and_empty_directory(tmp_path):
+    _, problems = content.validate_files([tmp_path / "no-such-file.yaml", tmp_path])
+    assert [str(p) for p in problems] == [
+        f"{tmp_path / 'no-such-file.yaml'}: path: expected an entry file or a directory, got nothing there",
+        f"{tmp_path}: path: expected a directory with .yaml entry files, got none",
+    ]
+
+
+def _variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    text = BASE.read_text().replace("id: fixture-base", f"id: {name}", 1)
+    assert old in text
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_oversized_file_is_rejected_before_parsing(tmp_path):
+    path = tmp_path / "oversized.yaml"
+    path.write_text(BASE.read_text().replace("id: fixture-base", "id: oversized") + "#" * MAX_BYTES)
+    _, problems = content.validate_files([path])
+    size_kib = round(path.stat().st_size / 1024)
+    assert [str(p) for p in problems] == [f"{path}: file: expected at most 256 KiB, got {size_kib} KiB"]
+
+
+def test_billion_laughs_and_deep_nesting_are_refused(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    rows = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    rows += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    bomb.write_text("\n".join(rows) + "\n")
+    _, problems = content.validate_files([bomb])
+    assert [str(p) for p in problems] == [f"{bomb}:1: yaml: expected plain data without anchors, got anchor &a"]
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("id: " + "[" * 5000 + "]" * 5000 + "\n")
+    _, problems = content.validate_files([deep])
+    assert [str(p) for p in problems] == [f"{deep}:1: yaml: expected at most 32 levels of nesting"]
+
+
+def test_script_text_is_loaded_as_plain_data(tmp_path):
+    text = '<script>alert("x")</script> & <b>bold</b>'
+    path = _variant(tmp_path, "html-text", "description: It exists", f"description: '{text} It exists")
+    path.write_text(path.read_text().replace("valid entry in exactly one place.", "valid entry in exactly one place.'"))
+    entries, problems = content.validate_files([path])
+    assert problems == []
+    assert entries[0].description.startswith(text)
+
+
+def test_nothing_in_content_is_executed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _variant(tmp_path, "writes-file", "compute: L * T * m", "compute: open('marker', 'w') * L * T * m")
+    _, problems = content.validate_files([path])
+    assert len(problems) == 1 and "got a call to 'open'" in str(problems[0])
+    assert not (tmp_path / "marker").exists()
+
+
+def test_non_utf8_and_non_mapping_files(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"id: caf\xe9\n")
+    listing = tmp_path / "listing.yaml"
+    listing.write_text("- kv-cache\n- attention\n")
+    _, problems = content.validate_files([latin, listing])
+    assert [str(p) for p in problems] == [
+        f"{latin}: file: expected UTF-8 text, got byte 0xe9 at offset 7",
+        f"{listing}:1: entry: expected a mapping of entry fields, got a list",
+    ]
+
+
+@pytest.mark.parametrize("source,message", [
+    ("9 ** 9 ** 9", "expected an exponent of at most 64, got 387420489"),
+    ("L ** 65", "expected an exponent of at most 64, got 65"),
+    ("(L ** 64) ** 64 ** 2", "expected an exponent of at most 64, got 4096"),
+    ("L / 0", "expected a non-zero divisor for '/', got 0"),
+    ("L.real", "got attribute access '.real'"),
+    ("L[0]", "got indexing [...]"),
+    ("'text'", "got the constant 'text'"),
+    ("True + L", "got the constant True"),
+    ("1j * L", "got the constant 1j"),
+    ("L if L else 0", "got IfExp"),
+    ("(lambda: 1)()", "got a call to 'lambda: 1'"),
+    ("[x for x in L]", "got ListComp"),
+    ("L < 2", "got a comparison or boolean operator"),
+    ("pow(L, 2)", "got a call to 'pow'"),
+    ("min(L)", "min: expected two or more argument(s), got 1"),
+    ("ceil(x=L)", "ceil: expected plain positional arguments"),
+    ("__builtins__", "got undeclared name '__builtins__'"),
+    ("L +", "expected an arithmetic expression, got a syntax error"),
+    ("log2(L - 3)", "log2: expected a positive argument, got 0"),
+    ("L * " * 200 + "L", "expected at most 500 characters"),
+])
+def test_safe_evaluator_refuses(source, message):
+    with pytest.raises(expr.ExpressionError) as err:
+        expr.evaluate(source, {"L": 3})
+    assert message in str(err.value)
+
+
+def test_safe_evaluator_computes_what_it_allows():
+    values = {"L": 12, "T": 7, "W": 4}
+    assert expr.evaluate("L * 2 + -T // 2 % 5 - +W ** 2", values) == 12 * 2 + -7 // 2 % 5 - 4**2
+    assert expr.evaluate("max(min(T, W), 1) / sqrt(16) + ceil(T / W) + floor(T / W) + log2(8)", values) == \
+        min(7, 4) / 4 + 2 + 1 + 3
+    assert math.isclose(expr.evaluate("1e3 * L", values), 12000)
+
+
+def test_api_errors_are_one_line_value_errors():
+    entry = content.load_entry("kv-cache")
+    cases = [
+        (lambda: content.evaluate(entry, "KV cache size", L=1), "variables: expected a value for every variable"),
+        (lambda: content.evaluate(entry, "No such item"), "science: expected one of 'KV cache size'"),
+        (lambda: content.evaluate(entry, 7), "science: expected an index from 0 to 1, got 7"),
+        (lambda: content.check_answer(entry, 2), "check_index: expected a numeric check, but checks[2]"),
+        (lambda: content.check_answer(entry, 99), "check_index: expected 0 to 4 for 'kv-cache', got 99"),
+        (lambda: content.check_answer(entry, 0, {"X": 1}), "params: expected some of L, B, T, H_kv, d_h, bytes"),
+        (lambda: content.check_answer(entry, 0, {"T": "many"}), "params: T: expected a finite number"),
+        (lambda: content.render_question(entry, 2, {"T": 1}), "params: checks[2] of 'kv-cache' is a choice check"),
+        (lambda: content.load_entry("../etc/passwd"), "id: expected an entry id like 'kv-cache'"),
+        (lambda: content.load_entry("no-such-entry"), "id: expected one of the entries in"),
+    ]
+    for call, start in cases:
+        with pytest.raises(content.ContentError) as err:
+            call()
+        assert start in str(err.value) and "\n" not in str(err.value)
