@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -241,3 +242,20 @@ def test_api_errors_are_one_line_value_errors():
         with pytest.raises(content.ContentError) as err:
             call()
         assert start in str(err.value) and "\n" not in str(err.value)
+
+
+def test_mangled_entries_never_raise_and_every_problem_is_one_line(tmp_path):
+    rng = random.Random(0)
+    junk = ["{", "]", ":", "&a", "*a", "!!python/none", '"', "\t", "- ", "|", "{L}", "1e999", ".nan", "~", "\x00", "é"]
+    base = BASE.read_text().replace("id: fixture-base", "id: mangled").splitlines()
+    path = tmp_path / "mangled.yaml"
+    for _ in range(150):
+        lines = list(base)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(lines))
+            k = rng.randrange(len(lines[i]) + 1)
+            lines[i] = rng.choice([lines[i][:k] + rng.choice(junk) + lines[i][k:], " " + lines[i], ""])
+        path.write_text("\n".join(lines))
+        entries, problems = content.validate_files([path])
+        assert entries or problems
+        assert all("\n" not in str(p) and str(p).startswith(f"{path}") for p in problems)

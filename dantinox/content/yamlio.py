@@ -108,7 +108,11 @@ def read_yaml(path: Path) -> tuple[object, dict[FieldPath, int]]:
     except UnicodeDecodeError as err:
         raise YamlProblem("file", f"expected UTF-8 text, got byte 0x{raw[err.start]:02x} at offset {err.start}") \
             from None
-    loader = StrictLoader(text)
+    try:
+        loader = StrictLoader(text)
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        raise YamlProblem("file", f"expected printable text, got character #x{err.character:04x}", line) from None
     try:
         node = loader.get_single_node()
         if node is None:
