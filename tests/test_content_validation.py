@@ -235,6 +235,7 @@ def test_api_errors_are_one_line_value_errors():
         (lambda: content.check_answer(entry, 0, {"X": 1}), "params: expected some of L, B, T, H_kv, d_h, bytes"),
         (lambda: content.check_answer(entry, 0, {"T": "many"}), "params: T: expected a finite number"),
         (lambda: content.render_question(entry, 2, {"T": 1}), "params: checks[2] of 'kv-cache' is a choice check"),
+        (lambda: content.is_correct(entry, 0, "six"), "response: expected a finite number for checks[0]"),
         (lambda: content.load_entry("../etc/passwd"), "id: expected an entry id like 'kv-cache'"),
         (lambda: content.load_entry("no-such-entry"), "id: expected one of the entries in"),
     ]

@@ -52,8 +52,10 @@ class ContentError(ValueError):
     """Invalid content, or a bad argument to the content API. `problems` lists every problem found."""
 
     def __init__(self, problems: list[Problem] | str):
-        if isinstance(problems, str):
-            problems = [Problem("content", None, "argument", problems)]
+        if isinstance(problems, str):  # a bad argument to the API, not a problem in a file
+            self.problems: list[Problem] = []
+            super().__init__(problems)
+            return
         self.problems = problems
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         super().__init__(f"{problems[0]}{more}")
@@ -587,6 +589,8 @@ def is_correct(entry: Entry, check_index: int, response: float | int,
     if isinstance(check, ChoiceCheck):
         _no_params(entry, check_index, params)
         return response == check.answer
+    if isinstance(response, bool) or not isinstance(response, int | float) or not math.isfinite(response):
+        raise ContentError(f"response: expected a finite number for checks[{check_index}], got {response!r}")
     answer = check_answer(entry, check_index, params)
     return abs(response - answer) <= check.tolerance * abs(answer)
 
