@@ -70,18 +70,21 @@ class GeneratePanel(widgets.VBox):
     """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute)."""
 
     def __init__(self, lab: CacheLab, *, run_dir: str | Path = DEFAULT_RUN_DIR, prompt: str = "The KV cache",
-                 new_tokens: int = 48, budget_bytes: int | None = None):
+                 new_tokens: int | None = None, budget_bytes: int | None = None):
         self.lab = lab
         self.run_dir = Path(run_dir)
         self.budget_bytes = lab.budget_bytes if budget_bytes is None else budget_bytes
         self._models: dict[dantinox.ModelConfig, tuple[dantinox.Transformer, str]] = {}
         self._trained: Any = None  # (cfg, model) of run_dir once loaded, or the reason it is not used
         self._thread: threading.Thread | None = None
+        self._end = 1
         self._stop = threading.Event()
         self.runs: dict[str, DecodeRun] = {}
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
         longest = lab.config().max_context - 1
+        if new_tokens is None:  # long enough for the no-cache cost to climb, short enough to wait for
+            new_tokens = min(160, longest // 2)
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
             raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for preset "
                              f"{lab.preset.value!r}, got {new_tokens!r}")
@@ -99,11 +102,11 @@ class GeneratePanel(widgets.VBox):
         self.figure = go.FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
                                             "time per new token (measured)")))
-        self.figure.update_layout(height=360, margin=dict(l=60, r=20, t=60, b=50),
+        self.figure.update_layout(height=380, width=960, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms", row=1, col=2)
+        self.figure.update_yaxes(title_text="ms (first token, which may compile, left out)", row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
         self.stop_button.on_click(lambda _: self._stop.set())
@@ -208,6 +211,7 @@ class GeneratePanel(widgets.VBox):
                                          f"K={cfg.kv_heads}, cache {cfg.cache_dtype}, B={batch}."))
         key = "cache" if use_cache else "no cache"
         run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids))
+        self._end = len(prompt_ids) + self.new_tokens.value  # the x range: where this run will stop
         self.runs[key] = run
         ids = np.tile(np.asarray([prompt_ids], np.int32), (batch, 1))
         start = time.perf_counter()
@@ -229,8 +233,8 @@ class GeneratePanel(widgets.VBox):
 
     # Drawing --------------------------------------------------------------------------------------
     def _show(self, run: DecodeRun, cfg: dantinox.ModelConfig) -> None:
-        self.text.value = (f"<div style='font-family:monospace;white-space:pre-wrap;border:1px solid #ddd;"
-                           f"padding:4px'><b>{esc(self.prompt.value)}</b>"
+        self.text.value = (f"<div style='font-family:monospace;white-space:pre-wrap;word-break:break-all;"
+                           f"border:1px solid #ddd;padding:4px'><b>{esc(self.prompt.value)}</b>"
                            f"{esc(tokenizer.decode(run.tokens, show_special=True))}</div>")
         lines = []
         for name, r in self.runs.items():
@@ -257,11 +261,11 @@ class GeneratePanel(widgets.VBox):
             derived = [self.lab.derived_bytes(cfg, cached.batch, t) / MIB for t in cached.held]
             traces.append(go.Scatter(x=cached.held, y=derived, mode="lines", line=dict(dash="dot"),
                                      name="formula for those tokens (derived)", xaxis="x", yaxis="y"))
-            traces.append(go.Scatter(x=[1, cfg.max_context], y=[cached.allocated_bytes / MIB] * 2, mode="lines",
+            traces.append(go.Scatter(x=[1, self._end], y=[cached.allocated_bytes / MIB] * 2, mode="lines",
                                      line=dict(dash="dash", color="grey"),
                                      name="allocated static cache (measured)", xaxis="x", yaxis="y"))
-        for name, r in self.runs.items():
-            traces.append(go.Scatter(x=r.held, y=[s * 1e3 for s in r.seconds], mode="lines+markers",
+        for name, r in self.runs.items():  # the first token may include compiling: left out of the plot
+            traces.append(go.Scatter(x=r.held[1:], y=[s * 1e3 for s in r.seconds[1:]], mode="lines+markers",
                                      name=f"per-token time, {name} (measured)", xaxis="x2", yaxis="y2"))
         fig = self.figure
         if len(fig.data) != len(traces):

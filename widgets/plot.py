@@ -46,7 +46,7 @@ class CachePlot(widgets.VBox):
         self._dots: dict[int, tuple[int, str]] = {}  # T -> (bytes, source) for the current (cfg, B)
         self._dots_key = None
         self.figure = go.FigureWidget(layout=dict(
-            height=380, margin=dict(l=60, r=20, t=60, b=50), hovermode="closest",
+            height=400, width=820, margin=dict(l=60, r=20, t=60, b=50), hovermode="closest",
             xaxis=dict(title="tokens held per sequence (T)"), yaxis=dict(title="KV cache (MiB)"),
             legend=dict(orientation="h", y=-0.2)))
         super().__init__([self.figure])
