@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from urllib.parse import urlparse
 
-# Every figure on screen carries one of these kinds (see the lab rules in README).
+# Every figure on screen carries one of these kinds: taken from arrays or timings, from a content formula, or neither.
 KINDS = {
     "measured": ("#1b5e20", "#e8f5e9"),
     "derived": ("#0d47a1", "#e3f2fd"),
