@@ -1,0 +1,245 @@
+"""The diffusion lab: block-wise masked-diffusion decoding step by step, with no cache, a prefix cache or DualCache.
+
+    lab = DiffusionLab(model, prompt="The KV cache")
+    lab.update(block_size=8, threshold=0.7, gen_length=64)   # what the sliders do: all three modes run again
+    lab.step.value = 5                                       # what the step slider and the play button do
+    lab.runs["dual"].result.nfe, lab.runs["dual"].tokens_per_s, lab.runs["prefix"].agreement
+
+Every mode decodes the same prompt with the same settings. The lab draws one of them (the "show" toggle)
+as prompt / finished blocks / active block / masked suffix, plots its cache bytes per step beside the
+autoregressive static cache of the same length, and tabulates all three side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+
+import dantinox
+from dantinox import tokenizer
+from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
+from widgets._html import badge, error_box, esc
+
+KIB = 1024
+COLOURS = {"prompt": "#eceff1", "finished": "#c8e6c9", "active": "#ffe0b2", "suffix": "#e3f2fd"}
+CACHED_MARK = "#6a1b9a"  # underline of positions whose keys/values the viewed mode reads from its cache
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeRun:
+    """One mode's generation with the lab's settings, timed after compilation."""
+
+    result: DiffusionResult
+    seconds: float  # measured wall time of the (already compiled) generation
+    agreement: float  # fraction of generated tokens equal to those of cache="none"
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.result.tokens.shape[0] * self.result.gen_length / self.seconds
+
+
+def _char(token: int) -> str:
+    if token == tokenizer.MASK:
+        return "░"
+    if token == 32:
+        return "\u00a0"
+    return chr(token) if 32 < token < 127 else "·"
+
+
+def sequence_html(result: DiffusionResult, step: int, row: int = 0) -> str:
+    """The sequence after `step` (1-based) as coloured cells: prompt, finished blocks, active block, suffix.
+
+    Tokens decoded at this step are bold and boxed; positions the mode reads from its cache are underlined.
+    """
+    P, bs = result.prompt_length, result.block_size
+    active = int(result.step_block[step - 1])
+    start, end = P + active * bs, P + (active + 1) * bs
+    cached = {"none": lambda i: False, "prefix": lambda i: i < start,
+              "dual": lambda i: i < start or i >= end}[result.cache]
+    done = result.unmasked_by(step - 1)[row]
+    cells = []
+    for i, token in enumerate(result.tokens[row]):
+        new = False
+        if i < P:
+            kind, shown = "prompt", int(token)
+        else:
+            j = i - P
+            kind = "finished" if i < start else "active" if i < end else "suffix"
+            shown = int(token) if done[j] else tokenizer.MASK
+            new = result.unmasked_at[row, j] == step - 1
+        style = f"background:{COLOURS[kind]};padding:1px 1px;margin:0 0 2px 0;display:inline-block;min-width:0.6em"
+        if new:
+            style += ";font-weight:bold;outline:1px solid #e65100"
+        if cached(i):
+            style += f";border-bottom:3px solid {CACHED_MARK}"
+        cells.append(f"<span style='{style}'>{esc(_char(shown))}</span>")
+    legend = " ".join(f"<span style='background:{c};padding:0 4px'>{k if k != 'suffix' else 'masked suffix'}</span>"
+                      for k, c in COLOURS.items())
+    legend += (f" <span style='border-bottom:3px solid {CACHED_MARK}'>read from the cache</span>"
+               " <b style='outline:1px solid #e65100'>decoded at this step</b> ░ = MASK")
+    return (f"<div style='font-family:monospace;font-size:14px;line-height:1.9;max-width:900px'>"
+            f"{''.join(cells)}</div><div style='font-size:85%;margin-top:4px'>{legend}</div>")
+
+
+class DiffusionLab(widgets.VBox):
+    """Sliders for block size, threshold and generation length; a step-by-step view, a plot and a table."""
+
+    def __init__(self, model: dantinox.Transformer, prompt: str = "The KV cache",
+                 gen_lengths: tuple[int, ...] = (32, 64, 96, 128), block_sizes: tuple[int, ...] = (4, 8, 16, 32),
+                 gen_length: int = 64, block_size: int = 16, threshold: float = 0.9, show: str = "dual"):
+        if not isinstance(model, dantinox.Transformer) or model.cfg.paradigm != "diffusion":
+            raise ValueError("model: expected a dantinox.Transformer with paradigm='diffusion'")
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"prompt: expected a non-empty string, got {prompt!r}")
+        self.model = model
+        self.prompt_ids = np.array([tokenizer.encode(prompt)], np.int32)
+        room = model.cfg.max_context - self.prompt_ids.shape[1]
+        for g in gen_lengths:
+            if g > room or any(g % b for b in block_sizes):
+                raise ValueError(f"gen_lengths: each must be a multiple of every block size {block_sizes} and at "
+                                 f"most max_context - prompt = {room}, got {g}")
+        self.runs: dict[str, ModeRun] = {}
+        self._busy = False
+        style = {"description_width": "120px"}
+        wide = widgets.Layout(width="460px")
+        self.block_size = widgets.SelectionSlider(options=block_sizes, value=block_size, description="block size",
+                                                  style=style, layout=wide)
+        self.threshold = widgets.FloatSlider(value=threshold, min=0.05, max=1.0, step=0.05, readout_format=".2f",
+                                             description="threshold", style=style, layout=wide)
+        self.gen_length = widgets.SelectionSlider(options=gen_lengths, value=gen_length,
+                                                  description="gen length", style=style, layout=wide)
+        self.show = widgets.ToggleButtons(options=CACHE_MODES, value=show, description="show", style=style)
+        self.step = widgets.IntSlider(min=1, max=1, value=1, description="step", style=style, layout=wide)
+        self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play")
+        widgets.jslink((self.play, "value"), (self.step, "value"))
+        widgets.jslink((self.play, "max"), (self.step, "max"))
+        self.message = widgets.HTML()
+        self.caption = widgets.HTML()
+        self.sequence = widgets.HTML()
+        self.table = widgets.HTML()
+        self.figure = go.FigureWidget(layout=dict(
+            height=340, margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
+            xaxis=dict(title="step (model evaluation)"), yaxis=dict(title="cache (KiB)", rangemode="tozero"),
+            legend=dict(orientation="h", y=-0.25)))
+        for name in ("prefix", "suffix", "total"):
+            self.figure.add_scatter(mode="lines", line=dict(shape="hv"), name=f"{name} (measured)")
+        self.figure.add_scatter(mode="lines", line=dict(dash="dash", color="black"),
+                                name="AR static cache, same length (derived: formula)")
+        self.figure.add_scatter(mode="lines", line=dict(dash="dot", color="grey"),
+                                name="static buffers allocated (measured: shapes)")
+        for control in (self.block_size, self.threshold, self.gen_length):
+            control.observe(self._on_settings, names="value")
+        self.show.observe(lambda _: self._guard(self._redraw), names="value")
+        self.step.observe(lambda _: self._guard(self._draw_step), names="value")
+        super().__init__([self.block_size, self.threshold, self.gen_length, self.message, self.table, self.show,
+                          widgets.HBox([self.play, self.step]), self.caption, self.sequence, self.figure])
+        self.update()
+
+    # Running -----------------------------------------------------------------------------------------
+    def update(self, **settings: Any) -> dict[str, ModeRun]:
+        """Set any of block_size, threshold, gen_length (as the sliders do) and run all three modes."""
+        unknown = sorted(set(settings) - {"block_size", "threshold", "gen_length"})
+        if unknown:
+            raise ValueError(f"settings: unknown name(s) {', '.join(unknown)}; expected block_size, threshold, "
+                             "gen_length")
+        self._busy = True
+        try:
+            with self.hold_sync():
+                for name, value in settings.items():
+                    getattr(self, name).value = value
+        finally:
+            self._busy = False
+        self._run()
+        return self.runs
+
+    def _on_settings(self, _change) -> None:
+        if not self._busy:
+            self._guard(self._run)
+
+    def _guard(self, fn) -> None:
+        """Run a callback and show its error in the lab instead of losing it in the kernel log."""
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - any failure must be visible to the learner
+            self.message.value = error_box(f"{type(err).__name__}: {err}")
+
+    def _run(self) -> None:
+        gen, block, threshold = self.gen_length.value, self.block_size.value, float(self.threshold.value)
+        results, seconds = {}, {}
+        for cache in CACHE_MODES:
+            diffusion_generate(self.model, self.prompt_ids, gen, block, threshold, cache)  # compile (once per shape)
+            start = time.perf_counter()
+            results[cache] = diffusion_generate(self.model, self.prompt_ids, gen, block, threshold, cache)
+            seconds[cache] = time.perf_counter() - start
+        P = self.prompt_ids.shape[1]
+        base = results["none"].tokens[:, P:]
+        self.runs = {c: ModeRun(r, seconds[c], float((r.tokens[:, P:] == base).mean())) for c, r in results.items()}
+        self.message.value = ""
+        self._table()
+        self._redraw()
+
+    # Drawing -----------------------------------------------------------------------------------------
+    def _table(self) -> None:
+        fmt = dantinox.format_bytes
+        none = self.runs["none"]
+        head = ("<tr><th>cache</th><th>NFE</th><th>positions run</th><th>time</th><th>tokens/s</th>"
+                "<th>vs none</th><th>same tokens as none</th><th>peak cache</th><th>buffers</th></tr>")
+        rows = []
+        for cache, run in self.runs.items():
+            r = run.result
+            rows.append(f"<tr><td><b>{cache}</b></td><td>{r.nfe}</td><td>{int(r.computed_tokens.sum()):,}</td>"
+                        f"<td>{run.seconds * 1e3:.1f} ms</td><td>{run.tokens_per_s:,.0f}</td>"
+                        f"<td>{none.seconds / run.seconds:.2f}×</td><td>{run.agreement:.0%}</td>"
+                        f"<td>{fmt(r.peak_cache_bytes)}</td><td>{fmt(r.allocated_bytes)}</td></tr>")
+        ar = dantinox.format_bytes(none.result.ar_static_bytes)
+        self.table.value = (f"<div>{badge('measured', 'this kernel, this machine')} AR static cache for the same "
+                            f"length: {ar} {badge('derived', 'kv_cache_bytes')}</div>"
+                            f"<table style='border-collapse:collapse;text-align:right' cellpadding='4'>{head}"
+                            f"{''.join(rows)}</table>")
+
+    def _redraw(self) -> None:
+        r = self.runs[self.show.value].result
+        steps = np.arange(1, r.nfe + 1)
+        with self.figure.batch_update():
+            for trace, values in zip(self.figure.data, (r.prefix_bytes, r.suffix_bytes, r.cache_bytes,
+                                                        np.full(r.nfe, r.ar_static_bytes),
+                                                        np.full(r.nfe, r.allocated_bytes)), strict=True):
+                trace.x, trace.y = steps, np.asarray(values) / KIB
+            self.figure.layout.title = (f"cache bytes per step, cache='{r.cache}', gen {r.gen_length}, "
+                                        f"block {r.block_size}")
+        with self.hold_sync():
+            self.play.max = r.nfe
+            self.step.max = r.nfe
+            self.step.value = min(self.step.value, r.nfe)
+        self._draw_step()
+
+    def _draw_step(self) -> None:
+        run = self.runs[self.show.value]
+        r, k = run.result, self.step.value
+        block = int(r.step_block[k - 1])
+        decoded = int((r.unmasked_at[0] == k - 1).sum())
+        first = k == 1 or r.step_block[k - 2] != block
+        kind = "full forward, refreshes the cache" if first and r.cache != "none" else \
+            "full forward" if r.cache == "none" else "cached step"
+        self.caption.value = (
+            f"<b>step {k} of {r.nfe}</b>, block {block + 1} of {r.gen_length // r.block_size} ({kind}): "
+            f"{r.computed_tokens[k - 1]} positions through the model, {decoded} token(s) decoded; cache read: "
+            f"prefix {dantinox.format_bytes(int(r.prefix_bytes[k - 1]))}, suffix "
+            f"{dantinox.format_bytes(int(r.suffix_bytes[k - 1]))} {badge('measured')}")
+        self.sequence.value = sequence_html(r, k)
+        with self.figure.batch_update():
+            self.figure.layout.shapes = [dict(type="line", x0=k, x1=k, yref="paper", y0=0, y1=1,
+                                              line=dict(color="#e65100", width=1))]
+
+    # For the quiz ------------------------------------------------------------------------------------
+    def formula_params(self) -> dict[str, float]:
+        """The lab's numbers under the content entry's variable names (DualCache size and work ratio)."""
+        cfg, r = self.model.cfg, self.runs["dual"].result
+        return {"L": cfg.n_layers, "B": 1, "T": r.prompt_length + r.gen_length, "W": r.block_size,
+                "H_kv": cfg.kv_heads, "d_h": cfg.head_size, "bytes": cfg.cache_itemsize,
+                "s": int(r.steps_per_block[0])}
