@@ -176,3 +176,47 @@ def test_only_the_materialized_path_forms_per_head_keys_and_values(path):
     jaxpr = jax.make_jaxpr(lambda t, c: model.forward(t, c, 10))(jnp.asarray(ids(2, 1)), cache)
     per_head_kv = [s for s in _intermediate_shapes(jaxpr.jaxpr) if {S, cfg.n_heads, cfg.head_size} <= set(s)]
     assert bool(per_head_kv) == (path == "materialized"), per_head_kv
+
+
+# The MLA lab widget, headless -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mla_entry():
+    from dantinox import content
+
+    return content.load_entry("multi-head-latent-attention")
+
+
+def test_lab_formula_equals_arrays_and_equivalence_is_measured(mla_entry):
+    from widgets.mla_lab import MlaLab
+
+    lab = MlaLab(mla_entry, preset="test", latent=16, rope=4, tokens=40, batch=3)
+    r = lab.reading
+    assert lab.error == "" and r.source == "arrays" and r.residual == 0
+    assert r.layer_shape == (3, 40, 20)
+    assert r.measured_bytes == dantinox.tree_nbytes(dantinox.init_cache(r.cfg, 3, 40))
+    H, N = r.cfg.head_size, r.cfg.n_heads
+    assert r.equivalent_kv_heads == r.measured_kv_heads == (16 + 4) / (2 * H)
+    assert r.mha_fraction == pytest.approx((16 + 4) / (2 * N * H))
+    assert [p.cfg.kv_heads for p in r.peers] == [N, 2, 1]
+    assert all(p.formula_bytes == p.measured_bytes and p.layer_shape == (3, p.cfg.kv_heads, 40, H) for p in r.peers)
+    lines_before = lab.figure.data[0]
+    lab.latent.value = 32  # as a learner moves the slider: the same figure and traces, updated in place
+    assert lab.reading.cfg.kv_latent_dim == 32 and lab.reading.residual == 0
+    assert lab.figure.data[0] is lines_before and len(lab.figure.data) == 5
+    assert lab.figure.data[-1].x == (40,) * 4
+    assert lab.figure.data[0].y[-1] * 2**20 == pytest.approx(lab.derived_bytes(lab.reading.cfg, 3, 64))
+
+
+def test_lab_refuses_bad_settings_and_guards_memory(mla_entry):
+    from widgets.mla_lab import MlaLab
+
+    lab = MlaLab(mla_entry, preset="test", latent=16, rope=4, budget_bytes=2**12)
+    with pytest.raises(ValueError, match=r"rope: expected an integer in \[2, 32\] in steps of 2, got 3"):
+        lab.update(rope=3)
+    with pytest.raises(ValueError, match="update: unknown control"):
+        lab.update(heads=2)
+    r = lab.update(tokens=64, batch=8)  # 2 layers x 8 x 64 x 20 x 4 B is far above a 4 KiB budget
+    assert r.source == "shapes" and r.residual == 0 and "Memory guard" in lab.status_html.value
+    with pytest.raises(ValueError, match="gqa_kv_heads"):
+        MlaLab(mla_entry, preset="test", gqa_kv_heads=3)
