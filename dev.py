@@ -52,6 +52,8 @@ def lab(extra: list[str]) -> None:
     args = [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={ROOT / 'labs'}"]
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
         args.append("--no-browser")  # no screen: JupyterLab prints the URL with its token instead
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--allow-root")  # containers and CI machines often run as root; Jupyter refuses otherwise
     os.execv(args[0], args + extra)
 
 

@@ -42,9 +42,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _content_check(args: argparse.Namespace) -> int:
+    from dantinox.content import CONTENT_DIR
     from dantinox.content.check import run
 
-    return run(args.paths or ["content"])
+    return run(args.paths or [str(CONTENT_DIR)])
 
 
 def _tables(args: argparse.Namespace) -> int:

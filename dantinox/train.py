@@ -18,12 +18,10 @@ from dantinox.config import ModelConfig
 from dantinox.model import Transformer
 from dantinox.rundir import save_run
 
-CONTENT_DIR = Path(__file__).resolve().parents[1] / "content"
-
 
 def default_corpus() -> str:
-    """The prose of content/*.yaml, read as data (never executed): the project's own text."""
-    import yaml
+    """The prose of the concept entries in content/, loaded by the strict content loader: the project's own text."""
+    from dantinox.content import CONTENT_DIR, load_all
 
     texts: list[str] = []
 
@@ -38,8 +36,8 @@ def default_corpus() -> str:
             for value in node:
                 collect(value)
 
-    for path in sorted(CONTENT_DIR.glob("*.yaml")):
-        collect(yaml.safe_load(path.read_text(encoding="utf-8")))
+    for entry in load_all().values():
+        collect(entry.model_dump())
     if not texts:
         raise ValueError(f"corpus: no text found in {CONTENT_DIR}; pass --corpus FILE")
     return "\n".join(texts)
