@@ -228,10 +228,11 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         start = P + block * block_size
         # First step of the block: one full forward decodes and refreshes the cache (no extra NFE).
         logits_BTV, caches = _full_forward(model, state.tokens)
+        fresh = state.cache if cache == "none" else _split_cache(caches, start, start + block_size, *slots)
         state = advance(state, jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1), block,
-                        start, _split_cache(caches, start, start + block_size, *slots))
+                        start, fresh)
 
-        def cached_step(state: _State) -> _State:
+        def later_step(state: _State) -> _State:  # the rest of the block: mode decides what is recomputed
             if cache == "none":
                 logits_BTV = _full_forward(model, state.tokens)[0]
                 logits_BWV = jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1)
@@ -245,7 +246,7 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         def block_masked(state: _State) -> jax.Array:
             return jnp.any(jax.lax.dynamic_slice_in_dim(state.tokens, start, block_size, axis=1) == MASK)
 
-        return jax.lax.while_loop(block_masked, cached_step, state)
+        return jax.lax.while_loop(block_masked, later_step, state)
 
     return jax.lax.fori_loop(0, n_blocks, decode_block, state)
 

@@ -186,6 +186,14 @@ def test_bad_arguments_raise_one_line_errors(model, kw, message):
     assert "\n" not in str(err.value)
 
 
+def test_mla_decodes_without_a_cache_and_refuses_per_head_caches():
+    _, m = make(attention="mla", kv_latent_dim=16, rope_head_dim=8)
+    r = diffusion.diffusion_generate(m, PROMPT[:1], 8, block_size=4, cache="none")
+    assert not (r.tokens == MASK).any() and r.allocated_bytes == 0
+    with pytest.raises(ValueError, match="cache: 'dual' caches per-head keys/values"):
+        diffusion.diffusion_generate(m, PROMPT[:1], 8, block_size=4, cache="dual")
+
+
 def test_generation_refuses_an_autoregressive_model():
     cfg = dantinox.ModelConfig.preset("test")
     with pytest.raises(ValueError, match="model: diffusion decoding needs paradigm='diffusion'"):
