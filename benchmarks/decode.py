@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -73,19 +74,25 @@ def cached_vs_uncached(new: int) -> dict[str, float]:
             "speedup": uncached / cached}
 
 
-def step_times(filled: tuple[int, ...], max_context: int, steps: int = 32) -> dict[int, float]:
-    """Milliseconds per decode step with `filled` tokens already cached, in a cache of `max_context`."""
+def step_times(filled: tuple[int, ...], max_context: int, short: int = 8, long: int = 40) -> dict[int, float]:
+    """Milliseconds per decode step with `filled` tokens already cached, in a cache of `max_context` slots.
+
+    Timed as (t(long steps) - t(short steps)) / (long - short), so the one-off costs of a call (copying
+    the input state, dispatch) cancel out and only the per-step cost remains.
+    """
     model = model_for("MHA", max_context=max_context)
     graphdef, params = nnx.split(model)
 
-    @jax.jit
-    def run(state):
+    @partial(jax.jit, static_argnums=1)
+    def run(state, steps):
         return jax.lax.fori_loop(0, steps, lambda _, s: _step(graphdef, params, s, np.float32(0), None, True), state)
 
     out = {}
     for n in filled:
-        state = _prefill_jit(graphdef, params, prompt(1, n), n + steps, 0, use_cache=True)
-        out[n] = 1e3 * best_of(lambda: run(state), 3) / steps  # noqa: B023
+        state = _prefill_jit(graphdef, params, prompt(1, n), n + long, 0, use_cache=True)
+        t_short = best_of(lambda: run(state, short), 5)  # noqa: B023
+        t_long = best_of(lambda: run(state, long), 5)  # noqa: B023
+        out[n] = 1e3 * (t_long - t_short) / (long - short)
     return out
 
 
