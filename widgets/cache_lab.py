@@ -11,7 +11,6 @@ allocation budget: then the sizes come from `jax.eval_shape` of the same `init_c
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import re
@@ -24,6 +23,7 @@ import traitlets
 import dantinox
 from dantinox import content
 from dantinox.config import DTYPES
+from widgets._controls import QuietUpdates
 from widgets._html import badge, error_box, esc, note_box
 
 # Bytes; a larger cache is sized from shapes instead of allocated. Allocating is dominated by the OS
@@ -72,7 +72,7 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-class CacheLab(widgets.VBox):
+class CacheLab(QuietUpdates, widgets.VBox):
     """Sliders for T, B, attention variant, KV heads, cache dtype, model and device presets, with readouts."""
 
     ATTENTIONS = ("mha", "gqa", "mqa")
@@ -141,14 +141,6 @@ class CacheLab(widgets.VBox):
                 if name in values:
                     self._slide(getattr(self, name), values[name], name)
         return self.refresh()
-
-    @contextlib.contextmanager
-    def _hold(self):
-        quiet, self._quiet = self._quiet, True
-        try:
-            yield
-        finally:
-            self._quiet = quiet
 
     @staticmethod
     def _choose(control: widgets.Widget, value: Any, name: str) -> None:

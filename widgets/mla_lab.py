@@ -12,7 +12,6 @@ are measured with `dantinox.tree_nbytes` of `dantinox.init_cache` (from `jax.eva
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -26,6 +25,7 @@ from flax import nnx
 
 import dantinox
 from dantinox import content
+from widgets._controls import QuietUpdates
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import substitute
 
@@ -68,7 +68,7 @@ class MlaReading:
         return self.measured_bytes - self.formula_bytes
 
 
-class MlaLab(widgets.VBox):
+class MlaLab(QuietUpdates, widgets.VBox):
     """Sliders for C, R, tokens and batch on a fixed model; readouts, the shapes cached, and a plot."""
 
     reading = traitlets.Instance(MlaReading, allow_none=True)
@@ -131,14 +131,6 @@ class MlaLab(widgets.VBox):
                                      f"{control.step}, got {value!r}")
                 control.value = value
         return self.refresh()
-
-    @contextlib.contextmanager
-    def _hold(self):
-        quiet, self._quiet = self._quiet, True
-        try:
-            yield
-        finally:
-            self._quiet = quiet
 
     def _on_change(self, _change) -> None:
         if not self._quiet:
