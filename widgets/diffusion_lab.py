@@ -108,11 +108,13 @@ class DiffusionLab(widgets.VBox):
         style = {"description_width": "120px"}
         wide = widgets.Layout(width="460px")
         self.block_size = widgets.SelectionSlider(options=block_sizes, value=block_size, description="block size",
-                                                  style=style, layout=wide)
+                                                  continuous_update=False, style=style, layout=wide)
         self.threshold = widgets.FloatSlider(value=threshold, min=0.05, max=1.0, step=0.05, readout_format=".2f",
-                                             description="threshold", style=style, layout=wide)
+                                             description="threshold", continuous_update=False, style=style,
+                                             layout=wide)
         self.gen_length = widgets.SelectionSlider(options=gen_lengths, value=gen_length,
-                                                  description="gen length", style=style, layout=wide)
+                                                  description="gen length", continuous_update=False, style=style,
+                                                  layout=wide)
         self.show = widgets.ToggleButtons(options=CACHE_MODES, value=show, description="show", style=style)
         self.step = widgets.IntSlider(min=1, max=1, value=1, description="step", style=style, layout=wide)
         self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play")
