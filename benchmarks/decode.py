@@ -16,12 +16,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 import jax
 import numpy as np
+from common import best_of
 from flax import nnx
 
 import dantinox
@@ -42,16 +42,6 @@ def model_for(variant: str, **kw) -> dantinox.Transformer:
 
 def prompt(batch: int, length: int = PROMPT) -> np.ndarray:
     return np.random.RandomState(0).randint(0, 256, (batch, length)).astype(np.int32)
-
-
-def best_of(fn, repeats: int) -> float:
-    fn()  # compile
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def decode_grid(repeats: int) -> dict[str, float]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import best_of
 from flax import nnx
 
 import dantinox
@@ -55,15 +56,6 @@ def prompt(batch: int) -> np.ndarray:
     return np.random.RandomState(0).randint(0, 256, (batch, PROMPT)).astype(np.int32)
 
 
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def decode_grid(models: dict[str, dantinox.Transformer], repeats: int) -> dict[str, dict[int, float]]:
     """Decode tok/s per variant and batch. Repeats go round-robin over the variants, so load from other
     processes on a shared machine lands on all of them alike, and each keeps its best time."""
@@ -76,7 +68,7 @@ def decode_grid(models: dict[str, dantinox.Transformer], repeats: int) -> dict[s
         for batch, p in prompts.items():
             for variant, model in models.items():
                 for new in (0, NEW):  # 0 new tokens times the prefill alone, subtracted below
-                    seconds = best_of(lambda: dantinox.generate(model, p, new), 1)  # noqa: B023
+                    seconds = best_of(lambda: dantinox.generate(model, p, new), 1, warmup=False)  # noqa: B023
                     best[variant, batch, new] = min(best[variant, batch, new], seconds)
     return {v: {b: b * NEW / (best[v, b, NEW] - best[v, b, 0]) for b in BATCHES} for v in models}
 

@@ -28,7 +28,7 @@ from flax import nnx
 from dantinox.cache import KVCache, LayerCache, cache_shapes, init_cache, tree_nbytes
 from dantinox.config import ModelConfig
 from dantinox.memory import kv_cache_bytes
-from dantinox.model import NEG_INF, Attention, Transformer, apply_rope, attend, check_ids
+from dantinox.model import NEG_INF, Attention, Transformer, attend, check_ids
 from dantinox.tokenizer import MASK
 
 
@@ -142,17 +142,12 @@ def _assemble(prefix_BKSH: jax.Array, span_BKWH: jax.Array, suffix_BKSH: jax.Arr
 def _span_attention(attn: Attention, x_BWD: jax.Array, pos_W: jax.Array, start: jax.Array | int, T: int,
                     prefix: LayerCache, suffix: LayerCache) -> jax.Array:
     """The span's queries attend (bidirectionally) to [cached prefix | the span itself | cached suffix]."""
-    cfg = attn.cfg
-    B, W, _ = x_BWD.shape
-    K, G, H = cfg.kv_heads, cfg.groups, cfg.head_size
-    q_BWKGH = apply_rope(attn.wq(x_BWD).reshape(B, W, K, G, H), pos_W, cfg.rope_base)
-    k_BKWH = apply_rope(attn.wk(x_BWD).reshape(B, W, K, H), pos_W, cfg.rope_base).transpose(0, 2, 1, 3)
-    v_BKWH = attn.wv(x_BWD).reshape(B, W, K, H).transpose(0, 2, 1, 3)
-    dt = cfg.cache_jnp_dtype  # fresh K/V rounded like cached ones, as model.forward does
+    q_BWKGH, k_BKWH, v_BKWH = attn.project(x_BWD, pos_W)
+    dt = attn.cfg.cache_jnp_dtype  # fresh K/V rounded like cached ones, as model.forward does
     k_BKTH = _assemble(prefix.k, k_BKWH.astype(dt), suffix.k, start, T)
     v_BKTH = _assemble(prefix.v, v_BKWH.astype(dt), suffix.v, start, T)
     out_BWKGH = attend(q_BWKGH, k_BKTH, v_BKTH, pos_W, T, causal=False)
-    return attn.wo(out_BWKGH.reshape(B, W, K * G * H).astype(x_BWD.dtype))
+    return attn.output(out_BWKGH, x_BWD.dtype)
 
 
 def _span_forward(model: Transformer, tokens_BT: jax.Array, start: jax.Array | int, width: int,

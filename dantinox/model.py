@@ -116,10 +116,7 @@ class Attention(nnx.Module):
                  cache_index: jax.Array | int = 0) -> tuple[jax.Array, LayerCache | None]:
         cfg = self.cfg
         B, T, _ = x_BTD.shape
-        K, G, H = cfg.kv_heads, cfg.groups, cfg.head_size
-        q_BTKGH = apply_rope(self.wq(x_BTD).reshape(B, T, K, G, H), pos_T, cfg.rope_base)
-        k_BKTH = apply_rope(self.wk(x_BTD).reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
-        v_BKTH = self.wv(x_BTD).reshape(B, T, K, H).transpose(0, 2, 1, 3)
+        q_BTKGH, k_BKTH, v_BKTH = self.project(x_BTD, pos_T)
         if cache is None:
             out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal)
         else:
@@ -127,7 +124,22 @@ class Attention(nnx.Module):
             cache = LayerCache(jax.lax.dynamic_update_slice(cache.k, k_BKTH.astype(cache.k.dtype), at),
                                jax.lax.dynamic_update_slice(cache.v, v_BKTH.astype(cache.v.dtype), at))
             out_BTKGH = attend_window(q_BTKGH, cache.k, cache.v, pos_T, cache_index + T, cfg.causal)
-        return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
+        return self.output(out_BTKGH, x_BTD.dtype), cache
+
+    def project(self, x_BTD: jax.Array, pos_T: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Queries [B, T, K, G, H] and keys, values [B, K, T, H], with RoPE at positions pos_T."""
+        cfg = self.cfg
+        B, T, _ = x_BTD.shape
+        K, G, H = cfg.kv_heads, cfg.groups, cfg.head_size
+        q_BTKGH = apply_rope(self.wq(x_BTD).reshape(B, T, K, G, H), pos_T, cfg.rope_base)
+        k_BKTH = apply_rope(self.wk(x_BTD).reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
+        v_BKTH = self.wv(x_BTD).reshape(B, T, K, H).transpose(0, 2, 1, 3)
+        return q_BTKGH, k_BKTH, v_BKTH
+
+    def output(self, out_BTKGH: jax.Array, dtype: Any) -> jax.Array:
+        """Merge the heads and project back to the model width."""
+        B, T = out_BTKGH.shape[:2]
+        return self.wo(out_BTKGH.reshape(B, T, -1).astype(dtype))
 
 
 class MLP(nnx.Module):
