@@ -53,6 +53,17 @@ def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -
     return jax.eval_shape(lambda: init_cache(cfg, batch_size, length))
 
 
+def grow_cache(cache: KVCache, length: int) -> KVCache:
+    """The same cache with `length` slots per layer: written slots kept, the new ones zero."""
+    def pad(x: jax.Array, axis: int) -> jax.Array:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, length - x.shape[axis])
+        return jnp.pad(x, widths)
+
+    return tuple(LatentCache(pad(layer.ckv, 1)) if isinstance(layer, LatentCache)
+                 else LayerCache(pad(layer.k, 2), pad(layer.v, 2)) for layer in cache)
+
+
 def tree_nbytes(tree) -> int:
     """Bytes held by every array (or ShapeDtypeStruct) leaf of a pytree, measured from shapes and dtypes."""
     return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))

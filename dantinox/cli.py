@@ -28,14 +28,18 @@ def _generate(args: argparse.Namespace) -> int:
     from dantinox.rundir import Generator
 
     gen = Generator(args.run_dir)
-    # compile first (the program depends on the prompt length, not on max_new_tokens) so the rate is decode speed
-    gen.generate(args.prompt, max_new_tokens=1, use_cache=not args.no_cache)
+    opts = dict(use_cache=not args.no_cache, temperature=args.temperature, seed=args.seed,
+                block_size=args.block_size, threshold=args.threshold, cache=args.cache)
+    # compile first: the program depends on the prompt length, not the step count, so the rate is decode speed
+    gen.generate(args.prompt, max_new_tokens=args.block_size if gen.cfg.paradigm == "diffusion" else 1, **opts)
     start = time.perf_counter()
-    text = gen.generate(args.prompt, max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache,
-                        temperature=args.temperature, seed=args.seed)
+    text = gen.generate(args.prompt, max_new_tokens=args.max_new_tokens, **opts)
     seconds = time.perf_counter() - start
     print(args.prompt + text)
-    mode = "no cache" if args.no_cache else "KV cache"
+    if gen.cfg.paradigm == "diffusion":
+        mode = f"diffusion, cache={'none' if args.no_cache else args.cache}, {gen.last_nfe} model evaluations"
+    else:
+        mode = "no cache" if args.no_cache else "KV cache"
     print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
           f"{mode}]", file=sys.stderr)
     return 0
@@ -77,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_cache", action="store_true", help="recompute every token (to see what the cache saves)")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--cache", choices=["none", "prefix", "dual"], default="dual", help="diffusion runs only")
+    g.add_argument("--block_size", type=int, default=32, help="diffusion runs only")
+    g.add_argument("--threshold", type=float, default=0.9, help="diffusion runs only: confidence to unmask")
     g.set_defaults(func=_generate)
 
     c = sub.add_parser("content", help="concept entries")

@@ -47,7 +47,7 @@ class LatentAttention(nnx.Module):
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LatentCache | None = None,
-                 cache_index: jax.Array | int = 0) -> tuple[jax.Array, LatentCache | None]:
+                 cache_index: jax.Array | int = 0, window: int | None = None) -> tuple[jax.Array, LatentCache | None]:
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         N, H = cfg.n_heads, cfg.head_size
@@ -66,7 +66,7 @@ class LatentAttention(nnx.Module):
             cache = LatentCache(jax.lax.dynamic_update_slice(cache.ckv, ckv_BTX.astype(cache.ckv.dtype),
                                                              (0, cache_index, 0)))
             out_BTNH = on_window(read, cache.ckv.shape[1], cache_index + T,
-                                 q_nope_BTNH, q_rope_BTNR, cache.ckv, pos_T, cache_index + T)
+                                 q_nope_BTNH, q_rope_BTNR, cache.ckv, pos_T, cache_index + T, window=window)
         return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache
 
     @property

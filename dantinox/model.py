@@ -49,16 +49,21 @@ def apply_rope(x: jax.Array, positions_T: jax.Array, base: float) -> jax.Array:
 
 
 def kv_windows(length: int) -> tuple[int, ...]:
-    """Static key-window sizes for a cache of `length` slots: 128, 256, ..., length.
+    """Static key-window sizes for a cache of `length` slots: 128, 192, 256, 384, 512, 768, ..., length.
 
     Attention reads the smallest window that covers the filled part, so a step's cost follows the
-    filled length (within 2x) instead of the allocated length.
+    filled length (within 1.5x) instead of the allocated length.
     """
     sizes, size = [], 128
     while size < length:
-        sizes.append(size)
+        sizes += [s for s in (size, size * 3 // 2) if s < length]
         size *= 2
     return (*sizes, length)
+
+
+def window_for(length: int, kv_len: int) -> int:
+    """The smallest window of `kv_windows(length)` that holds `kv_len` slots."""
+    return next(w for w in kv_windows(length) if w >= kv_len)
 
 
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
@@ -79,26 +84,30 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH.astype(jnp.float32))
 
 
-def on_window(fn: Any, length: int, kv_len: jax.Array | int, *operands: Any) -> Any:
-    """`fn(size, *operands)` for the smallest window size in `kv_windows(length)` that is >= kv_len.
+def on_window(fn: Any, length: int, kv_len: jax.Array | int, *operands: Any, window: int | None = None) -> Any:
+    """`fn(size, *operands)` with size the smallest window of `kv_windows(length)` that is >= kv_len.
 
-    A concrete kv_len picks the window in Python; a traced one becomes a lax.switch over all windows.
+    The caller may fix the window statically (`window`, as the decode loops do: no branching at all);
+    otherwise a concrete kv_len picks it in Python and a traced one becomes a lax.switch over all windows.
     """
-    windows = kv_windows(length)
+    if window is not None:
+        return fn(window, *operands)
     if isinstance(kv_len, int):
-        return fn(next(w for w in windows if w >= kv_len), *operands)
+        return fn(window_for(length, kv_len), *operands)
+    windows = kv_windows(length)
     branch = jnp.minimum(jnp.searchsorted(jnp.asarray(windows), kv_len), len(windows) - 1)
     return jax.lax.switch(branch, [functools.partial(fn, w) for w in windows], *operands)
 
 
 def attend_window(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-                  kv_len: jax.Array | int, causal: bool, seq_axis: int = 2, scale: float | None = None) -> jax.Array:
-    """`attend` over only the first w slots of a static cache, w the smallest window >= kv_len."""
+                  kv_len: jax.Array | int, causal: bool, seq_axis: int = 2, scale: float | None = None,
+                  window: int | None = None) -> jax.Array:
+    """`attend` over only the first w slots of a static cache, w a window >= kv_len (see `on_window`)."""
     def over(size, q, k, v, qp, n):
         take = lambda a: jax.lax.slice_in_dim(a, 0, size, axis=seq_axis)  # noqa: E731
         return attend(q, take(k), take(v), qp, n, causal, scale)
 
-    return on_window(over, k_BKSH.shape[seq_axis], kv_len, q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len)
+    return on_window(over, k_BKSH.shape[seq_axis], kv_len, q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len, window=window)
 
 
 class Attention(nnx.Module):
@@ -113,7 +122,7 @@ class Attention(nnx.Module):
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LayerCache | None = None,
-                 cache_index: jax.Array | int = 0) -> tuple[jax.Array, LayerCache | None]:
+                 cache_index: jax.Array | int = 0, window: int | None = None) -> tuple[jax.Array, LayerCache | None]:
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         q_BTKGH, k_BKTH, v_BKTH = self.project(x_BTD, pos_T)
@@ -123,7 +132,7 @@ class Attention(nnx.Module):
             at = (0, 0, cache_index, 0)
             cache = LayerCache(jax.lax.dynamic_update_slice(cache.k, k_BKTH.astype(cache.k.dtype), at),
                                jax.lax.dynamic_update_slice(cache.v, v_BKTH.astype(cache.v.dtype), at))
-            out_BTKGH = attend_window(q_BTKGH, cache.k, cache.v, pos_T, cache_index + T, cfg.causal)
+            out_BTKGH = attend_window(q_BTKGH, cache.k, cache.v, pos_T, cache_index + T, cfg.causal, window=window)
         return self.output(out_BTKGH, x_BTD.dtype), cache
 
     def project(self, x_BTD: jax.Array, pos_T: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -166,8 +175,8 @@ class Block(nnx.Module):
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, pos_T, cache=None, cache_index=0):
-        h, cache = self.attn(self.norm1(x), pos_T, cache, cache_index)
+    def __call__(self, x, pos_T, cache=None, cache_index=0, window=None):
+        h, cache = self.attn(self.norm1(x), pos_T, cache, cache_index, window)
         x = x + h
         x = x + self.mlp(self.norm2(x))
         return x, cache
@@ -207,15 +216,19 @@ class Transformer(nnx.Module):
         logits, kv_caches = self.forward(ids, kv_caches, cache_index)
         return logits, kv_caches, {"cache_index": cache_index + T}
 
-    def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None,
-                cache_index: jax.Array | int = 0) -> tuple[jax.Array, KVCache | None]:
-        """Unchecked forward used inside compiled loops; callers guarantee the bounds."""
+    def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, cache_index: jax.Array | int = 0,
+                window: int | None = None) -> tuple[jax.Array, KVCache | None]:
+        """Unchecked forward used inside compiled loops; callers guarantee the bounds.
+
+        `window` fixes how many cache slots attention reads (it must cover cache_index + T); decode
+        loops pass it so the program has no branches. Without it the window follows the index.
+        """
         T = ids_BT.shape[1]
         pos_T = cache_index + jnp.arange(T, dtype=jnp.int32)
         x = self.embed(ids_BT)
         new_caches = []
         for i, block in enumerate(self.blocks):
-            x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], cache_index)
+            x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], cache_index, window)
             new_caches.append(layer_cache)
         return self.logits(self.norm(x)), (None if kv_caches is None else tuple(new_caches))
 

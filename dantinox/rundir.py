@@ -86,28 +86,38 @@ def read_log(run_dir: str | Path) -> list[dict]:
 
 
 class Generator:
-    """Text in, text out, for a trained run directory.
+    """Text in, text out, for a trained run directory (autoregressive or masked-diffusion).
 
         gen = Generator("runs/tiny"); gen.generate("The KV cache", max_new_tokens=80)
     """
 
     def __init__(self, run_dir: str | Path):
-        from dantinox.generate import generate
-
         self.run_dir = Path(run_dir)
         self.cfg, self.model = load_run(run_dir)
-        if self.cfg.paradigm != "autoregressive":
-            raise ValueError(f"run_dir: {run_dir} holds a {self.cfg.paradigm} model; Generator decodes "
-                             "autoregressive runs (use dantinox.diffusion for diffusion runs)")
-        self._generate = generate
+        self.last_nfe: int | None = None  # model evaluations of the last diffusion generation
         jax.block_until_ready(self.model(np.zeros((1, 1), np.int32))[0])  # warm-up forward
 
     def generate(self, text: str, max_new_tokens: int = 100, use_cache: bool = True,
-                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> str:
-        """The continuation of `text` (not including `text` itself)."""
+                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0, *,
+                 block_size: int = 32, threshold: float = 0.9, cache: str = "dual") -> str:
+        """The continuation of `text` (not including `text` itself).
+
+        Autoregressive runs use temperature/top_k/seed; diffusion runs decode `max_new_tokens` (a multiple
+        of `block_size`) with the given confidence `threshold` and `cache` mode ("none" when use_cache=False).
+        """
         ids = tokenizer.encode(text)
         if not ids:
             raise ValueError("text: expected a non-empty prompt")
-        out = self._generate(self.model, np.asarray([ids], np.int32), max_new_tokens, use_cache=use_cache,
-                             temperature=temperature, top_k=top_k, seed=seed)
+        prompt = np.asarray([ids], np.int32)
+        if self.cfg.paradigm == "diffusion":
+            from dantinox.diffusion import diffusion_generate
+
+            result = diffusion_generate(self.model, prompt, max_new_tokens, block_size=block_size,
+                                        threshold=threshold, cache=cache if use_cache else "none")
+            self.last_nfe = result.nfe
+            return tokenizer.decode(result.tokens[0, len(ids):])
+        from dantinox.generate import generate
+
+        out = generate(self.model, prompt, max_new_tokens, use_cache=use_cache, temperature=temperature,
+                       top_k=top_k, seed=seed)
         return tokenizer.decode(np.asarray(out[0, len(ids):]))

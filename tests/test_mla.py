@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox.generate import _generate_jit
+from dantinox.generate import _decode_segment, _prefill_jit
 from dantinox.mla import LatentAttention
 
 PATHS = ("absorbed", "materialized")
@@ -146,14 +146,15 @@ def test_one_compilation_per_generation(path, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(LatentAttention, "__call__", counted)
-    _generate_jit.clear_cache()
+    _decode_segment.clear_cache()
+    _prefill_jit.clear_cache()
     prompt = ids(2, 6)
     dantinox.generate(model, prompt, 10)
-    assert len(traces) == 2 * cfg.n_layers  # prefill once, the loop body once
+    assert len(traces) == 2 * cfg.n_layers  # prefill once, the loop body once (one key window at 64 slots)
     dantinox.generate(model, prompt, 30)  # more steps: same program, the step count is traced
     dantinox.generate(model, ids(2, 6, seed=3), 3)
     assert len(traces) == 2 * cfg.n_layers
-    assert _generate_jit._cache_size() == 1
+    assert _decode_segment._cache_size() == 1 and _prefill_jit._cache_size() == 1
 
 
 def _intermediate_shapes(jaxpr) -> list[tuple[int, ...]]:

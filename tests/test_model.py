@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox.generate import _generate_jit
+from dantinox.generate import _decode_segment, _prefill_jit
 
 VARIANTS = [dict(attention="mha"), dict(attention="gqa", kv_heads=2), dict(attention="mqa")]
 
@@ -90,15 +90,32 @@ def test_causality_by_gradients():
     assert float(jnp.abs(grad[0, :4]).max()) > 0.0
 
 
-def test_one_compilation_per_generation():
-    _, model = make(attention="gqa", kv_heads=2)
+def test_no_recompilation_between_decode_steps_or_generations():
+    cfg, model = make(attention="gqa", kv_heads=2, max_context=300)  # key windows (128, 192, 256, 300)
     prompt = ids(2, 6)
-    _generate_jit.clear_cache()
-    dantinox.generate(model, prompt, 10)
-    assert _generate_jit._cache_size() == 1
-    dantinox.generate(model, prompt, 30)  # more steps: same program, the step count is traced
+    _decode_segment.clear_cache()
+    _prefill_jit.clear_cache()
+    dantinox.generate(model, prompt, 10)  # every step inside the 128-slot window: one decode program
+    assert _decode_segment._cache_size() == 1 and _prefill_jit._cache_size() == 1
+    dantinox.generate(model, prompt, 100)  # 90 more steps, the step count is traced: nothing new
     dantinox.generate(model, ids(2, 6, seed=3), 3)
-    assert _generate_jit._cache_size() == 1
+    assert _decode_segment._cache_size() == 1 and _prefill_jit._cache_size() == 1
+    dantinox.generate(model, prompt, 290)  # passes windows 192, 256 and 300: one program each, once
+    assert _decode_segment._cache_size() == 4
+    dantinox.generate(model, ids(2, 6, seed=4), 290)
+    assert _decode_segment._cache_size() == 4 and _prefill_jit._cache_size() == 1
+
+
+def test_decode_cache_is_updated_in_place():
+    """The compiled decode loop never copies the cache: no cache-sized copy in the optimised program."""
+    cfg, model = make(max_context=256)
+    graphdef, params = nnx.split(model)
+    state = _prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), 40, 0, use_cache=True, cache_length=128)
+    hlo = _decode_segment.lower(graphdef, params, state, jnp.float32(0), top_k=None, use_cache=True,
+                                window=128).compile().as_text()
+    shape = f"f32[2,{cfg.kv_heads},128,{cfg.head_size}]"
+    assert shape in hlo
+    assert not [line for line in hlo.splitlines() if f"= {shape}" in line and " copy(" in line]
 
 
 def test_stream_yields_same_tokens_and_growing_index():

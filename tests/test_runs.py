@@ -133,3 +133,29 @@ def test_cli_tables_match_readme():
     assert "| MHA | 8 | 6 MiB |" in res.stdout
     readme = (ROOT / "README.md").read_text()
     assert res.stdout.strip() in readme, "README's reference tables are stale: paste `dantinox tables` output"
+
+
+@pytest.fixture(scope="module")
+def diffusion_run_dir(tmp_path_factory, corpus):
+    out = tmp_path_factory.mktemp("runs") / "d"
+    train(out, preset="test", steps=20, paradigm="diffusion", corpus=corpus, batch_size=8, seq_len=32, progress=False)
+    return out
+
+
+def test_diffusion_run_generates_through_generator_and_cli(diffusion_run_dir):
+    gen = Generator(diffusion_run_dir)
+    assert gen.cfg.paradigm == "diffusion"
+    text = gen.generate("the key", max_new_tokens=16, block_size=8)
+    assert gen.last_nfe is not None and 2 <= gen.last_nfe <= 16  # at least one step per block, at most one per token
+    assert isinstance(text, str)
+    res = run_cli("generate", "--run_dir", str(diffusion_run_dir), "--prompt", "the key", "--max_new_tokens", "16",
+                  "--block_size", "8", "--cache", "prefix")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("the key") and "cache=prefix" in res.stderr and "model evaluations" in res.stderr
+
+
+def test_diffusion_cli_refuses_partial_blocks(diffusion_run_dir):
+    res = run_cli("generate", "--run_dir", str(diffusion_run_dir), "--prompt", "x", "--max_new_tokens", "10",
+                  "--block_size", "8")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "block_size" in res.stderr
