@@ -76,7 +76,7 @@ def step_times(filled: tuple[int, ...], max_context: int, short: int = 8, long: 
 
     @partial(jax.jit, static_argnums=(1, 2))
     def run(state, steps, window):
-        step = lambda _, s: _step(graphdef, params, s, np.float32(0), None, True, window)  # noqa: E731
+        step = lambda _, s: _step(graphdef, params, s, None, None, True, window)  # noqa: E731
         return jax.lax.fori_loop(0, steps, step, state)
 
     out = {}

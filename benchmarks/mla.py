@@ -76,7 +76,7 @@ def decode_grid(models: dict[str, dantinox.Transformer], repeats: int) -> dict[s
 @partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
 def _decode_steps(graphdef, params, state: DecodeState, n_steps):
     """`n_steps` greedy steps of generate()'s own step function; the state is donated so writes are in place."""
-    step = lambda _, s: _step(graphdef, params, s, jnp.float32(0), None, True, TOKENS)  # noqa: E731
+    step = lambda _, s: _step(graphdef, params, s, None, None, True, TOKENS)  # noqa: E731
     return jax.lax.fori_loop(0, n_steps, step, state)
 
 

@@ -37,9 +37,14 @@ class StreamEvent(NamedTuple):
     index: int  # tokens now held (prompt + generated)
 
 
-def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array, top_k: int | None) -> jax.Array:
-    """Greedy when temperature == 0, else temperature (and optional top-k) sampling."""
+def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None, top_k: int | None) -> jax.Array:
+    """Greedy when temperature is None or 0, else temperature (and optional top-k) sampling.
+
+    None is greedy decided at trace time: the compiled step then draws no random numbers at all.
+    """
     greedy = jnp.argmax(logits_BV, axis=-1)
+    if temperature is None:
+        return greedy.astype(jnp.int32)
     if top_k is not None:
         kth = jax.lax.top_k(logits_BV, top_k)[0][:, -1:]
         logits_BV = jnp.where(logits_BV < kth, -jnp.inf, logits_BV)
@@ -133,7 +138,7 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     S, T = model.cfg.max_context, prompt.shape[1]
     state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache, cache_length=window_for(S, T))
     if end > T:
-        temp = jnp.float32(temperature)
+        temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
         # the step at index i writes slot i, so it needs a window of at least i + 1 slots
         for window in kv_windows(S):
             if window_for(S, T + 1) <= window <= window_for(S, end):
@@ -151,7 +156,7 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     graphdef, params = nnx.split(model)
     state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache,
                          cache_length=model.cfg.max_context)  # stream the whole static cache
-    temp = jnp.float32(temperature)
+    temp = jnp.float32(temperature) if temperature > 0 else None
     for index in range(prompt.shape[1], end):
         window = window_for(model.cfg.max_context, index + 1)  # compiles once per window size
         state = _step_jit(graphdef, params, state, temp, top_k=top_k, use_cache=use_cache, window=window)

@@ -116,9 +116,7 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         n, k, h = cfg.n_heads, cfg.kv_heads, cfg.head_size
-        self.wq = _dense(cfg.d_model, n * h, cfg, rngs)
-        self.wk = _dense(cfg.d_model, k * h, cfg, rngs)
-        self.wv = _dense(cfg.d_model, k * h, cfg, rngs)
+        self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LayerCache | None = None,
@@ -140,9 +138,10 @@ class Attention(nnx.Module):
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         K, G, H = cfg.kv_heads, cfg.groups, cfg.head_size
-        q_BTKGH = apply_rope(self.wq(x_BTD).reshape(B, T, K, G, H), pos_T, cfg.rope_base)
-        k_BKTH = apply_rope(self.wk(x_BTD).reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
-        v_BKTH = self.wv(x_BTD).reshape(B, T, K, H).transpose(0, 2, 1, 3)
+        q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
+        q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_T, cfg.rope_base)
+        k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
+        v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         return q_BTKGH, k_BKTH, v_BKTH
 
     def output(self, out_BTKGH: jax.Array, dtype: Any) -> jax.Array:
@@ -155,12 +154,12 @@ class MLP(nnx.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate = _dense(cfg.d_model, cfg.mlp_hidden, cfg, rngs)
-        self.up = _dense(cfg.d_model, cfg.mlp_hidden, cfg, rngs)
+        self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_hidden, cfg, rngs)  # one matmul for both
         self.down = _dense(cfg.mlp_hidden, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        gate, up = jnp.split(self.gate_up(x), 2, axis=-1)
+        return self.down(jax.nn.silu(gate) * up)
 
 
 class Block(nnx.Module):

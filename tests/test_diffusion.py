@@ -96,7 +96,8 @@ def test_nfe_counts_every_model_evaluation(model, cache):
 
 def test_parallel_decoding_saves_evaluations(model):
     strict = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=1.0, cache="none")
-    loose = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.5, cache="none")
+    # a briefly trained model is rarely sure of a byte; 0.05 is still 13x the uniform 1/259
+    loose = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.05, cache="none")
     assert loose.nfe < strict.nfe
 
 
