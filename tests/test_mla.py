@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from invariants import assert_cached_steps_match_full_forward, token_ids
 
 import dantinox
 from dantinox.generate import _decode_segment, _prefill_jit
@@ -19,8 +20,7 @@ def make(**kw):
     return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 
 
-def ids(batch, length, seed=0):
-    return np.random.RandomState(seed).randint(0, 256, (batch, length)).astype(np.int32)
+ids = token_ids
 
 
 def both_paths(**kw):
@@ -51,15 +51,7 @@ def test_rope_on_compressed_keys_breaks_absorption():
 @pytest.mark.parametrize("path", PATHS)
 def test_cached_steps_match_full_forward(path, rope_on_latent):
     cfg, model = make(mla_decode=path, mla_rope_on_latent=rope_on_latent)
-    x = ids(2, 14)
-    full, _, _ = model(x)
-    logits, cache, aux = model(x[:, :5], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2), cache_index=0)
-    steps = [logits]
-    for t in range(5, 14):
-        assert aux["cache_index"] == t
-        logits, cache, aux = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
-        steps.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=2e-5)
+    assert_cached_steps_match_full_forward(cfg, model, ids(2, 14))
 
 
 def test_greedy_tokens_identical_with_and_without_cache_on_both_paths():

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from invariants import assert_cached_steps_match_full_forward, token_ids
 
 import dantinox
 from dantinox.generate import _decode_segment, _prefill_jit
@@ -17,23 +18,13 @@ def make(**kw):
     return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 
 
-def ids(batch, length, seed=0):
-    return np.random.RandomState(seed).randint(0, 256, (batch, length)).astype(np.int32)
+ids = token_ids
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])
 def test_cached_steps_match_full_forward(variant):
     cfg, model = make(**variant, cache_dtype="float32")
-    x = ids(2, 12)
-    full, _, _ = model(x)
-    cache = dantinox.init_cache(cfg, 2)
-    logits, cache, aux = model(x[:, :5], use_cache=True, kv_caches=cache, cache_index=0)
-    steps = [logits]
-    for t in range(5, 12):
-        assert aux["cache_index"] == t
-        logits, cache, aux = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
-        steps.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=2e-5)
+    assert_cached_steps_match_full_forward(cfg, model, ids(2, 12))
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])

@@ -257,21 +257,30 @@ def _science_titles(entry: Entry) -> str:
     return ", ".join(repr(s.title) for s in entry.science) or "none"
 
 
+def _usable_science(rec: _Record, loc: FieldPath, entry: Entry, title: str, inputs: dict[str, Any],
+                    inputs_field: str, parsed: dict[str, Any]) -> Science | None:
+    """The science item `title` names, if it exists, parses and gets exactly its variables; else report why."""
+    item = _lookup(entry, title)
+    if item is None:
+        rec.problem((*loc, "science"), f"expected the title of one of this entry's science items "
+                    f"({_science_titles(entry)}), got {title!r}")
+        return None
+    if item.title not in parsed:
+        return None  # its compute is already reported
+    name, message = _inputs_problem(item, inputs)
+    if message:
+        rec.problem((*loc, inputs_field, name) if name else (*loc, inputs_field), message)
+        return None
+    return item
+
+
 def _check_specs(rec: _Record, entry: Entry, parsed: dict[str, Any]) -> None:
     for i, spec in enumerate(entry.specs):
         if spec.compute is None:
             continue
         loc = ("specs", i, "compute")
-        item = _lookup(entry, spec.compute.science)
+        item = _usable_science(rec, loc, entry, spec.compute.science, spec.compute.with_, "with", parsed)
         if item is None:
-            rec.problem((*loc, "science"), f"expected the title of one of this entry's science items "
-                        f"({_science_titles(entry)}), got {spec.compute.science!r}")
-            continue
-        if item.title not in parsed:
-            continue  # its compute is already reported
-        name, message = _inputs_problem(item, spec.compute.with_)
-        if message:
-            rec.problem((*loc, "with", name) if name else (*loc, "with"), message)
             continue
         try:
             result = expr.evaluate(parsed[item.title], spec.compute.with_)
@@ -318,16 +327,8 @@ def _placeholders(question: str) -> list[str]:
 
 def _check_numeric(rec: _Record, loc: FieldPath, entry: Entry, check: NumericCheck,
                    parsed: dict[str, Any]) -> None:
-    item = _lookup(entry, check.science)
+    item = _usable_science(rec, loc, entry, check.science, check.params, "params", parsed)
     if item is None:
-        rec.problem((*loc, "science"), f"expected the title of one of this entry's science items "
-                    f"({_science_titles(entry)}), got {check.science!r}")
-        return
-    if item.title not in parsed:
-        return  # its compute is already reported
-    name, message = _inputs_problem(item, check.params)
-    if message:
-        rec.problem((*loc, "params", name) if name else (*loc, "params"), message)
         return
     try:
         fields = _placeholders(check.question)
