@@ -31,10 +31,11 @@ from dantinox.memory import (  # noqa: E402
     reference_tables,
 )
 from dantinox.model import Transformer  # noqa: E402
+from dantinox.rundir import Generator, load_run, save_run  # noqa: E402
 
 __all__ = [
     "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "LatentCache", "LayerCache", "ModelConfig",
     "StreamEvent", "Transformer", "cache_shapes", "format_bytes", "generate", "init_cache", "kv_cache_bytes",
     "max_batch_size", "param_bytes", "reference_tables", "stream", "tree_nbytes",
-    "DiffusionResult", "DualCache", "diffusion_generate",
+    "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
 ]

@@ -62,6 +62,7 @@ def test_round_trip_restores_identical_weights(tmp_path):
 
 
 def test_generator_continues_text(run_dir):
+    assert dantinox.Generator is Generator  # the public name the README uses
     gen = Generator(run_dir)
     out = gen.generate("the key", max_new_tokens=20)
     assert isinstance(out, str) and len(out.encode()) > 0
