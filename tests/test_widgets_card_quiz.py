@@ -53,6 +53,7 @@ def test_quiz_grades_choice_checks_with_feedback_and_explanation(entry):
     assert check.feedback[wrong][:30] in quiz.feedback[i].value and "Not quite" in quiz.feedback[i].value
     assert quiz.answer(i, check.answer) is True
     assert "Correct" in quiz.feedback[i].value and check.explanation[:30] in quiz.feedback[i].value
+    assert quiz.feedback[i].value.count("Correct.") == 1  # the option's own "Correct." is not repeated
     assert quiz.score == 0  # the first attempt counts
     assert "Score: 0 / 5" in quiz.score_html.value and "1 of 5 answered" in quiz.score_html.value
 
@@ -83,6 +84,9 @@ def test_quiz_numeric_checks_can_take_the_lab_settings(entry):
     assert "Llama-3-8B has 32 layers" in quiz.questions[1].value  # a named model keeps its numbers
     mib = lab.reading.formula_bytes / 2**20
     assert quiz.answer(0, mib) is True and quiz.records[-1]["expected"] == pytest.approx(mib)
+    quiz.answer(1, 1.0)  # Llama-3-8B per token is 128 KiB: wrong, with feedback
+    quiz.use_params(lab.formula_params())  # new lab numbers: only the lab check's feedback is stale
+    assert quiz.feedback[0].value == "" and "Not quite" in quiz.feedback[1].value
     with pytest.raises(ValueError, match="lab_checks"):
         Quiz(entry, params=lab.formula_params, lab_checks=[2])  # a choice check
 

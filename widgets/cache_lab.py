@@ -264,10 +264,10 @@ class CacheLab(QuietUpdates, widgets.VBox):
             f"<div style='font-family:monospace'>= {esc(substitute(item.compute, r.formula_params))} "
             f"= {r.formula_bytes:,} B = {esc(fmt(r.formula_bytes))}</div>")
         if r.source == "arrays":
-            how = badge("measured", "tree_nbytes of the arrays init_cache allocated (then freed)")
+            how = badge("measured", "tree_nbytes of the allocated arrays (then freed)")
             self.status_html.value = ""
         else:
-            how = badge("measured", "tree_nbytes of jax.eval_shape(init_cache): shapes, nothing allocated")
+            how = badge("measured", "tree_nbytes of eval_shape(init_cache), nothing allocated")
             self.status_html.value = note_box(
                 f"Memory guard: this cache ({esc(fmt(r.measured_bytes))}) is above the lab's allocation budget "
                 f"({esc(fmt(self.budget_bytes))}), so its size comes from <code>jax.eval_shape</code> of the "
@@ -275,15 +275,17 @@ class CacheLab(QuietUpdates, widgets.VBox):
         residual = f"{r.residual:,} B" if r.residual else "0 B"
         rows = [
             ("KV cache, formula", f"{r.formula_bytes:,} B ({fmt(r.formula_bytes)})", badge("derived")),
-            ("KV cache, real arrays", f"{r.measured_bytes:,} B ({fmt(r.measured_bytes)})", how),
-            ("residual (real − formula)", residual, badge("measured", "minus derived")),
+            (f"KV cache, {'real arrays' if r.source == 'arrays' else 'array shapes (not allocated)'}",
+             f"{r.measured_bytes:,} B ({fmt(r.measured_bytes)})", how),
+            ("residual (measured − formula)", residual, badge("measured", "minus derived")),
             ("growth per token, one sequence (ΔM)", f"{r.per_token_bytes:,} B ({fmt(r.per_token_bytes)})",
              badge("derived", f"content: {self.per_token_science.title}")),
             (f"weights ({r.cfg.dtype})", fmt(r.weight_bytes), badge("measured", "parameter shapes")),
             (f"largest batch at T={r.tokens:,} on {r.device.name}", f"{r.max_batch:,} sequences",
              badge("derived", "(memory − weights) // formula per sequence")),
         ]
-        body = "".join(f"<tr><td>{esc(a)}</td><td style='text-align:right;font-family:monospace'>{esc(b)}</td>"
+        value_style = "text-align:right;font-family:monospace;white-space:nowrap"
+        body = "".join(f"<tr><td style='min-width:220px'>{esc(a)}</td><td style='{value_style}'>{esc(b)}</td>"
                        f"<td>{c}</td></tr>" for a, b, c in rows)
         self.readout_html.value = f"<table>{body}</table>"
 

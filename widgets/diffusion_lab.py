@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 import dantinox
 from dantinox import tokenizer
 from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
-from widgets._html import badge, error_box, esc
+from widgets._html import badge, error_box, esc, note_box
 
 KIB = 1024
 COLOURS = {"prompt": "#eceff1", "finished": "#c8e6c9", "active": "#ffe0b2", "suffix": "#e3f2fd"}
@@ -172,6 +172,9 @@ class DiffusionLab(widgets.VBox):
 
     def _run(self) -> None:
         gen, block, threshold = self.gen_length.value, self.block_size.value, float(self.threshold.value)
+        self.message.value = note_box(  # a run takes seconds: say so, or the old table reads as the new one
+            f"Decoding with none, prefix and dual cache (gen length {gen}, block {block}, threshold "
+            f"{threshold:.2f}); a new length or block size compiles first&hellip;")
         results, seconds = {}, {}
         for cache in CACHE_MODES:
             diffusion_generate(self.model, self.prompt_ids, gen, block, threshold, cache)  # compile (once per shape)
@@ -189,7 +192,8 @@ class DiffusionLab(widgets.VBox):
     def _table(self) -> None:
         fmt = dantinox.format_bytes
         none = self.runs["none"]
-        head = ("<tr><th>cache</th><th>NFE</th><th>positions run</th><th>time</th><th>tokens/s</th>"
+        head = ("<tr><th>cache</th><th title='number of function evaluations: model calls, one per step'>NFE</th>"
+                "<th>positions run</th><th>time</th><th>tokens/s</th>"
                 "<th>vs none</th><th>same tokens as none</th><th>peak cache</th><th>buffers</th></tr>")
         rows = []
         for cache, run in self.runs.items():

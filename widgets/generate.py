@@ -102,7 +102,7 @@ class GeneratePanel(widgets.VBox):
         self.figure = go.FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
                                             "time per new token (measured)")))
-        self.figure.update_layout(height=380, width=960, margin=dict(l=60, r=20, t=60, b=50),
+        self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)

@@ -218,30 +218,32 @@ class MlaLab(QuietUpdates, widgets.VBox):
             f"<div>$${esc(item.equation)}$$</div>"
             f"<div style='font-family:monospace'>= {esc(substitute(item.compute, shown))} "
             f"= {r.formula_bytes:,} B = {esc(fmt(r.formula_bytes))}</div>")
-        how = ("tree_nbytes of the arrays init_cache allocated (then freed)" if r.source == "arrays" else
-               "tree_nbytes of jax.eval_shape(init_cache): shapes, nothing allocated")
+        how = ("tree_nbytes of the allocated arrays (then freed)" if r.source == "arrays" else
+               "tree_nbytes of eval_shape(init_cache), nothing allocated")
         self.status_html.value = "" if r.source == "arrays" else note_box(
             f"Memory guard: this cache is above the lab's allocation budget ({esc(fmt(self.budget_bytes))}), so "
             f"its size comes from <code>jax.eval_shape</code> of the same <code>init_cache</code> call.")
         C, R, H, N = r.cfg.kv_latent_dim, r.cfg.rope_head_dim, r.cfg.head_size, r.cfg.n_heads
         rows = [
             ("MLA cache, formula", f"{r.formula_bytes:,} B ({fmt(r.formula_bytes)})", badge("derived")),
-            ("MLA cache, real arrays", f"{r.measured_bytes:,} B ({fmt(r.measured_bytes)})", badge("measured", how)),
-            ("residual (real − formula)", f"{r.residual:,} B", badge("measured", "minus derived")),
-            ("what one layer stores", f"LatentCache.ckv {list(r.layer_shape)} = [B, T, C + R], "
-             f"{r.cfg.cache_dtype}", badge("measured", "shape from eval_shape(init_cache)")),
-            *[(f"{p.label}, {'real arrays' if p.source == 'arrays' else 'shapes (not allocated)'}",
-               f"{p.measured_bytes:,} B ({fmt(p.measured_bytes)}): k and v {list(p.layer_shape)} per layer",
+            (f"MLA cache, {'real arrays' if r.source == 'arrays' else 'array shapes (not allocated)'}",
+             f"{r.measured_bytes:,} B ({fmt(r.measured_bytes)})", badge("measured", how)),
+            ("residual (measured − formula)", f"{r.residual:,} B", badge("measured", "minus derived")),
+            (f"what one layer stores: LatentCache.ckv [B, T, C + R], {r.cfg.cache_dtype}", str(list(r.layer_shape)),
+             badge("measured", "shape from eval_shape(init_cache)")),
+            *[(f"{p.label}, {'real arrays' if p.source == 'arrays' else 'shapes (not allocated)'}: k and v "
+               f"{list(p.layer_shape)} per layer", f"{p.measured_bytes:,} B ({fmt(p.measured_bytes)})",
                badge("measured", f"formula {p.formula_bytes:,} B"))
               for p in r.peers],
             (f"GQA KV heads holding as much (head size {H})", f"({C} + {R}) / (2·{H}) = {r.equivalent_kv_heads:g}",
              badge("derived", "content: Equivalent GQA KV heads")),
-            ("the same from the arrays", f"MLA bytes / (MHA bytes / {N}) = {r.measured_kv_heads:g}",
+            (f"the same from the arrays: MLA bytes / (MHA bytes / {N})", f"{r.measured_kv_heads:g}",
              badge("measured")),
             ("fraction of the MHA cache", f"{r.mha_fraction:.2%}", badge("derived", "content: MLA cache relative "
                                                                              "to MHA")),
         ]
-        body = "".join(f"<tr><td>{esc(a)}</td><td style='text-align:right;font-family:monospace'>{esc(b)}</td>"
+        value_style = "text-align:right;font-family:monospace;white-space:nowrap"
+        body = "".join(f"<tr><td style='min-width:220px'>{esc(a)}</td><td style='{value_style}'>{esc(b)}</td>"
                        f"<td>{c}</td></tr>" for a, b, c in rows)
         self.readout_html.value = (
             f"<div><b>MLA with C={C}, R={R} stores as much as GQA with {r.equivalent_kv_heads:g} KV heads of "

@@ -21,6 +21,11 @@ from dantinox import content
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"
+# ipywidgets gives each radio label one line's fixed height and floats its input, so a long option overlaps
+# the next one: let the label grow, keep the input first (it follows the text in the DOM) and wrap beside it.
+WRAP_OPTIONS_CSS = ("<style>.dx-quiz .widget-radio-box label{height:auto;display:flex;flex-direction:row-reverse;"
+                    "justify-content:flex-end;align-items:flex-start;line-height:1.4;padding:1px 0}"
+                    ".dx-quiz .widget-radio-box input{flex:none;float:none}</style>")
 
 
 def _number_text(value: float) -> str:
@@ -90,7 +95,9 @@ class Quiz(widgets.VBox):
         self.export_area = widgets.Textarea(layout=widgets.Layout(width="100%", height="120px", display="none"))
         self.export_button.on_click(lambda _: self._show_export())
         self.use_params(None)
-        super().__init__([*boxes, self.score_html, widgets.HBox([*extra, self.export_button]), self.export_area])
+        super().__init__([*boxes, self.score_html, widgets.HBox([*extra, self.export_button]), self.export_area,
+                          widgets.HTML(WRAP_OPTIONS_CSS)])
+        self.add_class("dx-quiz")
 
     # Questions -------------------------------------------------------------------------------------
     def use_params(self, params: dict[str, float] | None) -> None:
@@ -106,7 +113,7 @@ class Quiz(widgets.VBox):
             else:
                 text = check.question
             self.questions[i].value = f"<b>Q{i + 1}.</b> {esc(text)}"
-            if check.kind == "numeric":
+            if i in self.lab_checks:  # its numbers changed: feedback on the old ones would mislead
                 self.feedback[i].value = ""
         self._show_score()
 
@@ -124,9 +131,11 @@ class Quiz(widgets.VBox):
                     not 0 <= response < len(check.options):
                 raise ValueError(f"answer: expected an option index 0 to {len(check.options) - 1}, got {response!r}")
             correct = content.is_correct(self.entry, index, response)
-            lines = [("Correct." if correct else "Not quite.")]
-            if check.feedback:
-                lines.append(check.feedback[response])
+            verdict = "Correct." if correct else "Not quite."
+            note = check.feedback[response] if check.feedback else ""
+            if note.startswith(verdict):  # content often opens the right option's note with "Correct."
+                note = note[len(verdict):].strip()
+            lines = [verdict, note] if note else [verdict]
             record.update(question=check.question, response=response, expected=check.answer)
         else:
             if isinstance(response, str):
