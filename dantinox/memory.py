@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import jax
 from flax import nnx
 
-from dantinox.cache import tree_nbytes
+from dantinox.cache import cache_shapes, tree_nbytes
 from dantinox.config import ModelConfig
 
 
@@ -111,4 +111,15 @@ def reference_tables() -> str:
     for label, cfg in configs:
         cells = [f"{max_batch_size(cfg, d.memory_bytes, 512, weights):,}" for d in devices]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    mha, tokens = configs[0][1], TABLE_TOKENS[0]
+    measured = tree_nbytes(cache_shapes(mha, 1, tokens))
+    terms = " · ".join(str(v) for v in (mha.n_layers, 2, tokens, mha.kv_heads, mha.head_size, mha.cache_itemsize))
+    lines += ["", f"A widely copied hand-made version of the first table gives {COPIED_MHA_512_MIB} MB for MHA at "
+              f"{tokens} tokens. The formula ({terms} bytes) and the shapes of the allocated arrays both give "
+              f"{format_bytes(measured)}, {measured / (COPIED_MHA_512_MIB * 2**20):g} times more (reading its MB as "
+              "MiB), and that table's max-batch column is off by a similar factor. The numbers above are the "
+              "correct ones."]
     return "\n".join(lines)
+
+
+COPIED_MHA_512_MIB = 0.375  # the erroneous figure in circulation, kept only to say how far off it is
