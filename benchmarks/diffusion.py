@@ -29,7 +29,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 PROMPT_TEXT = ("A diffusion language model fills in masked tokens. The KV cache of an autoregressive model "
                "keeps the keys and values of every earlier token, so each new token costs one step. ")
-TRAIN = dict(preset="tiny", paradigm="diffusion", steps=400, seq_len=128, batch_size=16, seed=0)
+TRAIN = dict(preset="tiny", paradigm="diffusion", steps=1500, seq_len=128, batch_size=16, seed=0, progress=False)
 
 
 def load_model(run_dir: Path, max_context: int) -> dantinox.Transformer:
