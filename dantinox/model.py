@@ -6,7 +6,6 @@ returned (see dantinox/cache.py); no module keeps state between calls.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -85,18 +84,15 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
 
 
 def on_window(fn: Any, length: int, kv_len: jax.Array | int, *operands: Any, window: int | None = None) -> Any:
-    """`fn(size, *operands)` with size the smallest window of `kv_windows(length)` that is >= kv_len.
+    """`fn(size, *operands)`: `size` is how many of the cache's `length` slots attention reads.
 
-    The caller may fix the window statically (`window`, as the decode loops do: no branching at all);
-    otherwise a concrete kv_len picks it in Python and a traced one becomes a lax.switch over all windows.
+    Decode loops fix `window` statically (the cache is then exactly that long); an eager call with a
+    concrete kv_len reads the smallest window of `kv_windows(length)` that covers it; a traced kv_len
+    without a window reads every slot (the mask hides the unfilled ones).
     """
-    if window is not None:
-        return fn(window, *operands)
-    if isinstance(kv_len, int):
-        return fn(window_for(length, kv_len), *operands)
-    windows = kv_windows(length)
-    branch = jnp.minimum(jnp.searchsorted(jnp.asarray(windows), kv_len), len(windows) - 1)
-    return jax.lax.switch(branch, [functools.partial(fn, w) for w in windows], *operands)
+    if window is None:
+        window = window_for(length, kv_len) if isinstance(kv_len, int) else length
+    return fn(window, *operands)
 
 
 def attend_window(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
