@@ -75,10 +75,6 @@ def cache_length(cache: KVCache) -> int:
     return first.ckv.shape[1] if isinstance(first, LatentCache) else first.k.shape[2]
 
 
-def cache_batch(cache: KVCache) -> int:
-    return cache[0][0].shape[0]
-
-
 def check_cache(cfg: ModelConfig, cache: KVCache, batch: int) -> None:
     """Raise ValueError unless `cache` is a cache for `cfg` that holds `batch` sequences."""
     if not isinstance(cache, tuple | list) or len(cache) != cfg.n_layers:

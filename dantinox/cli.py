@@ -11,10 +11,6 @@ import sys
 import time
 
 
-class UserError(Exception):
-    """A problem with the user's input: reported in one line, exit status 1."""
-
-
 def _train(args: argparse.Namespace) -> int:
     from dantinox.train import train
 
@@ -102,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UserError, ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 1
         print(f"dantinox {args.command}: error: {err}", file=sys.stderr)
         return 1
 
