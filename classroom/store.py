@@ -1,0 +1,294 @@
+"""The answer store: every quiz attempt, written as it happens, in one SQLite file.
+
+    store = AnswerStore()                        # $DANTINOX_ANSWERS_DB, else the user's data directory
+    store.add(Attempt(key=new_key(), learner="ada", ...), outbox=True)
+    store.attempts("ada", "kv-cache"); store.reset("ada", "kv-cache"); store.pending()
+
+Writes are idempotent on the attempt's key, so delivering the same attempt twice never counts it twice.
+The file uses WAL and a busy timeout so several kernels (or one service) can write at once; a reset hides
+earlier attempts from resume and score but never deletes them. Standard library and platformdirs only.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+ENV_VAR = "DANTINOX_ANSWERS_DB"
+BUSY_TIMEOUT_S = 30.0
+MAX_TEXT = 20_000  # characters in one question or response: a quiz line, not a document
+_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    learner TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    check_index INTEGER NOT NULL,
+    question TEXT NOT NULL,
+    params TEXT NOT NULL,
+    response TEXT NOT NULL,
+    expected TEXT NOT NULL,
+    correct INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    time REAL NOT NULL,
+    content_version TEXT NOT NULL,
+    hidden INTEGER NOT NULL DEFAULT 0,
+    delivered INTEGER
+);
+CREATE INDEX IF NOT EXISTS attempts_by_learner ON attempts (learner, entry_id, check_index);
+CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE delivered = 0;
+"""
+
+
+def _expect(ok: bool, name: str, what: str, got: Any) -> None:
+    if not ok:
+        shown = repr(got)
+        raise ValueError(f"attempt.{name}: expected {what}, got {shown[:80]}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One answer to one check, exactly as the learner saw and gave it."""
+
+    key: str  # idempotency key (uuid4 hex), unique per attempt
+    learner: str  # $JUPYTERHUB_USER in a hub, else the OS user
+    entry_id: str  # the content entry the check belongs to
+    check_index: int  # position of the check in the entry
+    question: str  # the question text as shown, parameters substituted
+    params: dict = field(hash=False)  # the parameters of a parameterised question ({} if none)
+    response: str  # number as typed, or the chosen option's text
+    expected: str  # the keyed answer as shown
+    correct: bool
+    attempt: int  # 1-based per (learner, entry_id, check_index), counted since the last reset
+    time: float  # unix seconds
+    content_version: str  # sha256 hex of the entry's YAML file
+
+    def __post_init__(self) -> None:
+        _expect(isinstance(self.key, str) and bool(_KEY.fullmatch(self.key)), "key",
+                "1-64 letters, digits, '-' or '_' (a uuid4 hex)", self.key)
+        for name in ("learner", "entry_id"):
+            value = getattr(self, name)
+            _expect(isinstance(value, str) and 0 < len(value) <= 200 and value.strip() == value, name,
+                    "a non-empty name without surrounding spaces", value)
+        _expect(_is_int(self.check_index) and self.check_index >= 0, "check_index", "an integer >= 0",
+                self.check_index)
+        for name in ("question", "response", "expected"):
+            value = getattr(self, name)
+            _expect(isinstance(value, str) and len(value) <= MAX_TEXT, name, f"text up to {MAX_TEXT} characters",
+                    value)
+        _expect(isinstance(self.params, dict) and all(isinstance(k, str) and _is_number(v)
+                                                      for k, v in self.params.items()),
+                "params", "an object of names to finite numbers", self.params)
+        _expect(isinstance(self.correct, bool), "correct", "true or false", self.correct)
+        _expect(_is_int(self.attempt) and self.attempt >= 1, "attempt", "an integer >= 1", self.attempt)
+        _expect(_is_number(self.time) and self.time >= 0, "time", "unix seconds (a finite number >= 0)", self.time)
+        _expect(isinstance(self.content_version, str) and bool(_SHA256.fullmatch(self.content_version)),
+                "content_version", "a sha256 hex digest (64 lowercase hex digits)", self.content_version)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict with exactly the dataclass fields."""
+        out = asdict(self)
+        out["params"] = dict(self.params)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Attempt:
+        """Build and validate an attempt from `to_json` output; bad input raises a one-line ValueError."""
+        if not isinstance(d, dict):
+            raise ValueError(f"attempt: expected a JSON object, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise ValueError(f"attempt: missing field(s) {', '.join(missing)}")
+        extra = sorted(set(d) - set(names))
+        if extra:
+            raise ValueError(f"attempt: unknown field(s) {', '.join(extra)}")
+        return cls(**{n: d[n] for n in names})
+
+
+def new_key() -> str:
+    """A fresh idempotency key for one attempt."""
+    return uuid.uuid4().hex
+
+
+def content_version(path: str | Path) -> str:
+    """sha256 hex of an entry's YAML file: which wording of the questions a learner answered."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def current_learner() -> str:
+    """The hub user inside a JupyterHub server, else the operating-system user."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+def default_path() -> Path:
+    """Where the store lives: $DANTINOX_ANSWERS_DB when set, else the user's data directory."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return platformdirs.user_data_path("dantinox-labs") / "answers.sqlite"
+
+
+_COLUMNS = ("key, learner, entry_id, check_index, question, params, response, expected, correct, attempt, time, "
+            "content_version")
+
+
+def _row_to_attempt(row: tuple) -> Attempt:
+    (key, learner, entry_id, check_index, question, params, response, expected, correct, attempt, t,
+     version) = row
+    return Attempt(key=key, learner=learner, entry_id=entry_id, check_index=check_index, question=question,
+                   params=json.loads(params), response=response, expected=expected, correct=bool(correct),
+                   attempt=attempt, time=t, content_version=version)
+
+
+class AnswerStore:
+    """An SQLite file of attempts; safe to share between threads of one process and between processes."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        self._lock = threading.RLock()  # one connection shared by a process's threads (a service, a kernel)
+        if self.path.exists() and self.path.is_dir():
+            raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a commit survives the writing process being killed (not a power cut)
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            with self._write():
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+        except sqlite3.DatabaseError as err:
+            raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
+        except OSError as err:
+            raise ValueError(f"answer store {self.path}: cannot create it ({err.strerror})") from None
+
+    def _write(self):
+        return _Transaction(self._db)
+
+    def close(self) -> None:
+        """Close the connection (the file stays)."""
+        self._db.close()
+
+    def __enter__(self) -> AnswerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Writing --------------------------------------------------------------------------------------
+    def add(self, attempt: Attempt, *, outbox: bool = False) -> bool:
+        """Record `attempt` unless its key is already stored; True if it was new.
+
+        outbox=True also queues it for delivery to a classroom service (see `pending`)."""
+        if not isinstance(attempt, Attempt):
+            raise ValueError(f"attempt: expected an Attempt, got {type(attempt).__name__}")
+        a = attempt
+        with self._lock, self._write():
+            cur = self._db.execute(
+                f"INSERT OR IGNORE INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
+                 a.response, a.expected, int(a.correct), a.attempt, float(a.time), a.content_version,
+                 0 if outbox else None))
+            return cur.rowcount == 1
+
+    def reset(self, learner: str, entry_id: str) -> int:
+        """Hide `learner`'s attempts at `entry_id` from resume and score; returns how many were hidden.
+
+        Rows stay in the file (and in `attempts(..., include_reset=True)`); attempt numbers restart at 1."""
+        with self._lock, self._write():
+            cur = self._db.execute("UPDATE attempts SET hidden = 1 WHERE learner = ? AND entry_id = ? AND hidden = 0",
+                                   (learner, entry_id))
+            return cur.rowcount
+
+    def mark_delivered(self, keys: Iterable[str]) -> None:
+        """Take these attempts out of the outbox (a classroom service acknowledged them)."""
+        keys = list(keys)
+        with self._lock, self._write():
+            self._db.executemany("UPDATE attempts SET delivered = 1 WHERE key = ? AND delivered = 0",
+                                 [(k,) for k in keys])
+
+    # Reading --------------------------------------------------------------------------------------
+    def attempts(self, learner: str | None = None, entry_id: str | None = None, *,
+                 include_reset: bool = False) -> list[Attempt]:
+        """Attempts in the order they were made, optionally for one learner and/or one entry.
+
+        Attempts hidden by `reset` are left out unless include_reset=True."""
+        where, args = [], []
+        if learner is not None:
+            where.append("learner = ?")
+            args.append(learner)
+        if entry_id is not None:
+            where.append("entry_id = ?")
+            args.append(entry_id)
+        if not include_reset:
+            where.append("hidden = 0")
+        sql = f"SELECT {_COLUMNS} FROM attempts" + (" WHERE " + " AND ".join(where) if where else "")
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY time, seq", args).fetchall()
+        return [_row_to_attempt(r) for r in rows]
+
+    def was_reset(self, key: str) -> bool:
+        """Whether the attempt with this key has been hidden by a reset (False if unknown)."""
+        with self._lock:
+            row = self._db.execute("SELECT hidden FROM attempts WHERE key = ?", (key,)).fetchone()
+        return bool(row and row[0])
+
+    def next_attempt(self, learner: str, entry_id: str, check_index: int) -> int:
+        """The attempt number the next answer to this check gets (1 after a reset)."""
+        with self._lock:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM attempts WHERE learner = ? AND entry_id = ? AND "
+                                    "check_index = ? AND hidden = 0", (learner, entry_id, check_index)).fetchone()
+        return n + 1
+
+    def pending(self) -> list[Attempt]:
+        """The outbox: attempts added with outbox=True and not yet marked delivered, oldest first."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
+        return [_row_to_attempt(r) for r in rows]
+
+    def count(self) -> int:
+        """How many attempts the file holds, reset ones included."""
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT: takes the write lock up front so the busy timeout, not an error, handles
+    a concurrent writer."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
