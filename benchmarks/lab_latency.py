@@ -31,8 +31,8 @@ from pathlib import Path
 
 import jax
 
+import content
 import dantinox
-from dantinox import content
 from widgets import CacheLab, CachePlot
 from widgets.cache_lab import DEFAULT_BUDGET
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dantinox.content.loader import validate_files
+from content.validate import validate_files
 
 
 def run(paths: list[str]) -> int:

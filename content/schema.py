@@ -2,7 +2,7 @@
 
 This module checks each field on its own (types, required keys, URL schemes, id spelling). Rules that
 relate fields to each other (a check's science item exists, an answer index is in range, a compute
-expression uses only declared variables) live in `dantinox.content.loader`, which knows the field paths
+expression uses only declared variables) live in `content.validate`, which knows the field paths
 and lines to report.
 """
 
@@ -153,7 +153,7 @@ Check = Annotated[ChoiceCheck | NumericCheck, Field(discriminator="kind")]
 
 
 class Entry(_Strict):
-    """One concept card (content/<id>.yaml)."""
+    """One concept card (content/entries/<id>.yaml)."""
 
     id: EntryId
     level: Literal[LEVELS]

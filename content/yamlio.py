@@ -69,9 +69,9 @@ def _index_lines(node: Node, path: FieldPath, lines: dict[FieldPath, int]) -> No
         for key, value in node.value:
             name, line = _key_text(key), key.start_mark.line + 1
             if name == "<<" and key.tag.endswith(":merge"):
-                raise YamlProblem(_dotted(path) or "yaml", "expected plain keys, got a merge key <<", line)
+                raise YamlProblem(dotted(path) or "yaml", "expected plain keys, got a merge key <<", line)
             if name in seen:
-                where = _dotted((*path, name))
+                where = dotted((*path, name))
                 raise YamlProblem(where, f"expected each key once, got a second '{name}' "
                                   f"(first on line {seen[name]})", line)
             seen[name] = line
@@ -83,7 +83,7 @@ def _index_lines(node: Node, path: FieldPath, lines: dict[FieldPath, int]) -> No
             _index_lines(item, (*path, i), lines)
 
 
-def _dotted(path: FieldPath) -> str:
+def dotted(path: FieldPath) -> str:
     """('checks', 2, 'answer') -> 'checks[2].answer'."""
     out = ""
     for part in path:

@@ -43,8 +43,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _content_check(args: argparse.Namespace) -> int:
-    from dantinox.content import CONTENT_DIR
-    from dantinox.content.check import run
+    from content import CONTENT_DIR
+    from content.check import run
 
     return run(args.paths or [str(CONTENT_DIR)])
 
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", default="tiny")
     t.add_argument("--steps", type=int, default=600)
     t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive")
-    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the text of content/*.yaml)")
+    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the text of content/entries/*.yaml)")
     t.add_argument("--batch_size", type=int, default=16)
     t.add_argument("--seq_len", type=int, default=128)
     t.add_argument("--seed", type=int, default=0)
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("content", help="concept entries")
     csub = c.add_subparsers(dest="content_command", required=True)
-    cc = csub.add_parser("check", help="validate YAML concept entries (default: content/)")
+    cc = csub.add_parser("check", help="validate YAML concept entries (default: content/entries/)")
     cc.add_argument("paths", nargs="*")
     cc.set_defaults(func=_content_check)
 

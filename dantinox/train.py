@@ -21,7 +21,7 @@ from dantinox.rundir import save_run
 
 def default_corpus() -> str:
     """The prose of the concept entries in content/, loaded by the strict content loader: the project's own text."""
-    from dantinox.content import CONTENT_DIR, load_all
+    from content import CONTENT_DIR, load_all
 
     texts: list[str] = []
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dantinox import content
-from dantinox.content import expr
-from dantinox.content.yamlio import MAX_BYTES
+import content
+from content import expr
+from content.yamlio import MAX_BYTES
 
 FIXTURES = Path(__file__).parent / "content_fixtures"
 BASE = FIXTURES / "base" / "fixture-base.yaml"

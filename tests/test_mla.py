@@ -175,7 +175,7 @@ def test_only_the_materialized_path_forms_per_head_keys_and_values(path):
 
 @pytest.fixture(scope="module")
 def mla_entry():
-    from dantinox import content
+    import content
 
     return content.load_entry("multi-head-latent-attention")
 

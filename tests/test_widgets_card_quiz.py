@@ -5,7 +5,7 @@ import json
 import ipywidgets as widgets
 import pytest
 
-from dantinox import content
+import content
 from widgets import CacheLab, ConceptCard, Quiz, summarise
 
 

@@ -8,8 +8,8 @@ import jax
 import pytest
 from flax import nnx
 
+import content
 import dantinox
-from dantinox import content
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
 

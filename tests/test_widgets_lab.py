@@ -3,8 +3,8 @@
 import jax
 import pytest
 
+import content
 import dantinox
-from dantinox import content
 from widgets import CacheLab, CachePlot
 
 

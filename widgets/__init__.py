@@ -1,6 +1,6 @@
 """DantinoX Labs widgets: ipywidgets + plotly components, each in its own module, testable headless.
 
-    from dantinox import content
+    import content
     from widgets import CacheLab, CachePlot, ConceptCard, GeneratePanel, Quiz
 
     entry = content.load_entry("kv-cache")

@@ -20,8 +20,8 @@ import ipywidgets as widgets
 import jax
 import traitlets
 
+import content
 import dantinox
-from dantinox import content
 from dantinox.config import DTYPES
 from widgets._controls import QuietUpdates
 from widgets._html import badge, error_box, esc, note_box

@@ -12,6 +12,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+import content
 from widgets._html import badge, esc, link
 
 
@@ -34,10 +35,11 @@ def science_html(item: Any) -> str:
             f"<div>Assumptions:<ul style='margin:2px 0'>{assumptions}</ul></div></div>")
 
 
-def spec_html(spec: Any) -> str:
+def spec_html(entry: Any, spec: Any) -> str:
     kind = badge("derived", "computed by content") if spec.compute is not None else ""
     source = f" ({link('source', spec.source)})" if spec.source else ""
-    return f"<li><b>{esc(spec.label)}</b>: {esc(spec.value)} {kind}<br>{esc(spec.context)}{source}</li>"
+    value = content.spec_value(entry, spec)
+    return f"<li><b>{esc(spec.label)}</b>: {esc(value)} {kind}<br>{esc(spec.context)}{source}</li>"
 
 
 class ConceptCard(widgets.VBox):
@@ -55,7 +57,7 @@ class ConceptCard(widgets.VBox):
         history = "".join(f"<li><b>{esc(h.year)}</b>, {link(h.title, h.source)}: {esc(h.significance)}</li>"
                           for h in entry.history)
         sources = "".join(f"<li>{link(s.title, s.url)}</li>" for s in entry.sources)
-        specs = "".join(spec_html(s) for s in getattr(entry, "specs", []))
+        specs = "".join(spec_html(entry, s) for s in getattr(entry, "specs", []))
         header = (f"<h3 style='margin:4px 0'>{esc(entry.name)} ({esc(entry.short_name)})</h3>"
                   f"<p style='margin:2px 0'><i>After this lab you can:</i> {esc(entry.learning_objective)}</p>")
         self.sections: dict[str, widgets.Widget] = {

@@ -23,8 +23,8 @@ import plotly.graph_objects as go
 import traitlets
 from flax import nnx
 
+import content
 import dantinox
-from dantinox import content
 from widgets._controls import QuietUpdates
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import substitute

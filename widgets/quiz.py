@@ -17,7 +17,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dantinox import content
+import content
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"

@@ -1,0 +1,288 @@
+"""Validating entry files: each file on its own (`read_entry`), then the rules across entries (`validate`).
+
+Nothing in content is executed: compute expressions go through `content.expr`. Validation only reads an
+entry; rendered values (spec numbers, questions) are computed on demand by `content.api`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import string
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from content import expr
+from content.problems import Problem, Record, schema_problems, yaml_type
+from content.schema import ChoiceCheck, Entry, NumericCheck, Science
+from content.units import unit_factor
+from content.yamlio import FieldPath, YamlProblem, read_yaml
+
+CONTENT_DIR = Path(__file__).resolve().parent / "entries"
+
+
+def _check_science(rec: Record, entry: Entry) -> dict[str, Any]:
+    """Vet every compute expression; returns title -> parsed expression for the ones that are valid."""
+    parsed: dict[str, Any] = {}
+    seen: set[str] = set()
+    for i, item in enumerate(entry.science):
+        if item.title in seen:
+            rec.problem(("science", i, "title"), f"expected a title used once per entry, got {item.title!r} again")
+        seen.add(item.title)
+        declared = set(item.variables)
+        try:
+            tree = expr.parse(item.compute, declared)
+        except expr.ExpressionError as err:
+            rec.problem(("science", i, "compute"), str(err))
+            continue
+        unused = sorted(declared - expr.free_names(tree))
+        if unused:
+            rec.problem(("science", i, "variables", unused[0]),
+                        f"expected every declared variable to appear in compute, got unused '{unused[0]}'")
+            continue
+        parsed[item.title] = tree
+    return parsed
+
+
+def inputs_problem(item: Science, given: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(offending name, message) when `given` does not name exactly the variables of `item`."""
+    extra = sorted(set(given) - set(item.variables))
+    if extra:
+        return extra[0], (f"expected only the variables of {item.title!r} ({', '.join(item.variables)}), "
+                          f"got unknown '{extra[0]}'")
+    missing = [v for v in item.variables if v not in given]
+    if missing:
+        return None, f"expected a value for every variable of {item.title!r}, got none for {', '.join(missing)}"
+    return None, None
+
+
+def _lookup(entry: Entry, title: str) -> Science | None:
+    return next((s for s in entry.science if s.title == title), None)
+
+
+def _science_titles(entry: Entry) -> str:
+    return ", ".join(repr(s.title) for s in entry.science) or "none"
+
+
+def _usable_science(rec: Record, loc: FieldPath, entry: Entry, title: str, inputs: dict[str, Any],
+                    inputs_field: str, parsed: dict[str, Any]) -> Science | None:
+    """The science item `title` names, if it exists, parses and gets exactly its variables; else report why."""
+    item = _lookup(entry, title)
+    if item is None:
+        rec.problem((*loc, "science"), f"expected the title of one of this entry's science items "
+                    f"({_science_titles(entry)}), got {title!r}")
+        return None
+    if item.title not in parsed:
+        return None  # its compute is already reported
+    name, message = inputs_problem(item, inputs)
+    if message:
+        rec.problem((*loc, inputs_field, name) if name else (*loc, inputs_field), message)
+        return None
+    return item
+
+
+def _check_specs(rec: Record, entry: Entry, parsed: dict[str, Any]) -> None:
+    for i, spec in enumerate(entry.specs):
+        if spec.compute is None:
+            continue
+        loc = ("specs", i, "compute")
+        item = _usable_science(rec, loc, entry, spec.compute.science, spec.compute.with_, "with", parsed)
+        if item is None:
+            continue
+        try:
+            expr.evaluate(parsed[item.title], spec.compute.with_)
+        except expr.ExpressionError as err:
+            rec.problem((*loc, "with"), str(err))
+            continue
+        if spec.compute.format == "number" and spec.compute.unit and unit_factor(spec.compute.unit, item.unit) is None:
+            rec.problem((*loc, "unit"), f"expected {item.unit!r} (the unit of {item.title!r}) or a scaled "
+                        f"form of it, got {spec.compute.unit!r}")
+
+
+def _check_checks(rec: Record, entry: Entry, parsed: dict[str, Any]) -> None:
+    if not any(isinstance(c, NumericCheck) for c in entry.checks):
+        rec.problem(("checks",), "expected at least one numeric check (kind: numeric), got only choice checks")
+    for i, check in enumerate(entry.checks):
+        loc = ("checks", i)
+        if isinstance(check, ChoiceCheck):
+            _check_choice(rec, loc, check)
+        else:
+            _check_numeric(rec, loc, entry, check, parsed)
+
+
+def _check_choice(rec: Record, loc: FieldPath, check: ChoiceCheck) -> None:
+    n = len(check.options)
+    if not 0 <= check.answer < n:
+        rec.problem((*loc, "answer"), f"expected an option index from 0 to {n - 1}, got {check.answer}")
+    if len(set(check.options)) != n:
+        rec.problem((*loc, "options"), "expected distinct options, got the same text twice")
+    if check.feedback is not None and len(check.feedback) != n:
+        rec.problem((*loc, "feedback"), f"expected one feedback line per option ({n}), got {len(check.feedback)}")
+
+
+def _placeholders(question: str) -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(question) if f is not None]
+    except ValueError as err:
+        raise expr.ExpressionError(f"expected {{name}} placeholders and doubled braces, got: {err}") from None
+
+
+def _check_numeric(rec: Record, loc: FieldPath, entry: Entry, check: NumericCheck,
+                   parsed: dict[str, Any]) -> None:
+    item = _usable_science(rec, loc, entry, check.science, check.params, "params", parsed)
+    if item is None:
+        return
+    try:
+        fields = _placeholders(check.question)
+    except expr.ExpressionError as err:
+        rec.problem((*loc, "question"), str(err))
+        return
+    unknown = [f for f in fields if f not in check.params]
+    if unknown:
+        rec.problem((*loc, "question"), f"expected placeholders naming params ({', '.join(check.params)}), "
+                    f"got {{{unknown[0]}}}")
+        return
+    unshown = [p for p in check.params if p not in fields]
+    if unshown:
+        rec.problem((*loc, "question"), f"expected every param to appear as a placeholder so learners see "
+                    f"its value, got no {{{unshown[0]}}}")
+        return
+    if unit_factor(check.unit, item.unit) is None:
+        rec.problem((*loc, "unit"), f"expected {item.unit!r} (the unit of {item.title!r}) or a scaled form "
+                    f"of it, got {check.unit!r}")
+        return
+    try:
+        expr.evaluate(parsed[item.title], check.params)
+    except expr.ExpressionError as err:
+        rec.problem((*loc, "params"), str(err))
+
+
+def _check_lists(rec: Record, entry: Entry) -> None:
+    for name in ("related", "prerequisites"):
+        ids = getattr(entry, name)
+        for i, other in enumerate(ids):
+            if other == entry.id:
+                rec.problem((name, i), f"expected ids of other entries, got this entry's own id {other!r}")
+            elif other in ids[:i]:
+                rec.problem((name, i), f"expected each id once, got {other!r} again")
+
+
+def read_entry(path: Path, label: str | None = None) -> Record:
+    """Read and check one file on its own (cross-entry rules are applied by `validate`)."""
+    rec = Record(path, label or str(path))
+    try:
+        data, rec.lines = read_yaml(path)
+    except YamlProblem as err:
+        rec.problem(err.field, err.message, err.line)
+        return rec
+    if not isinstance(data, dict):
+        rec.problem("entry", f"expected a mapping of entry fields, got {yaml_type(data)}", rec.lines.get(()))
+        return rec
+    try:
+        entry = Entry.model_validate(data)
+    except ValidationError as err:
+        for loc, message in schema_problems(err.errors(), data):
+            rec.problem(loc, message)
+        return rec
+    if entry.id != path.stem:
+        rec.problem(("id",), f"expected the file name without .yaml ({path.stem!r}), got {entry.id!r}")
+    parsed = _check_science(rec, entry)
+    _check_specs(rec, entry, parsed)
+    _check_checks(rec, entry, parsed)
+    _check_lists(rec, entry)
+    if not rec.problems:
+        rec.entry = entry
+    return rec
+
+
+# ----------------------------------------------------------------------------------------- many entries
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """One prerequisite cycle as [a, b, ..., a], or None. Iterative depth-first search."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(graph.get(start, []))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt) and nxt in graph:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return None
+
+
+def validate(records: list[Record], known_ids: Iterable[str] = ()) -> list[Problem]:
+    """Cross-entry rules over files read with `read_entry`; returns every problem, the files' own first."""
+    valid = [r for r in records if r.entry is not None]
+    by_id: dict[str, Record] = {}
+    for rec in valid:
+        if rec.entry.id in by_id:
+            rec.problem(("id",), f"expected ids unique across the files checked, got {rec.entry.id!r} "
+                        f"also in {by_id[rec.entry.id].label}")
+        else:
+            by_id[rec.entry.id] = rec
+    # ids that failed validation still exist: do not report references to them as missing
+    known = set(known_ids) | {r.path.stem for r in records} | set(by_id)
+    for rec in valid:
+        for name in ("related", "prerequisites"):
+            for i, other in enumerate(getattr(rec.entry, name)):
+                if other not in known and other != rec.entry.id:
+                    close = difflib.get_close_matches(other, sorted(known), n=1)
+                    hint = f" such as {close[0]!r}" if close else ""
+                    rec.problem((name, i), f"expected the id of an existing entry{hint}, got {other!r}")
+    graph = prerequisite_graph({i: r.entry for i, r in by_id.items()})
+    reported: set[str] = set()
+    while (cycle := _find_cycle({k: v for k, v in graph.items() if k not in reported})) is not None:
+        first = cycle[0]
+        rec = by_id[first]
+        rec.problem(("prerequisites", rec.entry.prerequisites.index(cycle[1])),
+                    f"expected no prerequisite cycle, got {' -> '.join(cycle)}")
+        reported.update(cycle)
+    problems = [p for r in records for p in r.problems]
+    return sorted(problems, key=lambda p: (p.file, p.line or 0))
+
+
+def entry_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def validate_files(paths: Iterable[str | Path]) -> tuple[list[Entry], list[Problem]]:
+    """Validate entry files and directories together, as `dantinox content check` does.
+
+    Ids in `related` and `prerequisites` resolve against the entries checked and the repository's content/entries/.
+    Returns the valid entries and every problem (files as named in `paths`).
+    """
+    records: list[Record] = []
+    problems: list[Problem] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            files = entry_files(path)
+            if not files:
+                problems.append(Problem(str(name), None, "path",
+                                        "expected a directory with .yaml entry files, got none"))
+            records += [read_entry(f, str(path / f.name)) for f in files]
+        elif path.is_file():
+            records.append(read_entry(path, str(name)))
+        else:
+            problems.append(Problem(str(name), None, "path",
+                                    "expected an entry file or a directory, got nothing there"))
+    known = [p.stem for p in entry_files(CONTENT_DIR)] if CONTENT_DIR.is_dir() else []
+    problems += validate(records, known)
+    return [r.entry for r in records if r.entry is not None and not r.problems], problems
+
+
+def prerequisite_graph(entries: dict[str, Entry] | Iterable[Entry]) -> dict[str, list[str]]:
+    """id -> the ids it lists as prerequisites (edges point from a concept to what it builds on)."""
+    items = entries.values() if isinstance(entries, dict) else entries
+    return {e.id: list(e.prerequisites) for e in items}
