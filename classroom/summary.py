@@ -1,0 +1,132 @@
+"""What a class answered, per question and per learner: pure functions over attempts.
+
+    rows = question_rows(store.attempts(), entries)   # entries: {id: content Entry}, for options and beliefs
+    learner_rows(store.attempts(), entries); to_csv(rows)
+
+The instructor notebook and the classroom dashboard both call these, so they show the same numbers.
+A learner's *first* attempt at a check is what counts: the first-try rate, and for choice questions which
+option each learner picked first (what they believed before any feedback). Attempts may be `Attempt`
+objects or their JSON dicts. Standard library only; entries are read by attribute, never imported.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from classroom.store import Attempt
+
+# words too common in quiz prose to say which belief an option states
+_COMMON = frozenset("that this with from because only every each which what when they their there than then "
+                    "into have been does were will would should could also more most much many same".split())
+BELIEF_MATCH = 0.5  # share of an option's words a misconception's claim must contain to name that belief
+
+
+def _as_attempt(a: Attempt | Mapping[str, Any]) -> Attempt:
+    return a if isinstance(a, Attempt) else Attempt.from_json(dict(a))
+
+
+def first_attempts(attempts: Iterable[Attempt | Mapping[str, Any]]) -> dict[tuple[str, str, int], Attempt]:
+    """(learner, entry_id, check_index) -> that learner's earliest attempt at the check."""
+    first: dict[tuple[str, str, int], Attempt] = {}
+    for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
+        first.setdefault((a.learner, a.entry_id, a.check_index), a)
+    return first
+
+
+def _words(text: str) -> set[str]:
+    return {w.rstrip("s") for w in re.findall(r"[a-z_]{4,}", text.lower()) if w not in _COMMON}
+
+
+def belief(entry: Any, check_index: int, option: int) -> str:
+    """The belief a wrong option embodies: the entry's documented misconception whose claim shares at least
+    BELIEF_MATCH of the option's words (three or more), else the option itself read as a claim. "" for the key."""
+    check = entry.checks[check_index]
+    if option == check.answer:
+        return ""
+    option_words = _words(check.options[option])
+    best, best_shared = None, 0
+    for m in entry.misconception:
+        shared = len(option_words & _words(m.claim))
+        if shared > best_shared:
+            best, best_shared = m.claim, shared
+    if best is not None and best_shared >= 3 and best_shared >= BELIEF_MATCH * len(option_words):
+        return best
+    return check.options[option]
+
+
+def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+                  entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per check answered at least once: learners, attempts, first-try right and rate; with `entries`, also
+    the question, its kind, and for choice checks each option's first-choice count and belief."""
+    attempts = [_as_attempt(a) for a in attempts]
+    firsts = first_attempts(attempts)
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for a in attempts:
+        row = rows.setdefault((a.entry_id, a.check_index), {"entry": a.entry_id, "check": a.check_index,
+                                                           "learners": 0, "attempts": 0, "first_try_right": 0})
+        row["attempts"] += 1
+    for (_, entry_id, check_index), a in firsts.items():
+        row = rows[(entry_id, check_index)]
+        row["learners"] += 1
+        row["first_try_right"] += a.correct
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        row["first_try_rate"] = row["first_try_right"] / row["learners"]
+        entry = (entries or {}).get(key[0])
+        if entry is not None and key[1] < len(entry.checks):
+            check = entry.checks[key[1]]
+            row["kind"], row["question"] = check.kind, check.question
+            if check.kind == "choice":
+                picked = [a.response for (_, e, c), a in firsts.items() if (e, c) == key]
+                row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked.count(text),
+                                   "belief": belief(entry, key[1], j),
+                                   "feedback": check.feedback[j] if check.feedback else ""}
+                                  for j, text in enumerate(check.options)]
+        out.append(row)
+    return out
+
+
+def learner_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+                 entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per learner: checks answered, right on the first try, and per entry how far they got
+    ("answered/total" when `entries` gives the entry's number of checks)."""
+    firsts = first_attempts(attempts)
+    rows: dict[str, dict[str, Any]] = {}
+    for (learner, entry_id, _), a in sorted(firsts.items()):
+        row = rows.setdefault(learner, {"learner": learner, "answered": 0, "first_try_right": 0, "entries": {}})
+        row["answered"] += 1
+        row["first_try_right"] += a.correct
+        row["entries"][entry_id] = row["entries"].get(entry_id, 0) + 1
+    for row in rows.values():
+        for entry_id, n in row["entries"].items():
+            entry = (entries or {}).get(entry_id)
+            row["entries"][entry_id] = f"{n}/{len(entry.checks)}" if entry is not None else f"{n}"
+    return [rows[k] for k in sorted(rows)]
+
+
+def attempt_table(attempts: Iterable[Attempt | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Attempts as flat rows (params as JSON text), ready for CSV."""
+    import json
+
+    out = []
+    for a in map(_as_attempt, attempts):
+        row = a.to_json()
+        row["params"] = json.dumps(row["params"], sort_keys=True)
+        out.append(row)
+    return out
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr."""
+    buffer = io.StringIO()
+    if rows:
+        names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
+        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return buffer.getvalue()
