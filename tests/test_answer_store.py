@@ -1,0 +1,146 @@
+"""The answer store: idempotent writes, resume and reset, the outbox, validation, and many writers at once."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from classroom.store import AnswerStore, Attempt, content_version, current_learner, default_path, new_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(learner="ada", entry_id="kv-cache", check_index=0, correct=True, attempt=1, time=1000.0, **kw):
+    fields = dict(key=new_key(), learner=learner, entry_id=entry_id, check_index=check_index,
+                  question="How many MiB?", params={"L": 12, "dtype_bytes": 2.0}, response="6", expected="6.0",
+                  correct=correct, attempt=attempt, time=time, content_version="ab" * 32)
+    fields.update(kw)
+    return Attempt(**fields)
+
+
+def test_add_is_idempotent_and_attempts_come_back_in_time_order(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite")
+    late, early = make(time=2000.0), make(time=1000.0, learner="bo")
+    assert store.add(late) is True and store.add(early) is True
+    assert store.add(late) is False  # the same key again: not a second record
+    assert store.attempts() == [early, late]
+    assert store.attempts("ada") == [late] and store.attempts(entry_id="mla") == []
+    assert store.count() == 2
+    again = AnswerStore(tmp_path / "a.sqlite")  # another connection sees the committed rows
+    assert again.attempts("ada")[0].params == {"L": 12, "dtype_bytes": 2.0}
+
+
+def test_reset_hides_attempts_from_resume_and_numbering_but_keeps_them(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite")
+    store.add(make(check_index=2, attempt=1))
+    store.add(make(check_index=2, attempt=2))
+    store.add(make(entry_id="mla", check_index=2))
+    assert store.next_attempt("ada", "kv-cache", 2) == 3
+    assert store.reset("ada", "kv-cache") == 2
+    assert store.attempts("ada", "kv-cache") == [] and store.next_attempt("ada", "kv-cache", 2) == 1
+    assert len(store.attempts("ada", include_reset=True)) == 3 and store.count() == 3
+    assert len(store.attempts("ada", "mla")) == 1  # other entries are untouched
+    assert store.reset("ada", "kv-cache") == 0
+
+
+def test_outbox_holds_attempts_until_delivered(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite")
+    local, queued1, queued2 = make(), make(time=1.0), make(time=2.0)
+    store.add(local)
+    store.add(queued1, outbox=True)
+    store.add(queued2, outbox=True)
+    assert [a.key for a in store.pending()] == [queued1.key, queued2.key]
+    store.mark_delivered([queued1.key, "not-a-stored-key"])
+    assert store.pending() == [queued2]
+    store.mark_delivered([queued2.key])
+    assert store.pending() == [] and store.count() == 3
+
+
+def test_json_round_trip_and_one_line_errors():
+    a = make()
+    assert Attempt.from_json(a.to_json()) == a
+    bad = {"correct": 1, "attempt": 0, "check_index": -1, "key": "no spaces allowed", "time": float("nan"),
+           "content_version": "abc", "params": {"L": "12"}, "learner": "", "response": 6}
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=rf"^attempt\.{name}: expected [^\n]+, got "):
+            Attempt.from_json({**a.to_json(), name: value})
+    with pytest.raises(ValueError, match="^attempt: missing field.s. time$"):
+        Attempt.from_json({k: v for k, v in a.to_json().items() if k != "time"})
+    with pytest.raises(ValueError, match="^attempt: unknown field.s. score$"):
+        Attempt.from_json({**a.to_json(), "score": 1})
+    with pytest.raises(ValueError, match="^attempt: expected a JSON object, got list$"):
+        Attempt.from_json([])
+
+
+def test_where_the_store_lives(tmp_path, monkeypatch):
+    monkeypatch.setenv("DANTINOX_ANSWERS_DB", str(tmp_path / "deep" / "dir" / "x.sqlite"))
+    assert AnswerStore().path == tmp_path / "deep" / "dir" / "x.sqlite" and AnswerStore().path.is_file()
+    monkeypatch.delenv("DANTINOX_ANSWERS_DB")
+    assert default_path() == platformdirs.user_data_path("dantinox-labs") / "answers.sqlite"
+    monkeypatch.setenv("JUPYTERHUB_USER", "hub-ada")
+    assert current_learner() == "hub-ada"
+    entry = ROOT / "content" / "entries" / "kv-cache.yaml"
+    assert len(content_version(entry)) == 64 and content_version(entry) == content_version(str(entry))
+
+
+def test_unusable_paths_are_one_line_errors(tmp_path):
+    with pytest.raises(ValueError, match="^answer store: expected a file path, got the directory "):
+        AnswerStore(tmp_path)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ValueError, match=r"junk.sqlite: not a usable SQLite file \(file is not a database\)$"):
+        AnswerStore(junk)
+
+
+def test_store_uses_wal_so_readers_do_not_block_writers(tmp_path):
+    AnswerStore(tmp_path / "a.sqlite")
+    with sqlite3.connect(tmp_path / "a.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from classroom.store import AnswerStore, Attempt
+    store, who, n = AnswerStore(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    for i in range(n):
+        a = Attempt(key=f"{who}-{i}", learner=who, entry_id="kv-cache", check_index=i % 5, question="q",
+                    params={}, response=str(i), expected="1", correct=i % 2 == 0, attempt=i + 1,
+                    time=time.time(), content_version="cd" * 32)
+        store.add(a, outbox=True)
+        store.add(a)  # a retried delivery: must not count twice
+        print(a.key, flush=True)  # printed only after the commit returned: an acknowledgement
+""")
+
+
+def test_several_processes_write_at_once_without_losing_or_doubling(tmp_path):
+    db, writers, each = tmp_path / "shared.sqlite", 4, 150
+    AnswerStore(db)
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), f"w{w}", str(each)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * writers, [err[-500:] for _, err in outs]
+    assert not any("locked" in err for _, err in outs)
+    keys = [a.key for a in AnswerStore(db).attempts()]
+    assert len(keys) == writers * each and len(set(keys)) == len(keys)
+    assert set(keys) == {f"w{w}-{i}" for w in range(writers) for i in range(each)}
+    assert len(AnswerStore(db).pending()) == writers * each
+
+
+def test_a_writer_killed_mid_way_keeps_everything_it_acknowledged(tmp_path):
+    db = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), "k", "1000000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    acknowledged = [proc.stdout.readline().strip() for _ in range(200)]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    stored = {a.key for a in AnswerStore(db).attempts()}
+    assert proc.returncode == -signal.SIGKILL
+    assert set(acknowledged) <= stored and len(stored) >= 200
+    assert AnswerStore(db).add(make()) is True  # the file is still writable after the crash
