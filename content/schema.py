@@ -103,8 +103,20 @@ class Interface(_Strict):
 
 
 class Variable(_Strict):
+    """One input of a science item: what it means, and the range a learner can explore it over.
+
+    Either a range (`min`, `max`, `default`, `scale`) or `values` (allowed values) with a `default`; the
+    rules that relate these fields (default inside, log scale above zero) live in `content.ranges`.
+    """
+
     meaning: Text
     unit: Text
+    min: Number | None = None
+    max: Number | None = None
+    default: Number | None = None
+    scale: Literal["linear", "log"] | None = None  # how a slider spaces the range; linear when omitted
+    values: list[Number] | None = None  # a small set of allowed values (a dropdown), instead of a range
+    integer: bool | None = None  # whole steps; when omitted, true if min, max, default and values are whole
 
 
 class Science(_Strict):

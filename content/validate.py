@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from content import expr
+from content import expr, ranges
 from content.problems import Problem, Record, schema_problems, yaml_type
 from content.schema import ChoiceCheck, Entry, NumericCheck, Science
 from content.units import unit_factor
@@ -192,6 +192,7 @@ def read_entry(path: Path, label: str | None = None) -> Record:
     _check_specs(rec, entry, parsed)
     _check_checks(rec, entry, parsed)
     _check_lists(rec, entry)
+    ranges.check(rec, entry, parsed)
     if not rec.problems:
         rec.entry = entry
     return rec
