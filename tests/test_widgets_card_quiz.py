@@ -83,7 +83,7 @@ def test_quiz_numeric_checks_can_take_the_lab_settings(entry):
     assert "2 layers and 1 KV heads of size 8" in quiz.questions[0].value and "64 tokens" in quiz.questions[0].value
     assert "Llama-3-8B has 32 layers" in quiz.questions[1].value  # a named model keeps its numbers
     mib = lab.reading.formula_bytes / 2**20
-    assert quiz.answer(0, mib) is True and quiz.records[-1]["expected"] == pytest.approx(mib)
+    assert quiz.answer(0, mib) is True and float(quiz.records[-1]["expected"]) == pytest.approx(mib)
     quiz.answer(1, 1.0)  # Llama-3-8B per token is 128 KiB: wrong, with feedback
     quiz.use_params(lab.formula_params())  # new lab numbers: only the lab check's feedback is stale
     assert quiz.feedback[0].value == "" and "Not quite" in quiz.feedback[1].value

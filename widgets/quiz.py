@@ -2,15 +2,20 @@
 
     quiz = Quiz(entry, params=lab.formula_params, lab_checks=[0])   # check 0 can take the lab's numbers
     quiz.answer(0, 6.0)                               # what typing 6 and pressing "check" does
-    quiz.score, quiz.records, quiz.to_json()
+    quiz.score, quiz.attempts, quiz.to_json()
 
 Numeric answers are computed from the entry's science items (never typed in content) and accepted
-within the check's relative tolerance. The score counts first attempts; every attempt is recorded.
+within the check's relative tolerance. The score counts first attempts. Every attempt is written, as it
+happens, to the answer store (`classroom.store`, $DANTINOX_ANSWERS_DB or the user's data directory), so
+reopening the lab shows earlier answers and score; "reset my answers" starts the entry over. Inside a
+JupyterHub server with the classroom service configured, each attempt is also sent to that service.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +23,8 @@ from typing import Any
 import ipywidgets as widgets
 
 import content
+from classroom.store import AnswerStore, Attempt, current_learner, new_key
+from classroom.summary import question_rows
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"
@@ -52,7 +59,8 @@ class Quiz(widgets.VBox):
     """
 
     def __init__(self, entry: Any, params: Callable[[], dict[str, float]] | None = None,
-                 lab_checks: tuple[int, ...] | list[int] = (), learner: str = ""):
+                 lab_checks: tuple[int, ...] | list[int] = (), learner: str | None = None,
+                 store: AnswerStore | None = None):
         self.entry = entry
         self.params_source = params
         for i in lab_checks:
@@ -62,8 +70,16 @@ class Quiz(widgets.VBox):
         if lab_checks and params is None:
             raise ValueError("lab_checks: given without params; pass params=lab.formula_params")
         self.lab_checks = tuple(lab_checks)
-        self.learner = learner
-        self.records: list[dict[str, Any]] = []
+        self.learner = learner or current_learner()
+        self.content_version = _content_version(entry)
+        self.status = widgets.HTML()  # where store and delivery problems show; the quiz keeps working
+        self.store = store
+        if store is None:
+            try:
+                self.store = AnswerStore()
+            except ValueError as err:
+                self.status.value = error_box(f"{err}; answers are kept for this session only")
+        self.attempts: list[Attempt] = []
         self.first_try: dict[int, bool] = {}  # check index -> whether its first answer was right
         self.shown_params: dict[int, dict[str, float]] = {}  # numeric check -> params its question shows
         self.questions: list[widgets.HTML] = []
@@ -94,9 +110,13 @@ class Quiz(widgets.VBox):
         self.export_button = widgets.Button(description="show my answers (JSON)", layout=widgets.Layout(width="220px"))
         self.export_area = widgets.Textarea(layout=widgets.Layout(width="100%", height="120px", display="none"))
         self.export_button.on_click(lambda _: self._show_export())
+        self.reset_button = widgets.Button(description="reset my answers", icon="undo",
+                                           layout=widgets.Layout(width="180px"))
+        self.reset_button.on_click(lambda _: self.reset())
         self.use_params(None)
-        super().__init__([*boxes, self.score_html, widgets.HBox([*extra, self.export_button]), self.export_area,
-                          widgets.HTML(WRAP_OPTIONS_CSS)])
+        self._resume()
+        super().__init__([*boxes, self.score_html, widgets.HBox([*extra, self.export_button, self.reset_button]),
+                          self.export_area, self.status, widgets.HTML(WRAP_OPTIONS_CSS)])
         self.add_class("dx-quiz")
 
     # Questions -------------------------------------------------------------------------------------
@@ -124,42 +144,88 @@ class Quiz(widgets.VBox):
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.entry.checks):
             raise ValueError(f"index: expected 0 to {len(self.entry.checks) - 1}, got {index!r}")
         check = self.entry.checks[index]
-        record: dict[str, Any] = {"entry": self.entry.id, "check": index, "kind": check.kind,
-                                  "learner": self.learner, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
         if check.kind == "choice":
             if isinstance(response, bool) or not isinstance(response, int) or \
                     not 0 <= response < len(check.options):
                 raise ValueError(f"answer: expected an option index 0 to {len(check.options) - 1}, got {response!r}")
             correct = content.is_correct(self.entry, index, response)
-            verdict = "Correct." if correct else "Not quite."
-            note = check.feedback[response] if check.feedback else ""
+            question, params = check.question, {}
+            given, expected = check.options[response], check.options[check.answer]
+        else:
+            typed = response if isinstance(response, str) else None
+            if typed is not None:
+                response = parse_number(typed, check.unit)
+            if isinstance(response, bool) or not isinstance(response, int | float):
+                raise ValueError(f"answer: expected a number in {check.unit}, got {response!r}")
+            shown = self.shown_params.get(index) or None
+            value = content.check_answer(self.entry, index, shown)
+            correct = content.is_correct(self.entry, index, response, shown)
+            question, params = content.render_question(self.entry, index, shown), dict(shown or check.params)
+            given, expected = (typed.strip() if typed is not None else repr(response)), repr(value)
+        attempt = Attempt(key=new_key(), learner=self.learner, entry_id=self.entry.id, check_index=index,
+                          question=question, params=params, response=given, expected=expected,
+                          correct=bool(correct), attempt=self._next_attempt(index), time=time.time(),
+                          content_version=self.content_version)
+        self._record(attempt)
+        self._show_feedback(attempt)
+        self._show_score()
+        return bool(correct)
+
+    def _next_attempt(self, index: int) -> int:
+        return sum(a.check_index == index for a in self.attempts) + 1
+
+    def _record(self, attempt: Attempt) -> None:
+        """Keep the attempt on screen and in the store; in a class, queue it and send the queue."""
+        self.attempts.append(attempt)
+        self.first_try.setdefault(attempt.check_index, attempt.correct)
+        if self.store is None:
+            return
+        in_class = _classroom_configured()
+        try:
+            self.store.add(attempt, outbox=in_class)
+        except Exception as err:  # a full disk or a locked file must not lose the learner's feedback
+            self.status.value = error_box(f"answer store {self.store.path}: could not save this answer ({err})")
+            return
+        if in_class:
+            self._deliver()
+
+    def _deliver(self) -> None:
+        try:
+            from classroom.client import deliver_pending
+
+            deliver_pending(self.store)
+        except Exception as err:  # the attempt is safe in the outbox and goes with the next delivery
+            self.status.value = error_box(f"saved on this server; not yet sent to the classroom service "
+                                          f"({type(err).__name__}: {err}); it will be sent with your next answer")
+        else:
+            self.status.value = ""
+
+    def _show_feedback(self, attempt: Attempt, earlier: bool = False) -> None:
+        check = self.entry.checks[attempt.check_index]
+        if check.kind == "choice":
+            verdict = "Correct." if attempt.correct else "Not quite."
+            chosen = check.options.index(attempt.response) if attempt.response in check.options else None
+            note = check.feedback[chosen] if check.feedback and chosen is not None else ""
             if note.startswith(verdict):  # content often opens the right option's note with "Correct."
                 note = note[len(verdict):].strip()
             lines = [verdict, note] if note else [verdict]
-            record.update(question=check.question, response=response, expected=check.answer)
         else:
-            if isinstance(response, str):
-                response = parse_number(response, check.unit)
-            if isinstance(response, bool) or not isinstance(response, int | float):
-                raise ValueError(f"answer: expected a number in {check.unit}, got {response!r}")
-            params = self.shown_params.get(index) or None
-            expected = content.check_answer(self.entry, index, params)
-            correct = content.is_correct(self.entry, index, response, params)
-            tol = f"±{check.tolerance:.0%}"
-            lines = [f"Correct: {_number_text(expected)} {check.unit} (accepted within {tol})." if correct else
-                     f"Not quite: the formula gives {_number_text(expected)} {check.unit}; you answered "
-                     f"{_number_text(response)} (accepted within {tol})."]
-            record.update(question=content.render_question(self.entry, index, params), response=response,
-                          expected=expected, params=params or dict(check.params), tolerance=check.tolerance)
-        record["correct"] = bool(correct)
-        record["attempt"] = sum(r["check"] == index for r in self.records) + 1
-        self.records.append(record)
-        self.first_try.setdefault(index, bool(correct))
-        colour = RIGHT if correct else WRONG
-        self.feedback[index].value = (f"<div style='color:{colour}'>{'<br>'.join(esc(x) for x in lines)}</div>"
-                                      f"<div style='color:#444'><i>Why:</i> {esc(check.explanation)}</div>")
-        self._show_score()
-        return bool(correct)
+            expected, tol = _number_text(float(attempt.expected)), f"±{check.tolerance:.0%}"
+            given = attempt.response
+            try:
+                given = _number_text(parse_number(given, check.unit))
+            except ValueError:
+                pass
+            lines = [f"Correct: {expected} {check.unit} (accepted within {tol})." if attempt.correct else
+                     f"Not quite: the formula gives {expected} {check.unit}; you answered {given} "
+                     f"(accepted within {tol})."]
+        if earlier:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(attempt.time))
+            lines.insert(0, f"Your earlier answer ({when}, attempt {attempt.attempt}): {attempt.response}")
+        colour = RIGHT if attempt.correct else WRONG
+        self.feedback[attempt.check_index].value = (
+            f"<div style='color:{colour}'>{'<br>'.join(esc(x) for x in lines)}</div>"
+            f"<div style='color:#444'><i>Why:</i> {esc(check.explanation)}</div>")
 
     def _submit(self, index: int) -> None:
         field = self.inputs[index]
@@ -170,11 +236,43 @@ class Quiz(widgets.VBox):
         except ValueError as err:
             self.feedback[index].value = error_box(str(err))
 
+    # Resume and reset ------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """Show this learner's earlier attempts at the entry (since their last reset) and their score."""
+        if self.store is None:
+            return
+        for attempt in self.store.attempts(self.learner, self.entry.id):
+            if attempt.check_index < len(self.entry.checks):
+                self.attempts.append(attempt)
+                self.first_try.setdefault(attempt.check_index, attempt.correct)
+        last = {a.check_index: a for a in self.attempts}
+        for attempt in last.values():
+            self._show_feedback(attempt, earlier=True)
+        self._show_score()
+        if _classroom_configured() and self.store.pending():
+            self._deliver()
+
+    def reset(self) -> int:
+        """Start this entry over: earlier attempts leave the screen and the score (the store keeps them)."""
+        hidden = self.store.reset(self.learner, self.entry.id) if self.store is not None else len(self.attempts)
+        self.attempts.clear()
+        self.first_try.clear()
+        for i, check in enumerate(self.entry.checks):
+            self.feedback[i].value = ""
+            self.inputs[i].value = None if check.kind == "choice" else ""
+        self._show_score()
+        return hidden
+
     # Score and export ------------------------------------------------------------------------------
     @property
     def score(self) -> int:
         """Checks answered right on the first attempt."""
         return sum(self.first_try.values())
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The attempts on screen as JSON dicts (the fields of `classroom.store.Attempt`)."""
+        return [a.to_json() for a in self.attempts]
 
     def _show_score(self) -> None:
         n = len(self.entry.checks)
@@ -182,7 +280,7 @@ class Quiz(widgets.VBox):
                                  f"answered)")
 
     def to_json(self) -> str:
-        """Every attempt, as JSON: what an instructor collects and feeds to `summarise`."""
+        """Every attempt on screen, as JSON: what `summarise` and `dantinox answers export` read."""
         return json.dumps(self.records, indent=1)
 
     def _show_export(self) -> None:
@@ -190,18 +288,20 @@ class Quiz(widgets.VBox):
         self.export_area.layout.display = None
 
 
-def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per check, over any number of learners' records: learners, attempts, and first-attempt success rate."""
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in records:
-        row = rows.setdefault((r["entry"], r["check"]), {"entry": r["entry"], "check": r["check"], "learners": 0,
-                                                          "attempts": 0, "first_try_right": 0})
-        row["attempts"] += 1
-        if r["attempt"] == 1:
-            row["learners"] += 1
-            row["first_try_right"] += bool(r["correct"])
-    out = []
-    for row in sorted(rows.values(), key=lambda x: (x["entry"], x["check"])):
-        row["first_try_rate"] = row["first_try_right"] / row["learners"] if row["learners"] else float("nan")
-        out.append(row)
-    return out
+def _classroom_configured() -> bool:
+    """Inside a hub user's server (which holds a hub token) whose hub runs the classroom service."""
+    return bool(os.environ.get("JUPYTERHUB_API_TOKEN") and os.environ.get("DANTINOX_CLASSROOM_URL"))
+
+
+def _content_version(entry: Any) -> str:
+    try:
+        return content.content_version(entry.id)
+    except content.ContentError:  # an entry from another directory or built in memory: hash what was loaded
+        return hashlib.sha256(entry.model_dump_json().encode()).hexdigest()
+
+
+def summarise(records: list[Any]) -> list[dict[str, Any]]:
+    """Per check, over any number of learners' attempts (Attempt objects or their JSON): learners, attempts,
+    first-try right and rate. The classroom dashboard computes the same rows (`classroom.summary`)."""
+    keys = ("entry", "check", "learners", "attempts", "first_try_right", "first_try_rate")
+    return [{k: row[k] for k in keys} for row in question_rows(records)]
