@@ -1,0 +1,283 @@
+"""The classroom service: one tornado process, run by JupyterHub, that every quiz attempt of a class goes to.
+
+    dantinox classroom serve [--db PATH]      # started by the hub (classroom/jupyterhub_config.py)
+
+Every request is authenticated by the hub (`jupyterhub.services.auth.HubOAuth`): a token in the
+`Authorization: token ...` header (kernels send their server's `JUPYTERHUB_API_TOKEN`) or the hub's OAuth
+cookie (the instructor's browser). The learner's name is the hub's, never a field the client typed.
+Learners read and write only their own attempts; members of the hub group `instructors` and hub admins read
+everything; any other identity gets 403 and an unauthenticated request never reaches a handler's body.
+All writes go through this one process into one SQLite file (`classroom.store.AnswerStore`).
+
+Endpoints, under the service prefix (`/services/classroom/`):
+
+    GET  ./                     instructor dashboard (HTML; polls api/summary)
+    GET  api/me                 {"name", "instructor"}
+    POST api/attempts           one attempt or a list (JSON); idempotent by key -> {"received", "new", "keys"}
+    GET  api/attempts/mine      the caller's attempts (JSON)
+    GET  api/attempts           everyone's attempts, instructors only; ?format=json|csv, ?learner=, ?entry_id=
+    GET  api/summary            per-question and per-learner summary, instructors only; ?format=json|csv
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import httpclient, ioloop, web
+
+from classroom.dashboard import DASHBOARD_HTML, class_summary
+from classroom.store import AnswerStore, Attempt
+from classroom.summary import attempt_table, to_csv
+
+DB_ENV_VAR = "DANTINOX_CLASSROOM_DB"
+INSTRUCTORS_GROUP = "instructors"
+MAX_BATCH = 1000  # attempts in one POST: a kernel's whole outbox after a long outage, not a bulk import
+MAX_BODY_BYTES = 8 * 1024 * 1024
+ROLE_CACHE_S = 30.0  # how long a learner's group membership is trusted before asking the hub again
+
+
+def default_db_path() -> Path:
+    """$DANTINOX_CLASSROOM_DB when set, else classroom.sqlite in the user's data directory."""
+    env = os.environ.get(DB_ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return platformdirs.user_data_path("dantinox-labs") / "classroom.sqlite"
+
+
+@dataclass
+class _Role:
+    instructor: bool
+    checked: float
+
+
+class Roles:
+    """Asks the hub (with the service's own token) whether a user is an admin or in the instructors group."""
+
+    def __init__(self, hub_auth: HubOAuth, group: str = INSTRUCTORS_GROUP):
+        self.hub_auth, self.group, self._cache = hub_auth, group, {}
+        self._http = httpclient.AsyncHTTPClient()
+
+    async def is_instructor(self, name: str) -> bool:
+        role = self._cache.get(name)
+        if role and time.monotonic() - role.checked < ROLE_CACHE_S:
+            return role.instructor
+        url = url_path_join(self.hub_auth.api_url, "users", quote(name, safe=""))
+        resp = await self._http.fetch(url, headers={"Authorization": f"token {self.hub_auth.api_token}"},
+                                      raise_error=False)
+        if resp.code != 200:  # the service's role lacks read:users, or the hub is down: refuse, never guess
+            raise web.HTTPError(503, f"cannot read hub user {name!r} (hub answered {resp.code})")
+        model = json.loads(resp.body)
+        instructor = bool(model.get("admin")) or self.group in model.get("groups", [])
+        self._cache[name] = _Role(instructor, time.monotonic())
+        return instructor
+
+
+class _Handler(HubOAuthenticated, web.RequestHandler):
+    """Authenticates through the hub before any handler body runs."""
+
+    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles):
+        self.store, self.hub_auth, self.roles = store, hub_auth, roles
+
+    async def prepare(self):
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            who = f"{model.get('kind', 'user')} {model.get('name')}"
+            raise web.HTTPError(403, f"{who} lacks access:services!service=<this service>") from None
+        if self._hub_auth_user_cache is None:
+            self.refuse_anonymous()
+            return
+        if self._hub_auth_user_cache.get("kind", "user") != "user":
+            raise web.HTTPError(403, "only hub users record or read attempts")
+        self.learner = self._hub_auth_user_cache["name"]
+
+    def refuse_anonymous(self):
+        raise web.HTTPError(401, "authenticate through JupyterHub (Authorization: token ...)")
+
+    async def require_instructor(self):
+        if not await self.roles.is_instructor(self.learner):
+            raise web.HTTPError(403, f"{self.learner} is not in the hub group {self.roles.group!r} nor an admin")
+
+    def write_error(self, status_code, **kwargs):
+        reason = self._reason
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            reason = exc.log_message % exc.args if exc.args else exc.log_message
+        self.finish({"error": reason, "status": status_code})
+
+    def write_json(self, obj):
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(obj))
+
+
+class DashboardHandler(_Handler):
+    def refuse_anonymous(self):
+        self.redirect(self.get_login_url())  # a browser goes through the hub's login and OAuth
+
+    async def get(self):
+        await self.require_instructor()
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; "
+                                                   "style-src 'unsafe-inline'")
+        self.finish(DASHBOARD_HTML)
+
+
+class MeHandler(_Handler):
+    async def get(self):
+        self.write_json({"name": self.learner, "instructor": await self.roles.is_instructor(self.learner)})
+
+
+def parse_attempts(body: bytes, learner: str) -> list[Attempt]:
+    """Validate a POST body: one attempt object or a list of them, each recorded under `learner` only."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"body: expected JSON, got invalid JSON ({err})") from None
+    items = data if isinstance(data, list) else [data]
+    if not items or len(items) > MAX_BATCH:
+        raise ValueError(f"body: expected 1 to {MAX_BATCH} attempts, got {len(items)}")
+    out = []
+    for i, item in enumerate(items):
+        try:
+            a = Attempt.from_json(item)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"attempts[{i}]: {err}") from None
+        if a.learner != learner:
+            raise PermissionError(f"attempts[{i}].learner: expected {learner!r} (your hub name), got {a.learner!r}")
+        out.append(a)
+    return out
+
+
+class AttemptsHandler(_Handler):
+    async def post(self):
+        try:
+            attempts = parse_attempts(self.request.body, self.learner)
+        except PermissionError as err:
+            raise web.HTTPError(403, str(err)) from None
+        except ValueError as err:
+            raise web.HTTPError(400, str(err)) from None
+        new = sum(self.store.add(a) for a in attempts)  # each add commits before we acknowledge
+        self.write_json({"received": len(attempts), "new": new, "keys": [a.key for a in attempts]})
+
+    async def get(self):
+        await self.require_instructor()
+        rows = self.store.attempts(self.get_argument("learner", None), self.get_argument("entry_id", None),
+                                   include_reset=True)
+        fmt = self.get_argument("format", "json")
+        if fmt == "json":
+            self.write_json([a.to_json() for a in rows])
+        elif fmt == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header("Content-Disposition", 'attachment; filename="classroom-attempts.csv"')
+            self.finish(to_csv(attempt_table(rows)))
+        else:
+            raise web.HTTPError(400, f"format: expected json or csv, got {fmt!r}")
+
+
+class MyAttemptsHandler(_Handler):
+    async def get(self):
+        rows = self.store.attempts(self.learner, self.get_argument("entry_id", None), include_reset=True)
+        self.write_json([a.to_json() for a in rows])
+
+
+class SummaryHandler(_Handler):
+    def initialize(self, entries, **kw):
+        super().initialize(**kw)
+        self.entries = entries
+
+    async def get(self):
+        await self.require_instructor()
+        summary = class_summary(self.store.attempts(), self.entries.get())
+        summary["content_error"] = self.entries.error
+        fmt = self.get_argument("format", "json")
+        if fmt == "json":
+            self.write_json(summary)
+        elif fmt == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header("Content-Disposition", 'attachment; filename="classroom-questions.csv"')
+            self.finish(to_csv(summary["questions"]))
+        else:
+            raise web.HTTPError(400, f"format: expected json or csv, got {fmt!r}")
+
+
+class Entries:
+    """The content entries (question text, options, beliefs), loaded at the first summary request.
+
+    Attempts are recorded whatever state content/ is in; if it does not load, the summary says why
+    (`content_error`) and shows counts without question text."""
+
+    def __init__(self, entries: dict | None = None):
+        self._entries, self.error = entries, None
+
+    def get(self) -> dict:
+        if self._entries is None:
+            try:
+                import content
+
+                self._entries = content.load_all()
+            except Exception as err:  # noqa: BLE001 - shown on the dashboard, retried next request
+                self.error = str(err).splitlines()[0]
+                return {}
+            self.error = None
+        return self._entries
+
+
+def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict | None = None) -> web.Application:
+    """The tornado application; `hub_auth` defaults to one configured from the hub's environment and
+    `entries` (for question text, options and beliefs) to every entry in content/."""
+    hub_auth = hub_auth or HubOAuth(cache_max_age=60)
+    prefix = hub_auth.base_url  # $JUPYTERHUB_SERVICE_PREFIX, e.g. /services/classroom/
+    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth))
+    routes = [
+        (prefix, DashboardHandler, kw),
+        (url_path_join(prefix, "api/me"), MeHandler, kw),
+        (url_path_join(prefix, "api/attempts"), AttemptsHandler, kw),
+        (url_path_join(prefix, "api/attempts/mine"), MyAttemptsHandler, kw),
+        (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": Entries(entries)}),
+        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+    ]
+    secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
+    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False)
+
+
+def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1") -> None:
+    """Run the service until killed. Needs the environment a JupyterHub service is started with."""
+    for name in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL", "JUPYTERHUB_SERVICE_PREFIX"):
+        if not os.environ.get(name):
+            raise ValueError(f"${name} is not set: run this as a JupyterHub service "
+                             "(see classroom/jupyterhub_config.py)")
+    if port is None:
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        port = int(url.rsplit(":", 1)[1].split("/")[0]) if url.count(":") == 2 else 10101
+    store = AnswerStore(db if db is not None else default_db_path())
+    app = make_app(store)
+    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)
+    print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
+          flush=True)
+    ioloop.IOLoop.current().start()
+
+
+if __name__ == "__main__":  # `python -m classroom.service`: the same as `dantinox classroom serve`, without jax
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m classroom.service", description="the classroom service")
+    p.add_argument("--db", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--ip", default="127.0.0.1")
+    args = p.parse_args()
+    try:
+        serve(db=args.db, port=args.port, ip=args.ip)
+    except ValueError as err:
+        sys.exit(f"classroom serve: error: {err}")

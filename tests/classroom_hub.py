@@ -1,0 +1,233 @@
+"""A real JupyterHub, its proxy and the classroom service on free localhost ports, for tests and benchmarks.
+
+The hub uses the dummy authenticator and spawns no user servers; learners and instructors are made through
+the hub's REST API with a test-only admin service token, and their tokens are asked of the API too.
+The classroom service is registered as an external service so a test can kill -9 and restart it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SERVICE = "classroom"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, token: str | None = None, body=None, timeout: float = 30.0,
+         follow: bool = True) -> tuple[int, bytes, dict]:
+    """One request; returns (status, body, headers) for any status, never raises on 4xx/5xx."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"token {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def wait_until(check, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+class Hub:
+    """JupyterHub + proxy (+ the classroom service when `start_service` is called) in a temporary directory."""
+
+    def __init__(self, *, managed: bool = False):
+        self.dir = Path(tempfile.mkdtemp(prefix="dantinox-hub-"))
+        self.port, self.hub_port, self.proxy_api_port, self.service_port = (free_port() for _ in range(4))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api = f"{self.url}/hub/api"
+        self.service_url = f"{self.url}/services/{SERVICE}"  # through the proxy
+        self.direct_url = f"http://127.0.0.1:{self.service_port}/services/{SERVICE}"  # the peer: no proxy
+        self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
+        self.db = self.dir / "classroom.sqlite"
+        self.managed, self.proc, self.service = managed, None, None
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                    "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
+
+    def write_config(self) -> Path:
+        path = self.dir / "jupyterhub_config.py"
+        path.write_text(f"""
+from classroom.jupyterhub_config import configure
+configure(c, hub_port={self.port}, hub_ip="127.0.0.1", db_path={str(self.db)!r}, service_port={self.service_port},
+          managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r})
+c.JupyterHub.hub_port = {self.hub_port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
+c.ConfigurableHTTPProxy.pid_file = {str(self.dir / "proxy.pid")!r}
+c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.db_url = "sqlite:///{self.dir / 'hub.sqlite'}"
+c.JupyterHub.cookie_secret_file = {str(self.dir / "cookie_secret")!r}
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.services.append({{"name": "tester", "api_token": {self.admin_token!r}}})
+c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # the hub's own admin role
+""")
+        return path
+
+    def start(self) -> Hub:
+        if not self.managed:
+            self.start_service(wait=False)  # the hub waits for an external service to answer before it is ready
+        config = self.write_config()
+        self.log = open(self.dir / "hub.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=self.dir, env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(lambda: self._alive() and http("GET", self.api + "/", timeout=2)[0] == 200, "JupyterHub", 90)
+        if not self.managed:
+            wait_until(lambda: self._service_up(), "classroom service", 60)
+        return self
+
+    def _alive(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"JupyterHub exited: {(self.dir / 'hub.log').read_text()[-2000:]}")
+        return True
+
+    def service_env(self) -> dict:
+        """The environment JupyterHub gives a service it manages, for a service the test manages."""
+        return {**self.env, "JUPYTERHUB_API_TOKEN": self.service_token,
+                "JUPYTERHUB_API_URL": f"http://127.0.0.1:{self.hub_port}/hub/api",
+                "JUPYTERHUB_BASE_URL": "/", "JUPYTERHUB_SERVICE_NAME": SERVICE,
+                "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{self.service_port}",
+                "JUPYTERHUB_SERVICE_PREFIX": f"/services/{SERVICE}/", "JUPYTERHUB_CLIENT_ID": f"service-{SERVICE}",
+                "JUPYTERHUB_OAUTH_CALLBACK_URL": f"/services/{SERVICE}/oauth_callback",
+                "JUPYTERHUB_HOST": "", "JUPYTERHUB_OAUTH_ACCESS_SCOPES":
+                    json.dumps([f"access:services!service={SERVICE}", "access:services"])}
+
+    def start_service(self, wait: bool = True) -> subprocess.Popen:
+        """Start (or restart) the classroom service process and wait until it answers."""
+        self.service_log = open(self.dir / "service.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.service = subprocess.Popen(
+            [sys.executable, "-m", "classroom.service", "--db", str(self.db), "--port", str(self.service_port)],
+            cwd=ROOT, env=self.service_env(), stdout=self.service_log, stderr=subprocess.STDOUT)
+        if wait:
+            wait_until(lambda: self._service_up(), "classroom service", 60)
+        return self.service
+
+    def _service_up(self) -> bool:
+        if self.service.poll() is not None:
+            raise RuntimeError(f"classroom service exited: {(self.dir / 'service.log').read_text()[-2000:]}")
+        return http("GET", self.direct_url + "/api/me", timeout=2)[0] == 401
+
+    def kill_service(self, sig: int = signal.SIGKILL) -> None:
+        self.service.send_signal(sig)
+        self.service.wait(10)
+
+    def stop(self) -> None:
+        _stop(self.service)
+        _stop(self.proc)
+        for name in ("log", "service_log"):
+            if hasattr(self, name):
+                getattr(self, name).close()
+
+    # Hub API, as the test-only admin service -----------------------------------------------------------
+    def admin(self, method: str, path: str, body=None) -> dict | list | None:
+        status, data, _ = http(method, self.api + path, self.admin_token, body)
+        if status >= 300:
+            raise RuntimeError(f"hub API {method} {path}: HTTP {status} {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def add_users(self, *names: str) -> None:
+        self.admin("POST", "/users", {"usernames": list(names)})
+
+    def add_to_group(self, group: str, *names: str) -> None:
+        self.admin("POST", f"/groups/{group}/users", {"users": list(names)})
+
+    def token_for(self, name: str, scopes: list[str] | None = None) -> str:
+        """A token for `name` with the scopes a kernel's server token carries for this service."""
+        scopes = scopes if scopes is not None else [f"access:services!service={SERVICE}"]
+        return self.admin("POST", f"/users/{name}/tokens", {"scopes": scopes, "note": "test"})["token"]
+
+    def service_log_text(self) -> str:
+        return (self.dir / "service.log").read_text(errors="replace")
+
+
+# Load: many learners posting at once ----------------------------------------------------------------------
+VERSION = "0" * 64  # a valid content_version for generated attempts
+
+
+def make_attempt(learner: str, i: int) -> dict:
+    """A valid attempt JSON with a fresh idempotency key (generated data, not a real answer)."""
+    return {"key": secrets.token_hex(16), "learner": learner, "entry_id": "kv-cache", "check_index": i % 3,
+            "question": f"generated question {i % 3}", "params": {"tokens": float(i)}, "response": str(i % 4),
+            "expected": "2", "correct": i % 4 == 2, "attempt": i // 3 + 1, "time": time.time(),
+            "content_version": VERSION}
+
+
+def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None, timeout: float = 60.0) -> list:
+    """Every learner posts `per_learner` single attempts one after another, all learners at once.
+
+    Returns (learner, key, status, seconds, body) per request; status 599 is a connection failure.
+    `on_ack(n)` is called after each acknowledged (200) request with the running count."""
+    import asyncio
+
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+    async def main():
+        client = AsyncHTTPClient(force_instance=True, max_clients=len(tokens))
+        results, acked = [], 0
+
+        async def learner(name: str, token: str):
+            nonlocal acked
+            for i in range(per_learner):
+                attempt = make_attempt(name, i)
+                req = HTTPRequest(url + "/api/attempts", method="POST", body=json.dumps(attempt),
+                                  headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+                                  request_timeout=timeout, connect_timeout=timeout)
+                start = time.perf_counter()
+                resp = await client.fetch(req, raise_error=False)
+                body = resp.body or str(resp.error).encode()
+                results.append((name, attempt["key"], resp.code, time.perf_counter() - start, body))
+                if resp.code == 200:
+                    acked += 1
+                    if on_ack:
+                        on_ack(acked)
+
+        await asyncio.gather(*(learner(n, t) for n, t in tokens.items()))
+        client.close()
+        return results
+
+    return asyncio.run(main())

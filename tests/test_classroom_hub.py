@@ -1,0 +1,195 @@
+"""The classroom service behind a real JupyterHub and its proxy: identity, access, delivery, load, kill -9.
+
+Every request below goes through the hub's proxy (the public URL) with a token the hub API issued, unless
+a test says it talks to the service directly. Users, the instructors group and tokens are made through the
+hub's REST API. Generated attempts, not real learners.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import threading
+from collections import Counter
+
+import pytest
+from classroom_hub import Hub, http, make_attempt, run_load, wait_until
+
+from classroom.client import Delivery, deliver_pending
+from classroom.jupyterhub_config import classroom_roles
+from classroom.store import AnswerStore, Attempt
+
+
+@pytest.fixture(scope="module")
+def hub():
+    h = Hub()
+    try:
+        h.start()
+        h.add_users("alice", "bob", "carol", "teacher", "boss")
+        h.add_to_group("instructors", "teacher")
+        h.admin("PATCH", "/users/boss", {"admin": True})
+        h.tokens = {name: h.token_for(name) for name in ("alice", "bob", "carol", "teacher", "boss")}
+        yield h
+    finally:
+        h.stop()
+
+
+def stored(h: Hub) -> list[tuple]:
+    """(learner, key) of every row in the service's file, read straight from SQLite."""
+    with sqlite3.connect(h.db) as db:
+        return db.execute("SELECT learner, key FROM attempts").fetchall()
+
+
+def post(h: Hub, who: str, body, url: str | None = None):
+    return http("POST", (url or h.service_url) + "/api/attempts", h.tokens[who], body)
+
+
+def get_json(h: Hub, who: str | None, path: str):
+    status, body, _ = http("GET", h.service_url + path, h.tokens.get(who) if who else None)
+    return status, json.loads(body) if body else None
+
+
+def test_attempts_recorded_under_the_hub_identity_through_the_proxy(hub, tmp_path):
+    store = AnswerStore(tmp_path / "alice.sqlite")  # alice's kernel: attempts go to the outbox first
+    for i in range(3):
+        store.add(Attempt.from_json(make_attempt("alice", i)), outbox=True)
+    result = deliver_pending(store, url=hub.service_url, token=hub.tokens["alice"])
+    assert (result.delivered, result.pending, result.error) == (3, 0, None)
+    assert post(hub, "bob", [make_attempt("bob", 0), make_attempt("bob", 1)])[0] == 200
+    status, mine = get_json(hub, "alice", "/api/attempts/mine")
+    assert status == 200 and {a["key"] for a in mine} == {a.key for a in store.attempts()}
+    status, everyone = get_json(hub, "teacher", "/api/attempts?learner=bob")
+    assert status == 200 and len(everyone) == 2 and {a["learner"] for a in everyone} == {"bob"}
+
+
+def test_a_learner_reads_and_writes_only_their_own_records(hub):
+    assert post(hub, "bob", make_attempt("bob", 7))[0] == 200
+    status, mine = get_json(hub, "alice", "/api/attempts/mine")
+    assert status == 200 and all(a["learner"] == "alice" for a in mine)
+    assert get_json(hub, "alice", "/api/attempts")[0] == 403
+    assert get_json(hub, "alice", "/api/attempts?learner=bob")[0] == 403
+    assert get_json(hub, "alice", "/api/summary")[0] == 403
+    status, body, _ = post(hub, "alice", make_attempt("bob", 8))  # a typed name is not an identity
+    assert status == 403 and b"attempts[0].learner: expected 'alice'" in body
+
+
+def test_only_instructors_and_admins_open_the_dashboard(hub):
+    assert http("GET", hub.service_url + "/", hub.tokens["alice"])[0] == 403
+    for who in ("teacher", "boss"):  # the instructors group, a hub admin
+        status, body, _ = http("GET", hub.service_url + "/", hub.tokens[who])
+        assert status == 200 and b"Classroom dashboard" in body
+        # content reaches the page only through textContent: no HTML-parsing sink exists to escape for
+        assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
+
+
+def test_unauthenticated_and_unscoped_requests_never_reach_data(hub):
+    assert http("GET", hub.service_url + "/api/attempts")[0] == 401
+    assert http("POST", hub.service_url + "/api/attempts", None, make_attempt("alice", 0))[0] == 401
+    status, body, _ = http("GET", hub.service_url + "/api/attempts", "not-a-hub-token")
+    assert status == 401 and b"key" not in body
+    status, _, headers = http("GET", hub.service_url + "/", follow=False)  # a browser is sent to the hub login
+    assert status == 302 and headers["Location"].startswith("/hub/api/oauth2/authorize")
+    narrow = hub.token_for("carol", scopes=["read:users:name!user"])  # a valid token without the access scope
+    assert http("GET", hub.service_url + "/api/attempts/mine", narrow)[0] == 403
+
+
+def test_bad_bodies_get_one_line_errors(hub):
+    status, body, _ = http("POST", hub.service_url + "/api/attempts", hub.tokens["alice"], None)
+    assert status == 400 and json.loads(body)["error"].startswith("body: expected JSON")
+    bad = {k: v for k, v in make_attempt("alice", 0).items() if k != "correct"}
+    status, body, _ = post(hub, "alice", [make_attempt("alice", 1), bad])
+    assert status == 400 and json.loads(body)["error"] == "attempts[1]: attempt: missing field(s) correct"
+    status, body, _ = http("GET", hub.service_url + "/api/attempts?format=xml", hub.tokens["teacher"])
+    assert status == 400 and "format: expected json or csv" in json.loads(body)["error"]
+
+
+def test_summary_and_exports_match_the_records(hub):
+    status, summary = get_json(hub, "teacher", "/api/summary")
+    rows = stored(hub)
+    assert status == 200 and summary["attempts"] == len(rows)
+    assert summary["learner_count"] == len({learner for learner, _ in rows})
+    assert sum(q["attempts"] for q in summary["questions"]) == len(rows)
+    status, body, headers = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])
+    assert status == 200 and headers["Content-Type"].startswith("text/csv")
+    assert len(body.decode().strip().splitlines()) == len(rows) + 1  # header + one line per attempt
+
+
+def test_outbox_waits_for_a_restarted_service_and_counts_once(hub, tmp_path):
+    store = AnswerStore(tmp_path / "carol.sqlite")
+    hub.kill_service(signal.SIGTERM)
+    for i in range(5):
+        store.add(Attempt.from_json(make_attempt("carol", i)), outbox=True)
+    down = deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"], timeout=5)
+    assert down.delivered == 0 and down.pending == 5 and "HTTP 50" in down.error  # the proxy answers for it
+    hub.start_service()
+    assert deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"]) == Delivery(5, 0, None)
+    store.add(Attempt.from_json(make_attempt("carol", 9)), outbox=True)
+    with sqlite3.connect(store.path) as db:  # as if the ack was lost: every attempt is sent again
+        db.execute("UPDATE attempts SET delivered = 0")
+    assert deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"]) == Delivery(6, 0, None)
+    carol = [key for learner, key in stored(hub) if learner == "carol"]
+    assert sorted(carol) == sorted(a.key for a in store.attempts())  # six rows, none twice
+
+
+@pytest.fixture(scope="module")
+def class_of_50(hub):
+    names = [f"learner{i:02d}" for i in range(50)]
+    hub.add_users(*names)
+    return {n: hub.token_for(n) for n in names}
+
+
+def test_50_learners_x_100_attempts_through_the_proxy(hub, class_of_50):
+    before = len(stored(hub))
+    results = run_load(hub.service_url, class_of_50, 100)
+    assert Counter(status for *_, status, _, _ in results) == {200: 5000}
+    rows = stored(hub)
+    sent = {key for _, key, *_ in results}
+    assert len(rows) == before + 5000 and len({key for _, key in rows}) == len(rows)  # 0 lost, 0 duplicated
+    assert sent <= {key for _, key in rows}
+    assert "database is locked" not in hub.service_log_text()
+    assert not any(b"locked" in body for *_, body in results)
+
+
+def test_kill_9_mid_load_keeps_every_acknowledged_attempt(hub, class_of_50):
+    killed = threading.Event()
+
+    def kill_after(n):  # the service dies with requests in flight
+        if n == 800 and not killed.is_set():
+            killed.set()
+            hub.kill_service(signal.SIGKILL)
+
+    learners = dict(list(class_of_50.items())[:25])
+    results = run_load(hub.service_url, learners, 60, on_ack=kill_after, timeout=10)
+    assert killed.is_set()
+    acked = {key for _, key, status, _, _ in results if status == 200}
+    failed = [status for *_, status, _, _ in results if status != 200]
+    assert len(acked) >= 800 and failed  # some landed before the kill, the rest were refused
+    hub.start_service()
+    keys = {key for _, key in stored(hub)}
+    assert acked <= keys  # every acknowledged attempt survived kill -9
+    with sqlite3.connect(hub.db) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    wait_until(lambda: post(hub, "alice", make_attempt("alice", 50))[0] == 200, "service after restart", 30)
+
+
+def test_roles_add_service_access_and_keep_the_hub_defaults():
+    from jupyterhub.roles import get_default_roles
+
+    defaults = {r["name"]: set(r["scopes"]) for r in get_default_roles()}
+    roles = {r["name"]: r for r in classroom_roles("classroom")}
+    for name in ("user", "server"):
+        assert set(roles[name]["scopes"]) == defaults[name] | {"access:services!service=classroom"}
+    assert roles["classroom-service"]["services"] == ["classroom"]
+
+
+def test_the_shipped_config_starts_dantinox_classroom_serve():
+    h = Hub(managed=True)  # the hub itself starts `dantinox classroom serve`, as on a course machine
+    try:
+        h.start()
+        h.add_users("dora")
+        h.tokens = {"dora": h.token_for("dora")}
+        wait_until(lambda: post(h, "dora", make_attempt("dora", 0))[0] == 200, "managed classroom service", 60)
+        assert [learner for learner, _ in stored(h)] == ["dora"]
+    finally:
+        h.stop()
