@@ -56,6 +56,25 @@ def _tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def _classroom_serve(args: argparse.Namespace) -> int:
+    from classroom.service import serve
+
+    serve(db=args.db, port=args.port, ip=args.ip)
+    return 0
+
+
+def _answers_export(args: argparse.Namespace) -> int:
+    from classroom.cli import answers_export
+
+    return answers_export(args)
+
+
+def _classroom_nbgrader(args: argparse.Namespace) -> int:
+    from classroom.cli import nbgrader
+
+    return nbgrader(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dantinox", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -88,6 +107,30 @@ def build_parser() -> argparse.ArgumentParser:
     cc = csub.add_parser("check", help="validate YAML concept entries (default: content/entries/)")
     cc.add_argument("paths", nargs="*")
     cc.set_defaults(func=_content_check)
+
+    cl = sub.add_parser("classroom", help="classroom sessions on JupyterHub")
+    classroom_sub = cl.add_subparsers(dest="classroom_command", required=True)
+    cs = classroom_sub.add_parser("serve", help="run the classroom service (started by JupyterHub, see "
+                                                "classroom/jupyterhub_config.py)")
+    cs.add_argument("--db", default=None, help="SQLite file (default: $DANTINOX_CLASSROOM_DB, else the data dir)")
+    cs.add_argument("--port", type=int, default=None, help="default: the port in $JUPYTERHUB_SERVICE_URL")
+    cs.add_argument("--ip", default="127.0.0.1")
+    cs.set_defaults(func=_classroom_serve)
+    cn = classroom_sub.add_parser("nbgrader", help="write an nbgrader source assignment from entries' checks")
+    cn.add_argument("entries", nargs="+", metavar="ENTRY", help="entry ids, e.g. kv-cache")
+    cn.add_argument("--out", required=True, help="the assignment's source folder, e.g. course/source/kv")
+    cn.add_argument("--points", type=float, default=1.0, help="points per check (default 1)")
+    cn.set_defaults(func=_classroom_nbgrader)
+
+    an = sub.add_parser("answers", help="your own quiz answers, from the local answer store")
+    asub = an.add_subparsers(dest="answers_command", required=True)
+    ae = asub.add_parser("export", help="write your attempts as CSV or JSON")
+    ae.add_argument("--format", choices=["csv", "json"], default="json")
+    ae.add_argument("--out", default=None, help="a file to write (default: standard output)")
+    ae.add_argument("--learner", default=None, help="default: $JUPYTERHUB_USER, else your OS user name")
+    ae.add_argument("--entry", default=None, help="only this entry id")
+    ae.add_argument("--db", default=None, help="the answer store (default: $DANTINOX_ANSWERS_DB, else the data dir)")
+    ae.set_defaults(func=_answers_export)
 
     tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")
     tb.set_defaults(func=_tables)
