@@ -83,9 +83,12 @@ class FakeClient:
 
     def deliver_pending(self, store):
         self.calls += 1
-        if self.down:
+        if self.down == "raise":  # the real client never raises, but nothing it could raise may reach the learner
             raise ConnectionError("service unreachable")
+        if self.down == "report":
+            return types.SimpleNamespace(delivered=0, pending=len(store.pending()), error="HTTP 503 unavailable")
         store.mark_delivered(a.key for a in store.pending())
+        return types.SimpleNamespace(delivered=1, pending=0, error=None)
 
 
 @pytest.fixture
@@ -101,15 +104,16 @@ def test_in_a_hub_each_attempt_goes_through_the_outbox(entry, store, client, mon
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
     monkeypatch.setenv("DANTINOX_CLASSROOM_URL", "http://127.0.0.1:1/services/classroom/")
     quiz = Quiz(entry, learner="ada", store=store)
-    client.down = True
+    client.down = "report"
     quiz.answer(0, 6.0)
-    assert len(store.pending()) == 1 and "not yet sent to the classroom service" in quiz.status.value
+    assert len(store.pending()) == 1 and "not yet sent to the classroom service (HTTP 503" in quiz.status.value
     assert "Correct" in quiz.feedback[0].value  # the learner still gets feedback
     client.down = False
     quiz.answer(0, 6.0)  # the next answer sends the queue, the earlier one included
     assert store.pending() == [] and quiz.status.value == "" and client.calls == 2
-    client.down = True
+    client.down = "raise"
     quiz.answer(0, 5.0)
+    assert len(store.pending()) == 1 and "ConnectionError: service unreachable" in quiz.status.value
     client.down = False
     Quiz(entry, learner="ada", store=store)  # reopening the lab retries what is still queued
     assert store.pending() == [] and client.calls == 4
@@ -158,3 +162,11 @@ def test_answers_export_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["answers", "export", "--format", "csv"]) == 0  # nothing answered yet: a header, no file made
     assert capsys.readouterr().out.startswith("key,learner,entry_id,check_index,")
+
+
+def test_with_the_real_client_an_unreachable_service_leaves_the_attempt_queued(entry, store, monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
+    monkeypatch.setenv("DANTINOX_CLASSROOM_URL", "http://127.0.0.1:9/services/classroom")  # nothing listens
+    quiz = Quiz(entry, learner="ada", store=store)
+    assert quiz.answer(0, 6.0) is True
+    assert len(store.pending()) == 1 and "classroom service unreachable" in quiz.status.value

@@ -190,15 +190,16 @@ class Quiz(widgets.VBox):
             self._deliver()
 
     def _deliver(self) -> None:
+        """Send the outbox to the classroom service; what is not acknowledged goes with the next answer."""
         try:
             from classroom.client import deliver_pending
 
-            deliver_pending(self.store)
-        except Exception as err:  # the attempt is safe in the outbox and goes with the next delivery
-            self.status.value = error_box(f"saved on this server; not yet sent to the classroom service "
-                                          f"({type(err).__name__}: {err}); it will be sent with your next answer")
-        else:
-            self.status.value = ""
+            error = deliver_pending(self.store).error
+        except Exception as err:  # the attempt is safe in the outbox whatever went wrong on the way
+            error = f"{type(err).__name__}: {err}"
+        self.status.value = "" if error is None else error_box(
+            f"saved on this server; not yet sent to the classroom service ({error}); "
+            f"it will be sent with your next answer")
 
     def _show_feedback(self, attempt: Attempt, earlier: bool = False) -> None:
         check = self.entry.checks[attempt.check_index]
