@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -65,7 +66,9 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
     attempts = [_as_attempt(a) for a in attempts]
     firsts = first_attempts(attempts)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
+    shown: dict[tuple[str, int], Counter] = defaultdict(Counter)
     for a in attempts:
+        shown[a.entry_id, a.check_index][a.question] += 1
         row = rows.setdefault((a.entry_id, a.check_index), {"entry": a.entry_id, "check": a.check_index,
                                                            "learners": 0, "attempts": 0, "first_try_right": 0})
         row["attempts"] += 1
@@ -80,7 +83,8 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
         entry = (entries or {}).get(key[0])
         if entry is not None and key[1] < len(entry.checks):
             check = entry.checks[key[1]]
-            row["kind"], row["question"] = check.kind, check.question
+            row["kind"] = check.kind
+            row["question"] = shown[key].most_common(1)[0][0]  # as most attempts showed it, numbers filled in
             if check.kind == "choice":
                 picked = [a.response for (_, e, c), a in firsts.items() if (e, c) == key]
                 row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked.count(text),

@@ -1,0 +1,79 @@
+"""The class summary the dashboard and the instructor notebook share: first tries, first choices, beliefs."""
+
+import csv
+import io
+
+import pytest
+
+import content
+from classroom.illustrative import illustrative_attempts
+from classroom.store import Attempt, new_key
+from classroom.summary import belief, learner_rows, question_rows, to_csv
+from widgets.quiz import summarise
+
+
+@pytest.fixture(scope="module")
+def entry():
+    return content.load_entry("kv-cache")
+
+
+def attempt(learner, check_index, response, correct, time, attempt=1, question="Q?"):
+    return Attempt(key=new_key(), learner=learner, entry_id="kv-cache", check_index=check_index, question=question,
+                   params={}, response=response, expected="", correct=correct, attempt=attempt, time=time,
+                   content_version="ef" * 32)
+
+
+def test_first_attempts_and_first_choices_per_question(entry):
+    i = next(i for i, c in enumerate(entry.checks) if c.kind == "choice")
+    options, key = entry.checks[i].options, entry.checks[i].answer
+    wrong = (key + 1) % len(options)
+    attempts = [attempt("a", i, options[wrong], False, 1.0), attempt("a", i, options[key], True, 2.0, 2),
+                attempt("b", i, options[key], True, 3.0),
+                # after a reset numbering restarts at 1, but a's first try is still the earliest one
+                attempt("a", i, options[key], True, 4.0, 1),
+                attempt("c", 0, "6", True, 5.0, question="How many MiB for 12 layers?")]
+    rows = question_rows(attempts, {"kv-cache": entry})
+    first, choice = rows
+    assert (first["check"], first["learners"], first["first_try_rate"]) == (0, 1, 1.0)
+    assert first["question"] == "How many MiB for 12 layers?"  # as shown, numbers filled in
+    assert (choice["learners"], choice["attempts"], choice["first_try_right"]) == (2, 4, 1)
+    counts = {o["option"]: o["first_choice"] for o in choice["options"]}
+    assert counts[options[wrong]] == 1 and counts[options[key]] == 1 and sum(counts.values()) == 2
+    assert [o["correct"] for o in choice["options"]] == [j == key for j in range(len(options))]
+    assert summarise(attempts)[1] == {k: choice[k] for k in ("entry", "check", "learners", "attempts",
+                                                             "first_try_right", "first_try_rate")}
+    assert summarise([a.to_json() for a in attempts]) == summarise(attempts)
+
+
+def test_wrong_options_are_named_by_the_belief_they_embody(entry):
+    i = next(i for i, c in enumerate(entry.checks) if c.kind == "choice" and "num_attention_heads" in c.options[0])
+    assert belief(entry, i, 0) == entry.misconception[0].claim  # "KV heads equal attention heads"
+    assert belief(entry, i, entry.checks[i].answer) == ""
+    plain = next(j for j, o in enumerate(entry.checks[4].options) if j != entry.checks[4].answer)
+    assert belief(entry, 4, plain) in (entry.checks[4].options[plain], *(m.claim for m in entry.misconception))
+
+
+def test_learner_progress_and_csv(entry):
+    attempts = [attempt("a", 0, "6", True, 1.0), attempt("a", 0, "6", True, 2.0, 2), attempt("a", 2, "x", False, 3.0),
+                attempt("b", 1, "1", False, 4.0)]
+    rows = learner_rows(attempts, {"kv-cache": entry})
+    assert rows == [{"learner": "a", "answered": 2, "first_try_right": 1, "entries": {"kv-cache": "2/5"}},
+                    {"learner": "b", "answered": 1, "first_try_right": 0, "entries": {"kv-cache": "1/5"}}]
+    table = list(csv.DictReader(io.StringIO(to_csv([{"a": 1}, {"a": 2, "b": 3}]))))
+    assert table == [{"a": "1", "b": ""}, {"a": "2", "b": "3"}]
+
+
+def test_illustrative_records_are_reproducible_and_valid(entry):
+    one = illustrative_attempts({"kv-cache": entry}, learners=5, seed=3)
+    assert one == illustrative_attempts({"kv-cache": entry}, learners=5, seed=3)
+    assert one != illustrative_attempts({"kv-cache": entry}, learners=5, seed=4)
+    assert {a.learner for a in one} == {f"learner-0{i}" for i in range(1, 6)}
+    assert all(a.content_version == content.content_version("kv-cache") for a in one)
+    for a in one:  # graded with the quiz's own rule
+        check = entry.checks[a.check_index]
+        if check.kind == "numeric":
+            assert a.correct == content.is_correct(entry, a.check_index, float(a.response))
+        else:
+            assert a.correct == (a.response == check.options[check.answer])
+    with pytest.raises(ValueError, match="^learners: expected a whole number from 1 to 10000, got 0$"):
+        illustrative_attempts({"kv-cache": entry}, learners=0)
