@@ -5,23 +5,24 @@
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.tree_nbytes(
         dantinox.init_cache(cfg, batch_size=4, length=512))
+
+Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
+`dantinox.enable_compilation_cache()` themselves.
 """
 
 from dantinox._jax_setup import enable_compilation_cache
-
-enable_compilation_cache()
-
-from dantinox.cache import (  # noqa: E402
+from dantinox.cache import (
     LatentCache,
     LayerCache,
     cache_shapes,
+    filled_slots,
     init_cache,
     tree_nbytes,
 )
-from dantinox.config import PRESETS, ModelConfig  # noqa: E402
-from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate  # noqa: E402
-from dantinox.generate import DecodeState, StreamEvent, generate, stream  # noqa: E402
-from dantinox.memory import (  # noqa: E402
+from dantinox.config import PRESETS, ModelConfig
+from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
+from dantinox.generate import DecodeState, StreamEvent, generate, stream
+from dantinox.memory import (
     DEVICE_PRESETS,
     DevicePreset,
     format_bytes,
@@ -30,12 +31,12 @@ from dantinox.memory import (  # noqa: E402
     param_bytes,
     reference_tables,
 )
-from dantinox.model import Transformer  # noqa: E402
-from dantinox.rundir import Generator, load_run, save_run  # noqa: E402
+from dantinox.model import Transformer
+from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [
     "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "LatentCache", "LayerCache", "ModelConfig",
-    "StreamEvent", "Transformer", "cache_shapes", "format_bytes", "generate", "init_cache", "kv_cache_bytes",
-    "max_batch_size", "param_bytes", "reference_tables", "stream", "tree_nbytes",
-    "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
+    "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
+    "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
+    "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
 ]

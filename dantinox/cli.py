@@ -11,11 +11,43 @@ import sys
 import time
 
 
+def content_corpus() -> str:
+    """The prose of the concept entries in content/entries/, loaded by the strict content loader."""
+    import content
+
+    texts: list[str] = []
+
+    def collect(node) -> None:
+        if isinstance(node, str):
+            if len(node) > 20 and not node.startswith("http"):
+                texts.append(" ".join(node.split()))
+        elif isinstance(node, dict):
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for entry in content.load_all().values():
+        collect(entry.model_dump())
+    if not texts:
+        raise ValueError(f"corpus: no text found in {content.CONTENT_DIR}; pass --corpus FILE")
+    return "\n".join(texts)
+
+
 def _train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from dantinox.train import train
 
-    train(args.run_dir, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
-          corpus=args.corpus, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len)
+    if args.corpus is None:
+        text = content_corpus()
+    elif not Path(args.corpus).is_file():
+        raise ValueError(f"--corpus: {args.corpus} is not a file")
+    else:
+        text = Path(args.corpus).read_text(encoding="utf-8")
+    train(args.run_dir, corpus=text, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
+          seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len)
     print(f"wrote {args.run_dir}")
     return 0
 
@@ -24,8 +56,17 @@ def _generate(args: argparse.Namespace) -> int:
     from dantinox.rundir import Generator
 
     gen = Generator(args.run_dir)
+    diffusion_only = {"--cache": args.cache_mode, "--block_size": args.block_size, "--threshold": args.threshold}
+    if gen.cfg.paradigm != "diffusion":
+        given = [flag for flag, value in diffusion_only.items() if value is not None]
+        if given:
+            print(f"dantinox generate: error: {given[0]} applies to diffusion runs; {args.run_dir} holds a model with "
+                  f"paradigm={gen.cfg.paradigm!r}", file=sys.stderr)
+            return 2
     opts = dict(use_cache=not args.no_cache, temperature=args.temperature, seed=args.seed,
-                block_size=args.block_size, threshold=args.threshold, cache=args.cache)
+                block_size=32 if args.block_size is None else args.block_size,
+                threshold=0.9 if args.threshold is None else args.threshold,
+                cache_mode="dual" if args.cache_mode is None else args.cache_mode)
     start = time.perf_counter()
     gen.generate(args.prompt, max_new_tokens=args.max_new_tokens, **opts)  # compiles what this request needs
     compile_and_run = time.perf_counter() - start
@@ -34,7 +75,7 @@ def _generate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     print(args.prompt + text)
     if gen.cfg.paradigm == "diffusion":
-        mode = f"diffusion, cache={'none' if args.no_cache else args.cache}, {gen.last_nfe} model evaluations"
+        mode = f"diffusion, cache={'none' if args.no_cache else opts['cache_mode']}, {gen.last_nfe} model evaluations"
     else:
         mode = "no cache" if args.no_cache else "KV cache"
     print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
@@ -97,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_cache", action="store_true", help="recompute every token (to see what the cache saves)")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--cache", choices=["none", "prefix", "dual"], default="dual", help="diffusion runs only")
-    g.add_argument("--block_size", type=int, default=32, help="diffusion runs only")
-    g.add_argument("--threshold", type=float, default=0.9, help="diffusion runs only: confidence to unmask")
+    g.add_argument("--cache", dest="cache_mode", choices=["none", "prefix", "dual"], default=None,
+                   help="diffusion runs only (default dual)")
+    g.add_argument("--block_size", type=int, default=None, help="diffusion runs only (default 32)")
+    g.add_argument("--threshold", type=float, default=None, help="diffusion runs only: confidence to unmask (0.9)")
     g.set_defaults(func=_generate)
 
     c = sub.add_parser("content", help="concept entries")
@@ -138,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dantinox._jax_setup import enable_compilation_cache
+
     args = build_parser().parse_args(argv)
+    enable_compilation_cache()  # the command, not `import dantinox`, turns the persistent cache on
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 1

@@ -12,6 +12,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from dantinox.checks import positive_int
+
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")
 PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -28,11 +30,11 @@ class ModelConfig:
     n_heads: int = 8  # N, query heads
     head_size: int = 32  # H
     attention: str = "mha"  # "mha" | "gqa" | "mqa" | "mla"
-    kv_heads: int | None = None  # K; derived for mha (= N) and mqa (= 1), required for gqa
+    kv_heads: int | None = None  # K as given: required for gqa, optional for mha (= N) and mqa (= 1); see n_kv_heads
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # parameters and activations
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
-    mlp_width: int | None = None  # F; defaults to 3 * d_model
+    mlp_width: int = 768  # F, SwiGLU hidden width
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
@@ -46,8 +48,8 @@ class ModelConfig:
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context"):
-            _positive_int(name, getattr(self, name))
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context", "mlp_width"):
+            positive_int(name, getattr(self, name))
         if self.attention not in ATTENTION_VARIANTS:
             raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {self.attention!r}")
         if self.paradigm not in PARADIGMS:
@@ -55,8 +57,6 @@ class ModelConfig:
         for name in ("dtype", "cache_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"{name}: expected one of {', '.join(DTYPES)}, got {getattr(self, name)!r}")
-        if self.mlp_width is not None:
-            _positive_int("mlp_width", self.mlp_width)
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
         if self.rope_base <= 1:
@@ -67,17 +67,15 @@ class ModelConfig:
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
         if k is not None:
-            _positive_int("kv_heads", k)
+            positive_int("kv_heads", k)
         if self.attention == "mha":
             if k is not None and k != n:
                 raise ValueError(f"kv_heads: attention='mha' uses one KV head per query head, so kv_heads must "
                                  f"equal n_heads ({n}), got {k}")
-            object.__setattr__(self, "kv_heads", n)
         elif self.attention == "mqa":
             if k is not None and k != 1:
                 raise ValueError(f"kv_heads: attention='mqa' shares one KV head across all query heads, "
                                  f"so kv_heads must be 1, got {k}")
-            object.__setattr__(self, "kv_heads", 1)
         elif self.attention == "gqa":
             if k is None:
                 raise ValueError(f"kv_heads: attention='gqa' needs kv_heads, a divisor of n_heads ({n})")
@@ -86,8 +84,6 @@ class ModelConfig:
         elif self.attention == "mla" and k is not None and k != n:
             raise ValueError(f"kv_heads: attention='mla' caches a shared latent, not KV heads; leave kv_heads "
                              f"unset, got {k}")
-        if self.attention == "mla":
-            object.__setattr__(self, "kv_heads", n)
 
     def _check_mla(self) -> None:
         mla_fields = ("kv_latent_dim", "rope_head_dim")
@@ -99,24 +95,27 @@ class ModelConfig:
         for name in mla_fields:
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: attention='mla' needs a positive integer {name}")
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.rope_head_dim % 2:
             raise ValueError(f"rope_head_dim: RoPE rotates pairs of channels, so it must be even, "
                              f"got {self.rope_head_dim}")
         if self.q_latent_dim is not None:
-            _positive_int("q_latent_dim", self.q_latent_dim)
+            positive_int("q_latent_dim", self.q_latent_dim)
         if self.mla_decode not in MLA_DECODE_PATHS:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
     # Derived values.
     @property
-    def groups(self) -> int:
-        """G: query heads that share one KV head."""
-        return self.n_heads // self.kv_heads
+    def n_kv_heads(self) -> int:
+        """K: KV heads the cache stores per layer (N for mha, and for mla's materialized heads; 1 for mqa)."""
+        if self.attention == "gqa":
+            return self.kv_heads
+        return 1 if self.attention == "mqa" else self.n_heads
 
     @property
-    def mlp_hidden(self) -> int:
-        return self.mlp_width if self.mlp_width is not None else 3 * self.d_model
+    def groups(self) -> int:
+        """G: query heads that share one KV head."""
+        return self.n_heads // self.n_kv_heads
 
     @property
     def jnp_dtype(self) -> Any:
@@ -135,14 +134,14 @@ class ModelConfig:
         """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
         if self.attention == "mla":
             return self.kv_latent_dim + self.rope_head_dim
-        return 2 * self.kv_heads * self.head_size
+        return 2 * self.n_kv_heads * self.head_size
 
     @property
     def causal(self) -> bool:
         return self.paradigm == "autoregressive"
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed; derived fields are re-derived unless given."""
+        """A copy with some fields changed; switching to a variant other than gqa drops a kv_heads not given."""
         if "attention" in changes and "kv_heads" not in changes and changes["attention"] != "gqa":
             changes["kv_heads"] = None
         return dataclasses.replace(self, **changes)
@@ -156,6 +155,8 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
+        if "mlp_width" in data and data["mlp_width"] is None:  # written when the width defaulted to 3 * d_model
+            data = {**data, "mlp_width": 3 * data.get("d_model", cls.d_model)}
         return cls(**data)
 
     @classmethod
@@ -166,14 +167,9 @@ class ModelConfig:
         return cls(**{**PRESETS[name], **overrides})
 
 
-def _positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-
-
 PRESETS: dict[str, dict[str, Any]] = {
     # The reference model of the docs and benchmarks.
-    "reference": dict(d_model=256, n_layers=12, n_heads=8, head_size=32, max_context=1024),
+    "reference": dict(d_model=256, n_layers=12, n_heads=8, head_size=32, max_context=1024, mlp_width=768),
     # Small enough to train in a couple of minutes on two CPU cores; the shipped run uses it.
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, head_size=32, max_context=256, mlp_width=384),
     # For unit tests: compiles and runs in well under a second.

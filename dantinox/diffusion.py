@@ -25,10 +25,21 @@ import numpy as np
 import optax
 from flax import nnx
 
-from dantinox.cache import KVCache, LayerCache, cache_shapes, init_cache, tree_nbytes
+from dantinox.cache import (
+    KVCache,
+    add_caches,
+    cache_length,
+    cache_shapes,
+    init_cache,
+    keep_slots,
+    layout_for,
+    resize_cache,
+    tree_nbytes,
+)
+from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
 from dantinox.memory import kv_cache_bytes
-from dantinox.model import NEG_INF, Attention, Transformer, attend, check_ids
+from dantinox.model import NEG_INF, Transformer
 from dantinox.tokenizer import MASK
 
 
@@ -55,12 +66,12 @@ def masked_diffusion_loss(model: Transformer, tokens_BT: jax.Array, rng: jax.Arr
 class DualCache(NamedTuple):
     """Fast-dLLM's DualCache (arXiv:2505.22618 §3.2): keys/values computed once per block and reused.
 
-    Both halves are per-layer LayerCache(k, v) with keys after RoPE at their absolute positions. A
-    prefix cache is a DualCache whose suffix holds zero slots.
+    Both halves are per-layer caches in the model's own layout (LayerCache, or LatentCache for MLA),
+    keys after RoPE at their absolute positions. A prefix cache is a DualCache whose suffix holds zero slots.
     """
 
-    prefix_kvs: tuple[LayerCache, ...]  # positions [0, block start): the prompt and the finished blocks
-    suffix_kvs: tuple[LayerCache, ...]  # positions [block end, T): the still-masked suffix
+    prefix_kvs: KVCache  # positions [0, block start): the prompt and the finished blocks
+    suffix_kvs: KVCache  # positions [block end, T): the still-masked suffix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +80,7 @@ class DiffusionResult:
 
     tokens: np.ndarray  # [B, prompt_length + gen_length], no MASK left
     nfe: int  # model evaluations (one per step; the first step of a block also refreshes the cache)
-    cache: str  # "none" | "prefix" | "dual"
+    cache_mode: str  # "none" | "prefix" | "dual"
     prompt_length: int
     gen_length: int
     block_size: int
@@ -77,14 +88,14 @@ class DiffusionResult:
     step_block: np.ndarray  # [nfe] the block each step decoded
     unmasked_at: np.ndarray  # [B, gen_length] the step that unmasked each generated position
     computed_tokens: np.ndarray  # [nfe] positions run through the model at each step
-    prefix_bytes: np.ndarray  # [nfe] bytes of cached prefix keys/values read by each step
-    suffix_bytes: np.ndarray  # [nfe] bytes of cached suffix keys/values read by each step
+    prefix_bytes: np.ndarray  # [nfe] derived: live prefix slots x bytes per slot (tree_nbytes of one slot)
+    suffix_bytes: np.ndarray  # [nfe] derived: live suffix slots x bytes per slot
     allocated_bytes: int  # bytes of this mode's static cache buffers (tree_nbytes of their shapes)
     ar_static_bytes: int  # the autoregressive static cache for the same total length (kv_cache_bytes)
 
     @property
     def cache_bytes(self) -> np.ndarray:
-        """[nfe] prefix + suffix bytes in use at each step."""
+        """[nfe] prefix + suffix bytes in use at each step (derived from positions, not read from arrays)."""
         return self.prefix_bytes + self.suffix_bytes
 
     @property
@@ -116,50 +127,29 @@ def _full_forward(model: Transformer, tokens_BT: jax.Array) -> tuple[jax.Array, 
 
 def _split_cache(caches: KVCache, start: jax.Array | int, end: jax.Array | int, prefix_slots: int,
                  suffix_slots: int) -> DualCache:
-    """Cut full-sequence K/V into a prefix ([0, start), left-aligned) and suffix ([end, T), right-aligned).
+    """Cut full-sequence caches into a prefix ([0, start), left-aligned) and suffix ([end, T), right-aligned).
 
-    The buffers have static sizes; slots outside the live range are zeroed, so the two halves can be
-    added back into one sequence without a mask.
+    The buffers have static sizes; slots outside the live range are zeroed, so the two halves add back
+    into one full-length cache.
     """
-    T = caches[0].k.shape[2]
-    live_prefix = (jnp.arange(prefix_slots) < start)[None, None, :, None]
-    live_suffix = (T - suffix_slots + jnp.arange(suffix_slots) >= end)[None, None, :, None]
-    prefix = tuple(LayerCache(*(jnp.where(live_prefix, a[:, :, :prefix_slots], 0) for a in layer))
-                   for layer in caches)
-    suffix = tuple(LayerCache(*(jnp.where(live_suffix, a[:, :, T - suffix_slots:], 0) for a in layer))
-                   for layer in caches)
+    T = cache_length(caches)
+    prefix = keep_slots(resize_cache(caches, prefix_slots), jnp.arange(prefix_slots) < start)
+    suffix_pos_S = T - suffix_slots + jnp.arange(suffix_slots)
+    suffix = keep_slots(resize_cache(caches, suffix_slots, at_end=True), suffix_pos_S >= end)
     return DualCache(prefix, suffix)
-
-
-def _assemble(prefix_BKSH: jax.Array, span_BKWH: jax.Array, suffix_BKSH: jax.Array,
-              start: jax.Array | int, T: int) -> jax.Array:
-    """One [B, K, T, H] sequence: cached prefix, the span's fresh K or V at `start`, cached suffix."""
-    pad = lambda a, before, after: jnp.pad(a, ((0, 0), (0, 0), (before, after), (0, 0)))  # noqa: E731
-    cached = pad(prefix_BKSH, 0, T - prefix_BKSH.shape[2]) + pad(suffix_BKSH, T - suffix_BKSH.shape[2], 0)
-    return jax.lax.dynamic_update_slice(cached, span_BKWH, (0, 0, start, 0))
-
-
-def _span_attention(attn: Attention, x_BWD: jax.Array, pos_W: jax.Array, start: jax.Array | int, T: int,
-                    prefix: LayerCache, suffix: LayerCache) -> jax.Array:
-    """The span's queries attend (bidirectionally) to [cached prefix | the span itself | cached suffix]."""
-    q_BWKGH, k_BKWH, v_BKWH = attn.project(x_BWD, pos_W)
-    dt = attn.cfg.cache_jnp_dtype  # fresh K/V rounded like cached ones, as model.forward does
-    k_BKTH = _assemble(prefix.k, k_BKWH.astype(dt), suffix.k, start, T)
-    v_BKTH = _assemble(prefix.v, v_BKWH.astype(dt), suffix.v, start, T)
-    out_BWKGH = attend(q_BWKGH, k_BKTH, v_BKTH, pos_W, T, causal=False)
-    return attn.output(out_BWKGH, x_BWD.dtype)
 
 
 def _span_forward(model: Transformer, tokens_BT: jax.Array, start: jax.Array | int, width: int,
                   cache: DualCache) -> jax.Array:
-    """Logits [B, width, V] for positions [start, start + width), run against the cached K/V."""
+    """Logits [B, width, V] for positions [start, start + width), through the model's own cached forward.
+
+    The prefix and suffix are joined into one full-length cache; the model writes the span's fresh
+    keys/values at `start` and attends bidirectionally over all T slots.
+    """
     T = tokens_BT.shape[1]
-    pos_W = start + jnp.arange(width, dtype=jnp.int32)  # RoPE at absolute positions
-    x = model.embed(jax.lax.dynamic_slice_in_dim(tokens_BT, start, width, axis=1))
-    for block, prefix, suffix in zip(model.blocks, cache.prefix_kvs, cache.suffix_kvs, strict=True):
-        x = x + _span_attention(block.attn, block.norm1(x), pos_W, start, T, prefix, suffix)
-        x = x + block.mlp(block.norm2(x))
-    return model.logits(model.norm(x))
+    full = add_caches(resize_cache(cache.prefix_kvs, T), resize_cache(cache.suffix_kvs, T, at_end=True))
+    span_BW = jax.lax.dynamic_slice_in_dim(tokens_BT, start, width, axis=1)
+    return model.forward(span_BW, full, start, kv_len=T)[0]
 
 
 def _unmask(tokens_BT: jax.Array, logits_BWV: jax.Array, start: jax.Array | int, threshold: jax.Array):
@@ -180,29 +170,27 @@ def _unmask(tokens_BT: jax.Array, logits_BWV: jax.Array, start: jax.Array | int,
     return jax.lax.dynamic_update_slice_in_dim(tokens_BT, new_block, start, axis=1), chosen_BW
 
 
-def cache_slots(cache: str, prompt_length: int, gen_length: int, block_size: int) -> tuple[int, int]:
+def cache_slots(cache_mode: str, prompt_length: int, gen_length: int, block_size: int) -> tuple[int, int]:
     """Static (prefix, suffix) buffer slots a mode allocates: the longest prefix and suffix it holds."""
-    if cache == "none":
+    if cache_mode == "none":
         return 0, 0
     longest_prefix = prompt_length + gen_length - block_size  # at the last block
-    return longest_prefix, (gen_length - block_size if cache == "dual" else 0)  # suffix: at the first block
+    return longest_prefix, (gen_length - block_size if cache_mode == "dual" else 0)  # suffix: at the first block
 
 
 def _empty_cache(cfg: ModelConfig, batch: int, prefix_slots: int, suffix_slots: int) -> DualCache:
-    def layers(slots):
-        shape = (batch, cfg.kv_heads, slots, cfg.head_size)
-        return tuple(LayerCache(jnp.zeros(shape, cfg.cache_jnp_dtype), jnp.zeros(shape, cfg.cache_jnp_dtype))
-                     for _ in range(cfg.n_layers))
-    return DualCache(layers(prefix_slots), layers(suffix_slots))
+    layout = layout_for(cfg)
+    return DualCache(*(tuple(layout.zeros(cfg, batch, slots) for _ in range(cfg.n_layers))
+                       for slots in (prefix_slots, suffix_slots)))
 
 
 def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_length: int, block_size: int,
-            cache: str) -> _State:
+            cache_mode: str) -> _State:
     """The whole generation: a fori_loop over blocks, a while_loop over the steps inside each block."""
     model = nnx.merge(graphdef, params)
     B, P = prompt_BP.shape
     T, n_blocks = P + gen_length, gen_length // block_size
-    slots = cache_slots(cache, P, gen_length, block_size)
+    slots = cache_slots(cache_mode, P, gen_length, block_size)
     tokens = jnp.concatenate([prompt_BP, jnp.full((B, gen_length), MASK, jnp.int32)], axis=1)
     state = _State(tokens, jnp.int32(0), jnp.full((B, gen_length), -1, jnp.int32),
                    jnp.full((gen_length,), -1, jnp.int32), _empty_cache(model.cfg, B, *slots))
@@ -223,15 +211,15 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         start = P + block * block_size
         # First step of the block: one full forward decodes and refreshes the cache (no extra NFE).
         logits_BTV, caches = _full_forward(model, state.tokens)
-        fresh = state.cache if cache == "none" else _split_cache(caches, start, start + block_size, *slots)
+        fresh = state.cache if cache_mode == "none" else _split_cache(caches, start, start + block_size, *slots)
         state = advance(state, jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1), block,
                         start, fresh)
 
         def later_step(state: _State) -> _State:  # the rest of the block: mode decides what is recomputed
-            if cache == "none":
+            if cache_mode == "none":
                 logits_BTV = _full_forward(model, state.tokens)[0]
                 logits_BWV = jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1)
-            elif cache == "dual":
+            elif cache_mode == "dual":
                 logits_BWV = _span_forward(model, state.tokens, start, block_size, state.cache)
             else:
                 branches = [functools.partial(prefix_branch, b) for b in range(n_blocks)]
@@ -257,81 +245,75 @@ def _span_logits_jit(graphdef, params, tokens_BT, cache: DualCache, start: int, 
     return _span_forward(nnx.merge(graphdef, params), tokens_BT, start, width, cache)
 
 
-_decode_jit = jax.jit(_decode, static_argnums=(0,), static_argnames=("gen_length", "block_size", "cache"))
+_decode_jit = jax.jit(_decode, static_argnums=(0,), static_argnames=("gen_length", "block_size", "cache_mode"))
 
 
 CACHE_MODES = ("none", "prefix", "dual")
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def _check_model(model: Any, cache: str) -> ModelConfig:
+def _check_model(model: Any, cache_mode: str) -> ModelConfig:
     if not isinstance(model, Transformer):
         raise ValueError(f"model: expected a dantinox.Transformer, got {type(model).__name__}")
     cfg = model.cfg
     if cfg.paradigm != "diffusion":
         raise ValueError(f"model: diffusion decoding needs paradigm='diffusion', got {cfg.paradigm!r} "
                          "(use dantinox.generate)")
-    if cache not in CACHE_MODES:
-        raise ValueError(f"cache: expected one of {', '.join(CACHE_MODES)}, got {cache!r}")
-    if cache != "none" and cfg.attention == "mla":
-        raise ValueError(f"cache: {cache!r} caches per-head keys/values; attention='mla' supports cache='none'")
+    if cache_mode not in CACHE_MODES:
+        raise ValueError(f"cache_mode: expected one of {', '.join(CACHE_MODES)}, got {cache_mode!r}")
     return cfg
 
 
 def _check_request(model: Any, prompt_ids: Any, gen_length: Any, block_size: Any, threshold: Any,
-                   cache: Any) -> tuple[ModelConfig, jax.Array, int, int]:
-    cfg = _check_model(model, cache)
-    prompt = check_ids(cfg, prompt_ids, "prompt_ids")
+                   cache_mode: Any) -> tuple[ModelConfig, jax.Array, int, int]:
+    cfg = _check_model(model, cache_mode)
+    prompt = check_ids(cfg.vocab_size, prompt_ids, "prompt_ids")
     if bool(jnp.any(prompt == MASK)):
         raise ValueError(f"prompt_ids: must not contain the MASK token ({MASK}); generation fills only the "
                          "positions after the prompt")
-    gen_length, block_size = _positive("gen_length", gen_length), _positive("block_size", block_size)
+    gen_length, block_size = positive_int("gen_length", gen_length), positive_int("block_size", block_size)
     if gen_length % block_size:
         raise ValueError(f"gen_length: expected a multiple of block_size ({block_size}), got {gen_length}")
     total = prompt.shape[1] + gen_length
     if total > cfg.max_context:
         raise ValueError(f"gen_length: prompt ({prompt.shape[1]}) + gen_length ({gen_length}) = {total} exceeds "
                          f"max_context={cfg.max_context}")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.number) or not 0 < threshold <= 1:
         raise ValueError(f"threshold: expected a number in (0, 1], got {threshold!r}")
     return cfg, prompt, gen_length, block_size
 
 
 def diffusion_generate(model: Transformer, prompt_ids: Any, gen_length: int, block_size: int = 32,
-                       threshold: float = 0.9, cache: str = "dual") -> DiffusionResult:
+                       threshold: float = 0.9, cache_mode: str = "dual") -> DiffusionResult:
     """Fill `gen_length` MASK positions after `prompt_ids` [B, P], block by block, left to right.
 
     Inside a block each step predicts every masked position and decodes those whose confidence
-    exceeds `threshold` (at least one). `cache` picks what a step recomputes:
+    exceeds `threshold` (at least one). `cache_mode` picks what a step recomputes:
       "none"   the whole sequence, every step;
       "prefix" the block and everything after it, against prompt + finished blocks cached per block;
       "dual"   the block only, against a DualCache of prefix and masked suffix, refreshed per block.
     The first step of every block is a full forward in all modes; it also refreshes the cache. The
-    whole generation is one compiled program per (batch, prompt length, gen_length, block_size, cache).
+    whole generation is one compiled program per (batch, prompt length, gen_length, block_size, cache_mode).
+    Every attention variant, MLA included, works in every mode: the steps call the model's own forward.
     """
     cfg, prompt, gen_length, block_size = _check_request(model, prompt_ids, gen_length, block_size,
-                                                         threshold, cache)
+                                                         threshold, cache_mode)
     graphdef, params = nnx.split(model)
     state = _decode_jit(graphdef, params, prompt, jnp.float32(threshold), gen_length=gen_length,
-                        block_size=block_size, cache=cache)
+                        block_size=block_size, cache_mode=cache_mode)
     B, P = prompt.shape
     T, nfe = P + gen_length, int(state.step)
     step_block = np.asarray(state.step_block[:nfe])
     start = P + step_block * block_size
     refresh = np.r_[True, step_block[1:] != step_block[:-1]]
     computed = {"none": np.full(nfe, T), "prefix": np.where(refresh, T, T - start),
-                "dual": np.where(refresh, T, block_size)}[cache]
-    slot_bytes = 0 if cache == "none" else tree_nbytes(cache_shapes(cfg, B, 1))
-    prefix_bytes = (start if cache != "none" else np.zeros(nfe, int)) * slot_bytes
-    suffix_bytes = (T - start - block_size if cache == "dual" else np.zeros(nfe, int)) * slot_bytes
-    buffers = jax.eval_shape(lambda: _empty_cache(cfg, B, *cache_slots(cache, P, gen_length, block_size)))
+                "dual": np.where(refresh, T, block_size)}[cache_mode]
+    # derived: live slots from the block positions, times the bytes of one slot of every layer
+    slot_bytes = 0 if cache_mode == "none" else tree_nbytes(cache_shapes(cfg, B, 1))
+    prefix_bytes = (start if cache_mode != "none" else np.zeros(nfe, int)) * slot_bytes
+    suffix_bytes = (T - start - block_size if cache_mode == "dual" else np.zeros(nfe, int)) * slot_bytes
+    buffers = jax.eval_shape(lambda: _empty_cache(cfg, B, *cache_slots(cache_mode, P, gen_length, block_size)))
     return DiffusionResult(
-        tokens=np.asarray(state.tokens), nfe=nfe, cache=cache, prompt_length=P, gen_length=gen_length,
+        tokens=np.asarray(state.tokens), nfe=nfe, cache_mode=cache_mode, prompt_length=P, gen_length=gen_length,
         block_size=block_size, threshold=float(threshold), step_block=step_block,
         unmasked_at=np.asarray(state.unmasked_at), computed_tokens=computed.astype(np.int64),
         prefix_bytes=prefix_bytes.astype(np.int64), suffix_bytes=suffix_bytes.astype(np.int64),
@@ -339,25 +321,26 @@ def diffusion_generate(model: Transformer, prompt_ids: Any, gen_length: int, blo
 
 
 def build_cache(model: Transformer, tokens_BT: Any, block_start: int, block_size: int,
-                cache: str = "dual") -> DualCache:
+                cache_mode: str = "dual") -> DualCache:
     """The cache a block's steps read, computed from one full forward of `tokens_BT`, at exact sizes.
 
-    prefix_kvs hold positions [0, block_start); for cache="dual", suffix_kvs hold
+    prefix_kvs hold positions [0, block_start); for cache_mode="dual", suffix_kvs hold
     [block_start + block_size, T), else zero slots. Pair it with `span_logits`.
     """
-    if cache == "none":
-        raise ValueError("cache: expected 'prefix' or 'dual' (mode 'none' keeps no cache), got 'none'")
-    cfg = _check_model(model, cache)
-    tokens = check_ids(cfg, tokens_BT, "tokens_BT")
+    if cache_mode == "none":
+        raise ValueError("cache_mode: expected 'prefix' or 'dual' (mode 'none' keeps no cache), got 'none'")
+    cfg = _check_model(model, cache_mode)
+    tokens = check_ids(cfg.vocab_size, tokens_BT, "tokens_BT")
     T = tokens.shape[1]
     if T > cfg.max_context:
         raise ValueError(f"tokens_BT: {T} tokens exceed max_context={cfg.max_context}")
-    block_start, block_size = int(block_start), _positive("block_size", block_size)
+    block_start = positive_int("block_start", block_start, minimum=0)
+    block_size = positive_int("block_size", block_size)
     if not 0 <= block_start <= T - block_size:
         raise ValueError(f"block_start: expected 0..{T - block_size} so the block fits in {T} tokens, "
                          f"got {block_start}")
     end = block_start + block_size
-    return _build_cache_jit(*nnx.split(model), tokens, block_start, end, T - end if cache == "dual" else 0)
+    return _build_cache_jit(*nnx.split(model), tokens, block_start, end, T - end if cache_mode == "dual" else 0)
 
 
 def span_logits(model: Transformer, tokens_BT: Any, cache: DualCache) -> jax.Array:
@@ -367,10 +350,9 @@ def span_logits(model: Transformer, tokens_BT: Any, cache: DualCache) -> jax.Arr
     the block for a DualCache, the block and everything after it for a prefix cache.
     """
     cfg = model.cfg
-    tokens = check_ids(cfg, tokens_BT, "tokens_BT")
+    tokens = check_ids(cfg.vocab_size, tokens_BT, "tokens_BT")
     T = tokens.shape[1]
-    start = cache.prefix_kvs[0].k.shape[2]
-    end = T - cache.suffix_kvs[0].k.shape[2]
+    start, end = cache_length(cache.prefix_kvs), T - cache_length(cache.suffix_kvs)
     if not 0 <= start < end <= T:
         raise ValueError(f"cache: holds {start} prefix and {T - end} suffix slots, leaving no span in {T} tokens")
     return _span_logits_jit(*nnx.split(model), tokens, cache, start, end - start)

@@ -1,13 +1,17 @@
-"""Autoregressive generation: one pure step function, run under lax.while_loop or streamed.
+"""Autoregressive generation: one pure step function, run under lax.while_loop for a batch or streamed.
 
 nnx stays out of the per-token path: the model is split once per call, and the compiled program
-merges it back inside (`nnx.merge` runs at trace time only).
+merges it back inside (`nnx.merge` runs at trace time only). The key-window schedule lives here: the
+cache is exactly one window long, and grown between windows, so a step's cost follows the filled
+length while every program has static shapes and no branches.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
+import time
 from collections.abc import Iterator
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -16,15 +20,34 @@ import numpy as np
 from flax import nnx
 
 from dantinox.cache import KVCache, cache_length, grow_cache, init_cache
+from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
-from dantinox.model import Transformer, check_ids, kv_windows, window_for
+from dantinox.model import Transformer
+
+
+def kv_windows(length: int) -> tuple[int, ...]:
+    """Static key-window sizes for a cache of `length` slots: 128, 192, 256, 384, 512, 768, ..., length.
+
+    Decoding uses the smallest window that covers the filled part, so a step's cost follows the
+    filled length (within 1.5x) instead of the allocated length.
+    """
+    sizes, size = [], 128
+    while size < length:
+        sizes += [s for s in (size, size * 3 // 2) if s < length]
+        size *= 2
+    return (*sizes, length)
+
+
+def window_for(length: int, kv_len: int) -> int:
+    """The smallest window of `kv_windows(length)` that holds `kv_len` slots."""
+    return next(w for w in kv_windows(length) if w >= kv_len)
 
 
 class DecodeState(NamedTuple):
     """Invariant: tokens[:, :index] are known and cached; `logits` predict tokens[:, index]."""
 
-    tokens: jax.Array  # [B, S] int32, prompt then generated tokens
-    caches: KVCache  # per-layer caches holding `index` tokens; () when decoding without a cache
+    tokens: jax.Array  # [B, max_context] int32, prompt then generated tokens
+    caches: KVCache  # per-layer caches, one key window long, holding `index` tokens; () without a cache
     index: jax.Array  # int32 scalar
     end: jax.Array  # int32 scalar, stop once index == end
     logits: jax.Array  # [B, V] float32
@@ -32,9 +55,18 @@ class DecodeState(NamedTuple):
 
 
 class StreamEvent(NamedTuple):
-    token: np.ndarray  # [B] the token just produced
-    caches: KVCache  # the cache after that token was written (empty tuple without a cache)
+    """One chunk of `stream`: what it produced, the state after it, and what its compiled calls cost."""
+
+    tokens: np.ndarray  # [B, n] the n tokens produced in this chunk
+    caches: KVCache  # the cache after the chunk (as long as the current key window); () without a cache
     index: int  # tokens now held (prompt + generated)
+    seconds: float  # wall time of this chunk's compiled call(s), up to block_until_ready
+    compiled: bool  # True when one of those calls compiled (or loaded from disk) a new program
+
+    @property
+    def token(self) -> np.ndarray:
+        """[B] the last token of the chunk."""
+        return self.tokens[:, -1]
 
 
 def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None, top_k: int | None) -> jax.Array:
@@ -52,17 +84,10 @@ def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None, 
     return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
 
 
-def _logits_at(model: Transformer, tokens_BS: jax.Array, index: jax.Array, window: int) -> jax.Array:
-    """Recompute the first `window` tokens without a cache; the logits predicting tokens[:, index + 1]."""
-    logits_BTV, _ = model.forward(tokens_BS[:, :window])  # causal: padding after `index` never leaks back
-    return jax.lax.dynamic_index_in_dim(logits_BTV, index, axis=1, keepdims=False)
-
-
 def _prefill(graphdef, params, prompt_BT, end, seed, use_cache: bool, cache_length: int) -> DecodeState:
     model = nnx.merge(graphdef, params)
     B, T = prompt_BT.shape
-    S = model.cfg.max_context
-    tokens = jnp.zeros((B, S), jnp.int32).at[:, :T].set(prompt_BT)
+    tokens = jnp.zeros((B, model.cfg.max_context), jnp.int32).at[:, :T].set(prompt_BT)
     if use_cache:
         logits_BTV, caches = model.forward(prompt_BT, init_cache(model.cfg, B, cache_length), 0)
     else:
@@ -75,34 +100,35 @@ def _step(graphdef, params, state: DecodeState, temperature, top_k: int | None, 
           window: int) -> DecodeState:
     """Sample the next token, write it, and compute the logits for the one after it.
 
-    `window` (static) is how many slots attention reads; it must cover state.index + 1.
+    With a cache, attention reads the whole cache (one window long). Without one, the step recomputes
+    the first `window` (static, >= index + 1) tokens in full: its cost grows with the length.
     """
     model = nnx.merge(graphdef, params)
     rng, key = jax.random.split(state.rng)
     token_B = sample(state.logits, key, temperature, top_k)
     tokens = jax.lax.dynamic_update_slice(state.tokens, token_B[:, None], (0, state.index))
     if use_cache:
-        logits_B1V, caches = model.forward(token_B[:, None], state.caches, state.index, window)
+        logits_B1V, caches = model.forward(token_B[:, None], state.caches, state.index)
         logits = logits_B1V[:, 0]
     else:
-        logits, caches = _logits_at(model, tokens, state.index, window), ()
+        logits_BTV, _ = model.forward(tokens[:, :window])  # causal: padding after `index` never leaks back
+        logits, caches = jax.lax.dynamic_index_in_dim(logits_BTV, state.index, axis=1, keepdims=False), ()
     return DecodeState(tokens, caches, state.index + 1, state.end, logits, rng)
 
 
-_prefill_jit = jax.jit(_prefill, static_argnums=(0,), static_argnames=("use_cache", "cache_length"))
-_step_jit = jax.jit(_step, static_argnums=(0,), static_argnames=("top_k", "use_cache", "window"))
-_grow_jit = jax.jit(grow_cache, static_argnums=(1,))
-
-
-@partial(jax.jit, static_argnums=(0,), static_argnames=("top_k", "use_cache", "window"), donate_argnums=(2,))
-def _decode_segment(graphdef, params, state: DecodeState, temperature, top_k, use_cache, window) -> DecodeState:
-    """Decode while the next write fits in `window` slots, with a cache exactly `window` slots long.
-
-    Attention reads every slot the cache holds, with no branches; the state is donated, so the cache is
-    updated in place. One program per window size, compiled on first use and reused by every generation.
-    """
-    return jax.lax.while_loop(lambda s: (s.index < s.end) & (s.index < window),
+def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_cache, window) -> DecodeState:
+    """Decode while index < stop and the next write fits in `window` slots (the cache is that long)."""
+    return jax.lax.while_loop(lambda s: (s.index < stop) & (s.index < window),
                               lambda s: _step(graphdef, params, s, temperature, top_k, use_cache, window), state)
+
+
+_STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "window"))
+_prefill_jit = jax.jit(_prefill, static_argnums=(0,), static_argnames=("use_cache", "cache_length"))
+_grow_jit = jax.jit(grow_cache, static_argnums=(1,))
+# One program per (batch, window), reused for any prompt, length and stop. generate donates the state,
+# so the cache is updated in place; stream does not, since it hands each chunk's cache to the caller.
+_decode_segment = jax.jit(_decode, donate_argnums=(2,), **_STATIC)
+_decode_chunk = jax.jit(_decode, **_STATIC)
 
 
 def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temperature: Any,
@@ -110,19 +136,38 @@ def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, tempe
     if cfg.paradigm != "autoregressive":
         raise ValueError(f"model: generate() decodes autoregressive models; this one has paradigm="
                          f"{cfg.paradigm!r} (use dantinox.diffusion_generate)")
-    prompt = check_ids(cfg, prompt_ids, "prompt_ids")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected a non-negative integer, got {max_new_tokens!r}")
-    end = prompt.shape[1] + int(max_new_tokens)
+    prompt = check_ids(cfg.vocab_size, prompt_ids, "prompt_ids")
+    end = prompt.shape[1] + positive_int("max_new_tokens", max_new_tokens, minimum=0)
     if end > cfg.max_context:
         raise ValueError(f"max_new_tokens: prompt ({prompt.shape[1]}) + max_new_tokens ({max_new_tokens}) = "
                          f"{end} exceeds max_context={cfg.max_context}")
-    if not isinstance(temperature, int | float) or temperature < 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
         raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                              or not 1 <= top_k <= cfg.vocab_size):
-        raise ValueError(f"top_k: expected None or an integer in [1, {cfg.vocab_size}], got {top_k!r}")
+    if top_k is not None:
+        top_k = positive_int("top_k", top_k)
+        if top_k > cfg.vocab_size:
+            raise ValueError(f"top_k: expected None or an integer in [1, {cfg.vocab_size}], got {top_k!r}")
     return prompt, end
+
+
+def _start(model: Transformer, prompt: jax.Array, end: int, seed: int, use_cache: bool, temperature: float):
+    graphdef, params = nnx.split(model)
+    window = window_for(model.cfg.max_context, prompt.shape[1])
+    state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache, cache_length=window)
+    temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
+    return graphdef, params, state, temp
+
+
+def _advance(decode, graphdef, params, state: DecodeState, index: int, stop: int, temp, top_k, use_cache):
+    """Run the decode programs from `index` to `stop`, growing the cache at each key window; (state, stop)."""
+    max_context = state.tokens.shape[1]
+    while index < stop:
+        window = window_for(max_context, index + 1)  # the step at index i writes slot i
+        if use_cache and cache_length(state.caches) < window:
+            state = state._replace(caches=_grow_jit(state.caches, window))
+        state = decode(graphdef, params, state, temp, stop, top_k=top_k, use_cache=use_cache, window=window)
+        index = min(stop, window)
+    return state
 
 
 def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
@@ -134,30 +179,54 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     compiles once per (batch, window) and is reused for any prompt and any number of new tokens.
     """
     prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    graphdef, params = nnx.split(model)
-    S, T = model.cfg.max_context, prompt.shape[1]
-    state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache, cache_length=window_for(S, T))
-    if end > T:
-        temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
-        # the step at index i writes slot i, so it needs a window of at least i + 1 slots
-        for window in kv_windows(S):
-            if window_for(S, T + 1) <= window <= window_for(S, end):
-                if use_cache and cache_length(state.caches) < window:
-                    state = state._replace(caches=_grow_jit(state.caches, window))
-                state = _decode_segment(graphdef, params, state, temp, top_k=top_k, use_cache=use_cache,
-                                        window=window)
+    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature)
+    state = _advance(_decode_segment, graphdef, params, state, prompt.shape[1], end, temp, top_k, use_cache)
     return state.tokens[:, :end]
 
 
+class _CompileCounter:
+    """Counts XLA compilations per thread, from jax.monitoring's backend-compile events."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == self.EVENT:
+            self.counts[threading.get_ident()] += 1
+
+    def here(self) -> int:
+        return self.counts[threading.get_ident()]
+
+
+_compile_counter: _CompileCounter | None = None
+
+
 def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
-           temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> Iterator[StreamEvent]:
-    """Yield each new token with the cache and index after it, running the same step as `generate`."""
+           temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+           chunk_tokens: int = 1) -> Iterator[StreamEvent]:
+    """Decode like `generate`, yielding after every `chunk_tokens` tokens (the last chunk may be shorter).
+
+    Each chunk runs the same compiled step as `generate` inside one while_loop per key window it
+    touches; `seconds` times only those calls (and a cache grow between windows), to block_until_ready.
+    The prefill is not part of any chunk. Without a cache every step recomputes the full forward over
+    the tokens so far (rounded up to the key window), so its cost per token grows with the length.
+    """
+    global _compile_counter
     prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    graphdef, params = nnx.split(model)
-    state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache,
-                         cache_length=model.cfg.max_context)  # stream the whole static cache
-    temp = jnp.float32(temperature) if temperature > 0 else None
-    for index in range(prompt.shape[1], end):
-        window = window_for(model.cfg.max_context, index + 1)  # compiles once per window size
-        state = _step_jit(graphdef, params, state, temp, top_k=top_k, use_cache=use_cache, window=window)
-        yield StreamEvent(np.asarray(state.tokens[:, index]), state.caches, index + 1)
+    chunk = positive_int("chunk_tokens", chunk_tokens)
+    if _compile_counter is None:
+        _compile_counter = _CompileCounter()
+    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature)
+    index = prompt.shape[1]
+    while index < end:
+        stop = min(index + chunk, end)
+        compiles, start = _compile_counter.here(), time.perf_counter()
+        state = jax.block_until_ready(_advance(_decode_chunk, graphdef, params, state, index, stop, temp, top_k,
+                                               use_cache))
+        seconds = time.perf_counter() - start
+        yield StreamEvent(np.asarray(state.tokens[:, index:stop]), state.caches, stop, seconds,
+                          _compile_counter.here() > compiles)
+        index = stop

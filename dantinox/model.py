@@ -1,7 +1,9 @@
-"""The dantinox transformer, top-down: RMSNorm → RoPE → Attention → MLP → Block → Transformer.
+"""The dantinox transformer, top-down: RMSNorm, RoPE, attend, Attention, LatentAttention, MLP, Block, Transformer.
 
 Shapes are named with the alphabet in dantinox/config.py. The KV cache is a value passed in and
-returned (see dantinox/cache.py); no module keeps state between calls.
+returned (see dantinox/cache.py): attention writes its new keys into the cache it is given and reads
+every slot of it, masking the slots past `kv_len`. How long that cache is (key windows while decoding,
+a prefix and suffix in diffusion) is the caller's business. No module keeps state between calls.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.cache import KVCache, LayerCache, check_cache, check_write, init_cache
+from dantinox.cache import KVCache, LatentCache, LayerCache, check_cache, check_write, init_cache
+from dantinox.checks import check_ids, concrete_index
 from dantinox.config import ModelConfig
 
 NEG_INF = float(np.finfo(np.float32).min)  # large negative, not -inf: keeps fully-masked rows NaN-free
@@ -47,29 +50,12 @@ def apply_rope(x: jax.Array, positions_T: jax.Array, base: float) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def kv_windows(length: int) -> tuple[int, ...]:
-    """Static key-window sizes for a cache of `length` slots: 128, 192, 256, 384, 512, 768, ..., length.
-
-    Attention reads the smallest window that covers the filled part, so a step's cost follows the
-    filled length (within 1.5x) instead of the allocated length.
-    """
-    sizes, size = [], 128
-    while size < length:
-        sizes += [s for s in (size, size * 3 // 2) if s < length]
-        size *= 2
-    return (*sizes, length)
-
-
-def window_for(length: int, kv_len: int) -> int:
-    """The smallest window of `kv_windows(length)` that holds `kv_len` slots."""
-    return next(w for w in kv_windows(length) if w >= kv_len)
-
-
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
            kv_len: jax.Array | int, causal: bool, scale: float | None = None) -> jax.Array:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
-    `scale` defaults to 1/sqrt(query width); V may be narrower than Q and K (MLA's absorbed path).
+    Key slots at or past `kv_len` are masked. `scale` defaults to 1/sqrt(query width); V may be
+    narrower than Q and K (MLA's absorbed path).
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32),
@@ -83,75 +69,124 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH.astype(jnp.float32))
 
 
-def on_window(fn: Any, length: int, kv_len: jax.Array | int, *operands: Any, window: int | None = None) -> Any:
-    """`fn(size, *operands)`: `size` is how many of the cache's `length` slots attention reads.
-
-    Decode loops fix `window` statically (the cache is then exactly that long); an eager call with a
-    concrete kv_len reads the smallest window of `kv_windows(length)` that covers it; a traced kv_len
-    without a window reads every slot (the mask hides the unfilled ones).
-    """
-    if window is None:
-        window = window_for(length, kv_len) if isinstance(kv_len, int) else length
-    return fn(window, *operands)
-
-
-def attend_window(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-                  kv_len: jax.Array | int, causal: bool, seq_axis: int = 2, scale: float | None = None,
-                  window: int | None = None) -> jax.Array:
-    """`attend` over only the first w slots of a static cache, w a window >= kv_len (see `on_window`)."""
-    def over(size, q, k, v, qp, n):
-        take = lambda a: jax.lax.slice_in_dim(a, 0, size, axis=seq_axis)  # noqa: E731
-        return attend(q, take(k), take(v), qp, n, causal, scale)
-
-    return on_window(over, k_BKSH.shape[seq_axis], kv_len, q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len, window=window)
-
-
 class Attention(nnx.Module):
     """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        n, k, h = cfg.n_heads, cfg.kv_heads, cfg.head_size
+        n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LayerCache | None = None,
-                 cache_index: jax.Array | int = 0, window: int | None = None) -> tuple[jax.Array, LayerCache | None]:
+                 kv_len: jax.Array | int | None = None) -> tuple[jax.Array, LayerCache | None]:
+        """Attend from T new tokens at positions pos_T; with a cache, write them at slot pos_T[0] first."""
         cfg = self.cfg
         B, T, _ = x_BTD.shape
-        q_BTKGH, k_BKTH, v_BKTH = self.project(x_BTD, pos_T)
-        if cache is None:
-            out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal)
-        else:
-            at = (0, 0, cache_index, 0)
-            cache = LayerCache(jax.lax.dynamic_update_slice(cache.k, k_BKTH.astype(cache.k.dtype), at),
-                               jax.lax.dynamic_update_slice(cache.v, v_BKTH.astype(cache.v.dtype), at))
-            out_BTKGH = attend_window(q_BTKGH, cache.k, cache.v, pos_T, cache_index + T, cfg.causal, window=window)
-        return self.output(out_BTKGH, x_BTD.dtype), cache
-
-    def project(self, x_BTD: jax.Array, pos_T: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Queries [B, T, K, G, H] and keys, values [B, K, T, H], with RoPE at positions pos_T."""
-        cfg = self.cfg
-        B, T, _ = x_BTD.shape
-        K, G, H = cfg.kv_heads, cfg.groups, cfg.head_size
+        K, G, H = cfg.n_kv_heads, cfg.groups, cfg.head_size
         q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
         q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_T, cfg.rope_base)
         k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
         v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
-        return q_BTKGH, k_BKTH, v_BKTH
+        if cache is None:
+            out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal)
+        else:
+            cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
+            out_BTKGH = attend(q_BTKGH, *cache.read(), pos_T, kv_len, cfg.causal)
+        return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 
-    def output(self, out_BTKGH: jax.Array, dtype: Any) -> jax.Array:
-        """Merge the heads and project back to the model width."""
-        B, T = out_BTKGH.shape[:2]
-        return self.wo(out_BTKGH.reshape(B, T, -1).astype(dtype))
+
+class LatentAttention(nnx.Module):
+    """Multi-head latent attention (MLA, DeepSeek-V2 §2.1, arXiv:2405.04434): the cache is a latent plus a RoPE key.
+
+    Each token is compressed into one latent c_KV [C] that every head's key and value are up-projected
+    from, plus one RoPE key k_R [R] shared by all heads; the cache holds concat(c_KV, rope(k_R)), C + R
+    numbers per token per layer. Two decode paths give the same numbers: materialized up-projects the
+    cached latents to per-head K and V; absorbed folds W_UK into the query and W_UV into the output, so
+    attention runs over the cached rows themselves. Absorption works because RoPE lives only in the R
+    channels; the teaching switch `mla_rope_on_latent` also rotates W_UK·c_KV, which only the
+    materialized path can apply, so the two then disagree.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
+        if cfg.q_latent_dim is None:  # queries straight from x
+            self.q_down, self.q_norm = None, None
+            self.q_up = _dense(D, N * (H + R), cfg, rngs)
+        else:  # queries through their own low-rank latent (saves activations, not cache)
+            self.q_down = _dense(D, cfg.q_latent_dim, cfg, rngs)
+            self.q_norm = RMSNorm(cfg.q_latent_dim, cfg.norm_eps, cfg.jnp_dtype)
+            self.q_up = _dense(cfg.q_latent_dim, N * (H + R), cfg, rngs)
+        self.kv_down = _dense(D, C, cfg, rngs)
+        self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.jnp_dtype)
+        self.k_rope = _dense(D, R, cfg, rngs)
+        init = nnx.initializers.normal(stddev=C**-0.5)
+        self.w_uk = nnx.Param(init(rngs.params(), (C, N, H), cfg.jnp_dtype))  # latent -> per-head key
+        self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.jnp_dtype))  # latent -> per-head value
+        self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+
+    def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LatentCache | None = None,
+                 kv_len: jax.Array | int | None = None) -> tuple[jax.Array, LatentCache | None]:
+        cfg = self.cfg
+        B, T, _ = x_BTD.shape
+        N, H = cfg.n_heads, cfg.head_size
+        q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
+        q_BTNX = self.q_up(q_in).reshape(B, T, N, H + cfg.rope_head_dim)
+        q_nope_BTNH = q_BTNX[..., :H]
+        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_T, cfg.rope_base)
+        if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
+            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_T, cfg.rope_base)
+        ckv_BTX = jnp.concatenate([self.kv_norm(self.kv_down(x_BTD)),
+                                   apply_rope(self.k_rope(x_BTD), pos_T, cfg.rope_base)], axis=-1)
+        if cache is None:
+            ckv_BSX, kv_len = ckv_BTX, T
+        else:
+            cache = cache.write(ckv_BTX, pos_T[0])
+            (ckv_BSX,) = cache.read()
+        read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
+        out_BTNH = read(q_nope_BTNH, q_rope_BTNR, ckv_BSX, pos_T, kv_len)
+        return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache
+
+    @property
+    def scale(self) -> float:
+        """Softmax scale 1/sqrt(H + R): a score sums a head-size dot product and a RoPE-width one."""
+        return (self.cfg.head_size + self.cfg.rope_head_dim) ** -0.5
+
+    def _read_materialized(self, q_nope_BTNH, q_rope_BTNR, ckv_BSX, q_pos_T, kv_len):
+        """Up-project the cached latents into per-head K and V, then attend (K = N heads)."""
+        C, N = self.cfg.kv_latent_dim, self.cfg.n_heads
+        B, S, _ = ckv_BSX.shape
+        ckv_BSX = ckv_BSX.astype(jnp.float32)
+        c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
+        k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))
+        if self.cfg.mla_rope_on_latent:  # rotate each compressed key by its own position (slot s holds s)
+            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.arange(S), self.cfg.rope_base)
+        v_BNSH = jnp.einsum("BSC,CNH->BNSH", c_BSC, self.w_uv[...].astype(jnp.float32))
+        k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
+        k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
+        q_BTN1X = jnp.concatenate([q_nope_BTNH, q_rope_BTNR], axis=-1)[:, :, :, None]  # K = N, G = 1
+        out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, q_pos_T, kv_len, self.cfg.causal, self.scale)
+        return out_BTN1H[:, :, :, 0]
+
+    def _read_absorbed(self, q_nope_BTNH, q_rope_BTNR, ckv_BSX, q_pos_T, kv_len):
+        """Attend over the cached rows directly: one shared "KV head" of width C + R."""
+        C = self.cfg.kv_latent_dim
+        ckv_B1SX = ckv_BSX[:, None]
+        q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
+                                self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
+        q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR.astype(jnp.float32)], axis=-1)[:, :, None]
+        out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], q_pos_T, kv_len, self.cfg.causal, self.scale)
+        # W_UV applied after attention, to T query rows only: values are never formed for the S cached tokens.
+        return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
 
 class MLP(nnx.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_hidden, cfg, rngs)  # one matmul for both
-        self.down = _dense(cfg.mlp_hidden, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
+        self.down = _dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         gate, up = jnp.split(self.gate_up(x), 2, axis=-1)
@@ -161,24 +196,19 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
-        if cfg.attention == "mla":
-            from dantinox.mla import LatentAttention  # MLA lives in its own file
-
-            self.attn = LatentAttention(cfg, rngs=rngs)
-        else:
-            self.attn = Attention(cfg, rngs=rngs)
+        self.attn = LatentAttention(cfg, rngs=rngs) if cfg.attention == "mla" else Attention(cfg, rngs=rngs)
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, pos_T, cache=None, cache_index=0, window=None):
-        h, cache = self.attn(self.norm1(x), pos_T, cache, cache_index, window)
+    def __call__(self, x, pos_T, cache=None, kv_len=None):
+        h, cache = self.attn(self.norm1(x), pos_T, cache, kv_len)
         x = x + h
         x = x + self.mlp(self.norm2(x))
         return x, cache
 
 
 class Transformer(nnx.Module):
-    """Token ids in, next-token logits out; optionally reads and writes a static KV cache.
+    """Token ids in, next-token logits out; optionally reads and writes a KV cache.
 
     Call it as `logits, kv_caches, aux = model(ids, use_cache=True, kv_caches=cache, cache_index=i)`.
     """
@@ -194,7 +224,7 @@ class Transformer(nnx.Module):
     def __call__(self, ids: Any, *, use_cache: bool = False, kv_caches: KVCache | None = None,
                  cache_index: int = 0) -> tuple[jax.Array, KVCache | None, dict[str, Any]]:
         """Checked entry point: every shape, dtype and bound is verified before any computation."""
-        ids = check_ids(self.cfg, ids)
+        ids = check_ids(self.cfg.vocab_size, ids)
         B, T = ids.shape
         if not use_cache:
             if kv_caches is not None:
@@ -212,18 +242,20 @@ class Transformer(nnx.Module):
         return logits, kv_caches, {"cache_index": cache_index + T}
 
     def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, cache_index: jax.Array | int = 0,
-                window: int | None = None) -> tuple[jax.Array, KVCache | None]:
-        """Unchecked forward used inside compiled loops; callers guarantee the bounds.
+                kv_len: jax.Array | int | None = None) -> tuple[jax.Array, KVCache | None]:
+        """Unchecked forward used inside compiled code; callers guarantee the bounds.
 
-        `window` fixes how many cache slots attention reads (it must cover cache_index + T); decode
-        loops pass it so the program has no branches. Without it the window follows the index.
+        The T tokens sit at positions cache_index, ..., cache_index + T - 1 and are written at those
+        slots of `kv_caches`; attention reads slots [0, kv_len), by default cache_index + T (causal
+        decoding). A bidirectional caller that has filled the slots after the span passes kv_len itself.
         """
         T = ids_BT.shape[1]
         pos_T = cache_index + jnp.arange(T, dtype=jnp.int32)
+        kv_len = cache_index + T if kv_len is None else kv_len
         x = self.embed(ids_BT)
         new_caches = []
         for i, block in enumerate(self.blocks):
-            x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], cache_index, window)
+            x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], kv_len)
             new_caches.append(layer_cache)
         return self.logits(self.norm(x)), (None if kv_caches is None else tuple(new_caches))
 
@@ -232,33 +264,3 @@ class Transformer(nnx.Module):
         if self.head is None:
             return x32 @ self.embed.embedding[...].astype(jnp.float32).T * self.cfg.d_model**-0.5
         return self.head(x_BTD).astype(jnp.float32)
-
-
-def check_ids(cfg: ModelConfig, ids: Any, name: str = "ids") -> jax.Array:
-    """Validate token ids: an integer array [batch, tokens] with values in [0, vocab_size)."""
-    if isinstance(ids, jax.core.Tracer):
-        arr = ids
-    else:
-        arr = np.asarray(ids)
-    if arr.ndim != 2:
-        raise ValueError(f"{name}: expected an integer array of shape [batch, tokens], got shape {arr.shape}")
-    if not jnp.issubdtype(arr.dtype, jnp.integer):
-        raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
-    if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"{name}: expected at least one sequence of at least one token, got shape {arr.shape}")
-    if not isinstance(arr, jax.core.Tracer):
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi >= cfg.vocab_size:
-            raise ValueError(f"{name}: token ids must lie in [0, {cfg.vocab_size}), got values in [{lo}, {hi}]")
-    return jnp.asarray(arr, jnp.int32)
-
-
-def concrete_index(cache_index: Any) -> int:
-    """The cache index as a Python int; a traced index cannot be bounds-checked, so it is refused."""
-    if isinstance(cache_index, jax.core.Tracer):
-        raise ValueError("cache_index: must be a concrete integer so the write can be bounds-checked; "
-                         "inside jax.jit use dantinox.generate or dantinox.stream, which check bounds up front")
-    arr = np.asarray(cache_index)
-    if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"cache_index: expected an integer, got {cache_index!r}")
-    return int(arr)

@@ -99,11 +99,11 @@ class Generator:
 
     def generate(self, text: str, max_new_tokens: int = 100, use_cache: bool = True,
                  temperature: float = 0.0, top_k: int | None = None, seed: int = 0, *,
-                 block_size: int = 32, threshold: float = 0.9, cache: str = "dual") -> str:
+                 block_size: int = 32, threshold: float = 0.9, cache_mode: str = "dual") -> str:
         """The continuation of `text` (not including `text` itself).
 
         Autoregressive runs use temperature/top_k/seed; diffusion runs decode `max_new_tokens` (a multiple
-        of `block_size`) with the given confidence `threshold` and `cache` mode ("none" when use_cache=False).
+        of `block_size`) with the given confidence `threshold` and `cache_mode` ("none" when use_cache=False).
         """
         ids = tokenizer.encode(text)
         if not ids:
@@ -113,7 +113,7 @@ class Generator:
             from dantinox.diffusion import diffusion_generate
 
             result = diffusion_generate(self.model, prompt, max_new_tokens, block_size=block_size,
-                                        threshold=threshold, cache=cache if use_cache else "none")
+                                        threshold=threshold, cache_mode=cache_mode if use_cache else "none")
             self.last_nfe = result.nfe
             return tokenizer.decode(result.tokens[0, len(ids):])
         from dantinox.generate import generate

@@ -1,4 +1,4 @@
-"""Train a small dantinox model with optax on a corpus the project ships: its own concept entries."""
+"""Train a small dantinox model with optax on a text corpus (the CLI passes the project's own concept entries)."""
 
 from __future__ import annotations
 
@@ -14,33 +14,10 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from dantinox import tokenizer
+from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.model import Transformer
 from dantinox.rundir import save_run
-
-
-def default_corpus() -> str:
-    """The prose of the concept entries in content/, loaded by the strict content loader: the project's own text."""
-    from content import CONTENT_DIR, load_all
-
-    texts: list[str] = []
-
-    def collect(node) -> None:
-        if isinstance(node, str):
-            if len(node) > 20 and not node.startswith("http"):
-                texts.append(" ".join(node.split()))
-        elif isinstance(node, dict):
-            for value in node.values():
-                collect(value)
-        elif isinstance(node, list):
-            for value in node:
-                collect(value)
-
-    for entry in load_all().values():
-        collect(entry.model_dump())
-    if not texts:
-        raise ValueError(f"corpus: no text found in {CONTENT_DIR}; pass --corpus FILE")
-    return "\n".join(texts)
 
 
 def causal_lm_loss(model: Transformer, tokens_BT: jax.Array, rng: jax.Array) -> jax.Array:
@@ -50,24 +27,21 @@ def causal_lm_loss(model: Transformer, tokens_BT: jax.Array, rng: jax.Array) -> 
     return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT[:, 1:]).mean()
 
 
-def train(run_dir: str | Path, preset: str = "tiny", steps: int = 600, paradigm: str = "autoregressive",
-          corpus: str | Path | None = None, seed: int = 0, batch_size: int = 16, seq_len: int = 128,
+def train(run_dir: str | Path, *, corpus: str, preset: str = "tiny", steps: int = 600,
+          paradigm: str = "autoregressive", seed: int = 0, batch_size: int = 16, seq_len: int = 128,
           learning_rate: float = 3e-3, progress: bool = True, **overrides) -> Path:
-    """Train from scratch and write a run directory; returns its path."""
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    """Train from scratch on the text `corpus` (UTF-8 bytes are the tokens) and write a run directory.
+
+    `dantinox train` passes the prose of content/entries/ (`dantinox.cli.content_corpus()`) or a file.
+    """
+    steps, batch_size, seq_len = (positive_int(n, v) for n, v in
+                                  (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len)))
+    if not isinstance(corpus, str):
+        raise ValueError(f"corpus: expected the training text as a str, got {type(corpus).__name__}")
     cfg = ModelConfig.preset(preset, paradigm=paradigm, **overrides)
     if seq_len + 1 > cfg.max_context:
         raise ValueError(f"seq_len: must be below max_context={cfg.max_context}, got {seq_len}")
-    if corpus is None:
-        text = default_corpus()
-    else:
-        path = Path(corpus)
-        if not path.is_file():
-            raise ValueError(f"corpus: {path} is not a file")
-        text = path.read_text(encoding="utf-8")
-    data = np.asarray(tokenizer.encode(text), np.int32)
+    data = np.asarray(tokenizer.encode(corpus), np.int32)
     if len(data) < seq_len + 2:
         raise ValueError(f"corpus: needs more than {seq_len + 1} bytes of text, got {len(data)}")
 
