@@ -1,0 +1,282 @@
+"""The roofline of one decode or prefill step: bytes moved and FLOPs from a config, and the timings that test it.
+
+    machine = measure_machine()                          # streaming read B/s and f32 matmul FLOP/s, timed here
+    cost = decode_cost(cfg, batch=8, context=128)        # bytes and FLOPs of one decode step
+    cost.time(machine)                                   # the roofline: max(bytes / BW, FLOPs / peak)
+    decode_step_seconds(model, batch=8, context=128)     # measured: compiled steps, fixed costs cancelled
+
+What is counted (per step): every weight read once; the cache slots attention reads (every slot of the
+cache it is given) and the slots the step writes; 2 FLOPs per multiply-add of every matmul, and the
+4·N·H FLOPs per query per key slot of attention (scores and weighted values). Activations, attention
+scores included, are not counted. Only mha, gqa and mqa models are covered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from dantinox.cache import init_cache
+from dantinox.checks import positive_int
+from dantinox.config import ModelConfig
+from dantinox.memory import DEVICE_PRESETS, kv_cache_bytes
+
+# Datasheet devices: the DEVICE_PRESETS name (capacity) and the prefill-and-decode spec holding F and BW.
+DATASHEET_SPECS = {
+    "A100 80GB": "Critical batch on an A100 80GB SXM in dense bf16",
+    "H100 80GB": "Critical batch on an H100 SXM in dense bf16",
+    "H200 141GB": "Critical batch on an H200 SXM in dense bf16",
+}
+BANDWIDTH_BYTES = 256 * 2**20  # streamed by the bandwidth probe: several times any CPU's last-level cache
+MATMUL_SIZE = 1024  # n of the n×n f32 matmul probe: large enough for the BLAS kernels to reach full speed
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """A memory bandwidth and a matmul peak: timed on this machine, or a datasheet's figures."""
+
+    name: str
+    bandwidth: float  # B/s read from main memory (HBM on an accelerator)
+    peak_flops: float  # FLOP/s of dense matmul in `compute_dtype`
+    compute_dtype: str  # the number format the peak is for
+    kind: str  # "measured" (timed here) | "derived" (datasheet figures from content)
+    source: str  # how the numbers were obtained
+    memory_bytes: int  # capacity, for the largest batch that fits
+
+    def critical_batch(self, bytes_per_weight: int | None = None) -> float:
+        """Tokens per step at which the weight matmuls turn compute-bound (defaults to compute_dtype's size)."""
+        size = jnp.dtype(self.compute_dtype).itemsize if bytes_per_weight is None else bytes_per_weight
+        return critical_batch(self.peak_flops, self.bandwidth, size)
+
+
+def critical_batch(peak_flops: float, bandwidth: float, bytes_per_weight: int = 2) -> float:
+    """F / BW · bytes / 2: a weight of `bytes_per_weight` bytes gives 2 FLOPs (one multiply-add) per token."""
+    return peak_flops / bandwidth * bytes_per_weight / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+    """Bytes moved and FLOPs of one compiled step (one forward call) of a model."""
+
+    phase: str  # "decode" (one new token per sequence) | "prefill" (the whole prompt)
+    batch: int  # B
+    tokens: int  # new tokens per sequence in this step: 1 for decode, the prompt length for prefill
+    context: int  # S, key slots attention reads per sequence
+    weight_bytes: int
+    cache_read_bytes: int
+    cache_write_bytes: int
+    matmul_flops: int
+    attention_flops: int
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.cache_read_bytes + self.cache_write_bytes
+
+    @property
+    def flops(self) -> int:
+        return self.matmul_flops + self.attention_flops
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+    def memory_time(self, machine: Machine) -> float:
+        return self.bytes / machine.bandwidth
+
+    def compute_time(self, machine: Machine) -> float:
+        return self.flops / machine.peak_flops
+
+    def time(self, machine: Machine) -> float:
+        """The roofline: the step cannot be faster than its bytes at full bandwidth or its FLOPs at peak."""
+        return max(self.memory_time(machine), self.compute_time(machine))
+
+    def bound(self, machine: Machine) -> str:
+        return "memory" if self.memory_time(machine) >= self.compute_time(machine) else "compute"
+
+
+def _check_variant(cfg: ModelConfig) -> None:
+    if cfg.attention == "mla":
+        raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
+
+
+def weight_count(cfg: ModelConfig) -> int:
+    """Parameters of the model: L blocks (QKV, output, SwiGLU, two norms), the embedding, the final norm."""
+    _check_variant(cfg)
+    D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
+    block = D * (N + 2 * K) * H + N * H * D + D * 2 * F + F * D + 2 * D
+    return cfg.n_layers * block + V * D + D + (0 if cfg.tie_embeddings else D * V)
+
+
+def matmul_weights_per_token(cfg: ModelConfig) -> int:
+    """Weights each token multiplies by: every block's matmuls and the output head (the embedding when tied)."""
+    _check_variant(cfg)
+    D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
+    return cfg.n_layers * (D * (N + 2 * K) * H + N * H * D + 3 * D * F) + D * V
+
+
+def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
+    return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
+
+
+def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
+    """One decode step: B new tokens, each attending over `context` cached slots."""
+    batch, context = positive_int("batch", batch), positive_int("context", context)
+    return StepCost(
+        phase="decode", batch=batch, tokens=1, context=context,
+        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
+        cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
+        matmul_flops=2 * batch * matmul_weights_per_token(cfg),
+        attention_flops=_attention_flops(cfg, batch, context))
+
+
+def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
+    """Prefill of B prompts of `prompt` tokens into a cache of as many slots.
+
+    Attention computes the full prompt × slots score matrix (the causal mask is applied, not skipped),
+    and reads back the slots it has just written, so both are counted.
+    """
+    batch, prompt = positive_int("batch", batch), positive_int("prompt", prompt)
+    cache = kv_cache_bytes(cfg, batch, prompt)
+    return StepCost(
+        phase="prefill", batch=batch, tokens=prompt, context=prompt,
+        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
+        cache_read_bytes=cache, cache_write_bytes=cache,
+        matmul_flops=2 * batch * prompt * matmul_weights_per_token(cfg),
+        attention_flops=_attention_flops(cfg, batch * prompt, prompt))
+
+
+def crossover_batch(cfg: ModelConfig, context: int, machine: Machine, limit: int = 1 << 20) -> int | None:
+    """Smallest decode batch whose step is compute-bound on `machine`, or None if none up to `limit` is."""
+    if decode_cost(cfg, limit, context).bound(machine) == "memory":
+        return None
+    lo, hi = 1, limit  # the compute share grows with the batch, so bisect
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decode_cost(cfg, mid, context).bound(machine) == "compute" else (mid + 1, hi)
+    return lo
+
+
+# Measuring -------------------------------------------------------------------------------------------------
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Fastest of `repeats` timed calls in seconds, after one untimed call that compiles."""
+    repeats = positive_int("repeats", repeats)
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = 5) -> float:
+    """Streaming-read bandwidth in B/s: a jitted sum over `nbytes` of float32, best of `repeats`."""
+    x = jnp.ones((positive_int("nbytes", nbytes) // 4,), jnp.float32)
+    total = jax.jit(jnp.sum)
+    return x.nbytes / best_of(lambda: total(x), repeats)
+
+
+def measure_matmul_flops(n: int = MATMUL_SIZE, repeats: int = 5) -> float:
+    """Dense float32 matmul throughput in FLOP/s: a jitted n×n by n×n product (2·n³ FLOPs), best of `repeats`."""
+    a = jax.random.normal(jax.random.key(0), (positive_int("n", n), n), jnp.float32)
+    product = jax.jit(jnp.matmul)
+    return 2 * n**3 / best_of(lambda: product(a, a), repeats)
+
+
+def measure_machine(repeats: int = 5) -> Machine:
+    """This machine's bandwidth and f32 matmul peak, timed now (labelled measured)."""
+    return Machine(
+        name="this machine", bandwidth=measure_bandwidth(repeats=repeats),
+        peak_flops=measure_matmul_flops(repeats=repeats), compute_dtype="float32", kind="measured",
+        source=f"jitted sum over {BANDWIDTH_BYTES // 2**20} MiB of f32 and a {MATMUL_SIZE}×{MATMUL_SIZE} f32 "
+               f"matmul on {jax.default_backend()}, best of {repeats} each",
+        memory_bytes=DEVICE_PRESETS["this machine (RAM)"].memory_bytes)
+
+
+def datasheet_machines() -> list[Machine]:
+    """A100, H100 and H200: dense bf16 FLOP/s and bandwidth from the prefill-and-decode entry's specs."""
+    import content  # the content package imports neither jax nor dantinox; loaded only when asked
+
+    entry = content.load_entry("prefill-and-decode")
+    specs = {s.label: s for s in entry.specs}
+    out = []
+    for name, label in DATASHEET_SPECS.items():
+        if label not in specs or specs[label].compute is None:
+            raise ValueError(f"prefill-and-decode.specs: expected a computed spec labelled {label!r}")
+        values = specs[label].compute.with_
+        out.append(Machine(name=name, bandwidth=float(values["BW"]), peak_flops=float(values["F"]),
+                           compute_dtype="bfloat16", kind="derived", source=specs[label].source,
+                           memory_bytes=DEVICE_PRESETS[name].memory_bytes))
+    return out
+
+
+@partial(jax.jit, static_argnums=0)
+def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
+    """`steps` greedy decode steps, each writing slot `index` and attending over every slot of `caches`."""
+    model = nnx.merge(graphdef, params)
+
+    def step(_, carry):
+        tokens_B, caches = carry
+        logits_B1V, caches = model.forward(tokens_B[:, None], caches, index)
+        return jnp.argmax(logits_B1V[:, 0], axis=-1).astype(jnp.int32), caches
+
+    return jax.lax.fori_loop(0, steps, step, (tokens_B, caches))
+
+
+@partial(jax.jit, static_argnums=0)
+def _prefill(graphdef, params, prompt_BT):
+    model = nnx.merge(graphdef, params)
+    B, T = prompt_BT.shape
+    return model.forward(prompt_BT, init_cache(model.cfg, B, T), 0)
+
+
+def _check_fits(cfg: ModelConfig, name: str, value: int) -> int:
+    value = positive_int(name, value)
+    if value > cfg.max_context:
+        raise ValueError(f"{name}: expected at most max_context={cfg.max_context}, got {value}")
+    return value
+
+
+def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int = 4, long: int = 20,
+                        repeats: int = 3) -> float:
+    """Seconds per decode step with a cache of `context` slots: (t(long) - t(short)) / (long - short).
+
+    Both loop lengths run the same compiled program (the step count is an argument), so compiling,
+    dispatch and copying the input cache cancel out; each time is the best of `repeats`.
+    """
+    cfg = model.cfg
+    _check_variant(cfg)
+    batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
+    if not 0 <= short < long:
+        raise ValueError(f"short, long: expected 0 <= short < long, got {short}, {long}")
+    graphdef, params = nnx.split(model)
+    caches = init_cache(cfg, batch, context)
+    tokens = jnp.zeros((batch,), jnp.int32)
+    index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
+
+    def timed(steps: int) -> float:
+        return best_of(lambda: _decode_loop(graphdef, params, tokens, caches, jnp.int32(steps), index), repeats)
+
+    per_step = (timed(long) - timed(short)) / (long - short)
+    if per_step <= 0:
+        raise RuntimeError(f"timing: {long} steps were not slower than {short} (machine too busy); "
+                           "raise `long` or `repeats`")
+    return per_step
+
+
+def prefill_seconds(model: nnx.Module, batch: int, prompt: int, repeats: int = 3) -> float:
+    """Seconds of one compiled prefill of B prompts of `prompt` tokens into a fresh cache, best of `repeats`."""
+    cfg = model.cfg
+    _check_variant(cfg)
+    batch, prompt = positive_int("batch", batch), _check_fits(cfg, "prompt", prompt)
+    graphdef, params = nnx.split(model)
+    ids = jnp.asarray(np.random.RandomState(0).randint(0, cfg.vocab_size, (batch, prompt)), jnp.int32)
+    return best_of(lambda: _prefill(graphdef, params, ids), repeats)

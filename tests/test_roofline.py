@@ -1,0 +1,150 @@
+"""The roofline: bytes and FLOPs against hand-counted values, the critical batch, timings, readings and the lab."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from flax import nnx
+
+import content
+import dantinox
+from dantinox import roofline
+from widgets.roofline_lab import RooflineLab
+from widgets.roofline_reading import points, read_decode, read_prefill, roofline_reading
+
+# The test preset: D=32, L=2, N=4, H=8, F=64, V=259, tied embeddings, float32.
+MHA = dantinox.ModelConfig.preset("test")
+GQA = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype="bfloat16")
+TOY = roofline.Machine("toy", bandwidth=2e9, peak_flops=1e10, compute_dtype="float32", kind="measured",
+                       source="hand-made for tests", memory_bytes=10**9)
+
+
+@pytest.fixture(scope="module")
+def entry():
+    return content.load_entry("prefill-and-decode")
+
+
+def test_weights_counted_by_hand_and_equal_to_the_parameter_arrays():
+    # per layer: QKV 32·(4+2·4)·8 = 3072, out 32·32 = 1024, gate/up 32·128 = 4096, down 64·32 = 2048, norms 64
+    mha_layer = 3072 + 1024 + 4096 + 2048 + 64
+    assert roofline.weight_count(MHA) == 2 * mha_layer + 259 * 32 + 32 == 28_928
+    gqa_layer = 32 * (4 + 2 * 2) * 8 + 1024 + 4096 + 2048 + 64  # K = 2 shrinks only the QKV projection
+    assert roofline.weight_count(GQA) == 2 * gqa_layer + 259 * 32 + 32 == 26_880
+    for cfg in (MHA, GQA, dantinox.ModelConfig.preset("reference", attention="mqa")):
+        assert roofline.weight_count(cfg) * 4 == dantinox.param_bytes(cfg)  # measured from the shapes
+
+
+def test_decode_step_bytes_and_flops_by_hand():
+    c = roofline.decode_cost(MHA, batch=3, context=16)
+    assert c.weight_bytes == 28_928 * 4
+    assert c.cache_read_bytes == 2 * 3 * 16 * 2 * 4 * 8 * 4  # L · B · S · 2 · K · H · 4 bytes = 24,576
+    assert c.cache_write_bytes == 2 * 3 * 1 * 2 * 4 * 8 * 4  # one new token per sequence
+    matmul_weights = 2 * (3072 + 1024 + 4096 + 2048) + 259 * 32  # the tied embedding is the output head
+    assert c.matmul_flops == 2 * 3 * matmul_weights == 172_608
+    assert c.attention_flops == 4 * 3 * 16 * 2 * 4 * 8  # scores and weighted values: 4 · B · S · L · N · H
+    assert c.bytes == 115_712 + 24_576 + 1_536 and c.flops == 172_608 + 12_288
+    g = roofline.decode_cost(GQA, batch=3, context=16)
+    assert g.cache_read_bytes == 2 * 3 * 16 * 2 * 2 * 8 * 2  # K = 2 heads, bf16
+    assert g.attention_flops == c.attention_flops  # every query head still attends over every slot
+
+
+def test_prefill_bytes_and_flops_by_hand():
+    c = roofline.prefill_cost(MHA, batch=2, prompt=8)
+    assert c.matmul_flops == 2 * 2 * 8 * 28_768
+    assert c.attention_flops == 4 * (2 * 8) * 8 * 2 * 4 * 8  # the full 8 × 8 score matrix, masked half too
+    assert c.cache_write_bytes == c.cache_read_bytes == 2 * 2 * 8 * 2 * 4 * 8 * 4
+
+
+def test_roofline_is_the_larger_of_memory_and_compute_time():
+    small, large = roofline.decode_cost(MHA, 1, 16), roofline.decode_cost(MHA, 4096, 16)
+    assert small.time(TOY) == small.bytes / 2e9 > small.flops / 1e10 and small.bound(TOY) == "memory"
+    assert large.time(TOY) == large.flops / 1e10 > large.bytes / 2e9 and large.bound(TOY) == "compute"
+    b = roofline.crossover_batch(MHA, 16, TOY)
+    assert roofline.decode_cost(MHA, b, 16).bound(TOY) == "compute"
+    assert roofline.decode_cost(MHA, b - 1, 16).bound(TOY) == "memory"
+    assert roofline.crossover_batch(MHA, 16, dataclasses.replace(TOY, peak_flops=1e20)) is None
+
+
+def test_critical_batch_is_flops_over_bandwidth(entry):
+    bf16 = roofline.Machine("x", bandwidth=3.35e12, peak_flops=9.89e14, compute_dtype="bfloat16", kind="derived",
+                            source="", memory_bytes=1)
+    assert bf16.critical_batch() == pytest.approx(9.89e14 / 3.35e12)
+    assert bf16.critical_batch() == pytest.approx(content.evaluate(entry, "Critical batch size", F=9.89e14,
+                                                                   BW=3.35e12))
+    assert TOY.critical_batch() == pytest.approx(1e10 / 2e9 * 4 / 2)  # f32: a weight is 4 bytes, 2 FLOPs per token
+
+
+def test_datasheet_machines_come_from_content(entry):
+    machines = {m.name: m for m in roofline.datasheet_machines()}
+    assert set(machines) == {"A100 80GB", "H100 80GB", "H200 141GB"}
+    hbm = content.load_entry("hbm-stack")
+    published = {v for s in hbm.specs if s.compute for k, v in s.compute.with_.items() if k.startswith("BW")}
+    for m in machines.values():
+        assert m.kind == "derived" and m.bandwidth in published  # the same bandwidths hbm-stack cites
+        assert m.memory_bytes == dantinox.DEVICE_PRESETS[m.name].memory_bytes
+    assert machines["H100 80GB"].critical_batch() > 250 > 15 > TOY.critical_batch()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: roofline.decode_cost(MHA, 0, 16), "batch: expected a positive integer"),
+    (lambda: roofline.prefill_cost(MHA, 1, -3), "prompt: expected a positive integer"),
+    (lambda: roofline.decode_cost(dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=8,
+                                                              rope_head_dim=4), 1, 8), "attention: the roofline"),
+    (lambda: roofline.decode_step_seconds(dantinox.Transformer(MHA, rngs=nnx.Rngs(0)), 1, 65),
+     "context: expected at most max_context=64"),
+])
+def test_bad_arguments_are_one_line_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_machine_microbenchmarks_measure_positive_rates():
+    bw = roofline.measure_bandwidth(nbytes=8 * 2**20, repeats=2)
+    flops = roofline.measure_matmul_flops(n=256, repeats=2)
+    assert 1e8 < bw < 1e13 and 1e8 < flops < 1e15
+
+
+def test_reading_functions_return_measured_points_with_labels():
+    decode = read_decode(MHA, 16, (1, 8), repeats=2)
+    prefill = read_prefill(MHA, (8, 32), repeats=2)
+    assert decode.xs == (1, 8) and all(s > 0 and math.isfinite(s) for s in decode.seconds)
+    pts = points(decode, TOY)
+    assert [p.x for p in pts] == [1, 8]
+    assert all(p.label.startswith("measured, this machine: decode step, B=") for p in pts)
+    assert pts[1].roofline_seconds == roofline.decode_cost(MHA, 8, 16).time(TOY)
+    assert pts[0].percent_of_roofline == pytest.approx(100 * pts[0].roofline_seconds / decode.seconds[0])
+    assert all("prefill" in p.label for p in points(prefill, TOY))
+
+
+def test_reading_shows_points_only_for_the_model_they_timed(entry):
+    decode = read_decode(MHA, 16, (1, 8), repeats=2)
+    same = roofline_reading(entry, MHA, 4, 16, TOY, decode=decode)
+    assert len(same.decode_points) == 2 and same.measured_knee == pytest.approx(
+        decode.seconds[0] * 8 / decode.seconds[1])
+    assert roofline_reading(entry, MHA, 4, 32, TOY, decode=decode).decode_points == ()
+    assert roofline_reading(entry, GQA, 4, 16, TOY, decode=decode).decode_points == ()
+    # the content's memory floor is the roofline's bytes without the one-token write
+    cost = same.decode_cost
+    assert same.floor_formula_seconds == pytest.approx((cost.weight_bytes + cost.cache_read_bytes) / TOY.bandwidth)
+
+
+def test_lab_renders_and_responds(entry):
+    devices = tuple(roofline.datasheet_machines())
+    lab = RooflineLab(entry, TOY, devices=devices, preset="test", batch=2, context=16,
+                      decode=read_decode(GQA, 16, (1, 8), repeats=2), batches=(1, 2), prompts=(8,), repeats=1)
+    assert lab.error == "" and len(lab.reading.decode_points) == 2 and len(lab.reading.devices) == 4
+    assert "measured" in lab.readout_html.value and "H200 141GB" in lab.devices_html.value
+    assert lab.figure.data[3].x == (1, 8)  # the measured dots are drawn
+    lab.batch.value = 256
+    assert lab.reading.batch == 256 and lab.reading.devices[0].bound == "compute"
+    assert lab.figure.data[10].x == (256,)
+    lab.attention.value = "mha"  # another model: its dots are not the ones timed, so they are hidden
+    assert lab.reading.cfg.n_kv_heads == 4 and lab.reading.decode_points == ()
+    assert "time this model here" in lab.status_html.value
+    lab.measure()
+    assert lab.error == "" and [p.x for p in lab.reading.decode_points] == [1, 2]
+    assert [p.x for p in lab.reading.prefill_points] == [8]
+    with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
+        lab.update(context=65)

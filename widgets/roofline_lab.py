@@ -1,0 +1,229 @@
+"""The roofline lab: measured step times of the model beside the roofline of this machine and of datasheet GPUs.
+
+    machine = read_machine()                       # measured, this machine
+    lab = RooflineLab(content.load_entry("prefill-and-decode"), machine, devices=read_devices(),
+                      decode=read_decode(cfg, 128, (1, 16, 64)), prefill=read_prefill(cfg, (32, 128, 512)))
+    lab.batch.value = 32                           # any control, as a learner would move it
+    lab.reading.devices[1].bound                   # "memory" on an A100 at this batch
+
+Sliders change only derived curves (instant); the button times the current model on this machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+import traitlets
+from plotly.subplots import make_subplots
+
+import dantinox
+from dantinox import roofline
+from dantinox.config import DTYPES
+from widgets._controls import Lab, describe
+from widgets._html import badge, error_box, esc, note_box
+from widgets.cache_lab import divisors
+from widgets.roofline_reading import RooflineReading, Sweep, read_decode, read_prefill, roofline_reading
+
+BATCH_GRID = np.unique(np.round(2 ** np.linspace(0, 8, 41)).astype(int)).tolist()  # 1 … 256
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.3f} ms" if seconds < 1e-2 else f"{seconds * 1e3:,.1f} ms"
+
+
+class RooflineLab(Lab):
+    """Sliders for batch, context, attention variant, KV heads and cache dtype; a plot and readouts."""
+
+    ATTENTIONS = ("mha", "gqa", "mqa")
+    CONTROLS = ("attention", "kv_heads", "cache_dtype", "batch", "context")
+    reading = traitlets.Instance(RooflineReading, allow_none=True)
+
+    def __init__(self, entry: Any, machine: roofline.Machine, *, decode: Sweep | None = None,
+                 prefill: Sweep | None = None, devices: tuple[roofline.Machine, ...] = (),
+                 preset: str = "reference", batch: int = 8, context: int = 128, attention: str = "gqa",
+                 kv_heads: int | None = 2, cache_dtype: str = "bfloat16", batches: tuple[int, ...] = (1, 16, 64),
+                 prompts: tuple[int, ...] = (32, 128, 512), repeats: int = 3):
+        self.entry, self.machine, self.devices = entry, machine, tuple(devices)
+        self.base = dantinox.ModelConfig.preset(preset)
+        self.batches, self.prompts, self.repeats = tuple(batches), tuple(prompts), repeats
+        self._decode: dict[tuple, Sweep] = {}
+        self._prefill: dict[dantinox.ModelConfig, Sweep] = {}
+        for sweep in (decode, prefill):
+            if sweep is not None:
+                self._keep(sweep)
+        style, layout = {"description_width": "150px"}, widgets.Layout(width="520px")
+        self.batch = widgets.IntSlider(min=1, max=BATCH_GRID[-1], description="batch B", style=style,
+                                       layout=layout)
+        self.context = widgets.IntSlider(min=1, max=self.base.max_context, description="context (cache slots)",
+                                         style=style, layout=layout)
+        self.attention = widgets.ToggleButtons(options=list(self.ATTENTIONS), description="attention", style=style)
+        self.kv_heads = widgets.Dropdown(description="KV heads K", style=style, layout=layout)
+        self.cache_dtype = widgets.Dropdown(options=list(DTYPES), description="cache dtype", style=style,
+                                            layout=layout)
+        self.measure_button = widgets.Button(description="time this model here", icon="stopwatch",
+                                             layout=widgets.Layout(width="220px"))
+        self.readout_html, self.devices_html = widgets.HTML(), widgets.HTML()
+        self.figure = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
+            "decode: one step vs batch", "prefill: one call vs prompt length")))
+        self._build_traces()
+        controls = [self.batch, self.context, self.attention, self.kv_heads, self.cache_dtype, self.measure_button]
+        super().__init__([*controls, status := widgets.HTML(), self.figure, self.readout_html, self.devices_html],
+                         status)
+        self.attention.observe(self._on_attention, names="value")
+        self.observe_controls(self.batch, self.context, self.kv_heads, self.cache_dtype)
+        self.measure_button.on_click(lambda _: self.measure())
+        with self.batched():
+            self._fit_kv_heads()
+        self.update(batch=batch, context=context, attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+
+    # Controls -----------------------------------------------------------------------------------
+    def _fit_kv_heads(self) -> None:
+        n = self.base.n_heads
+        options = {"mha": [n], "mqa": [1]}.get(self.attention.value) or \
+            [k for k in divisors(n) if 1 < k < n] or divisors(n)
+        current = self.kv_heads.value
+        self.kv_heads.options = options
+        self.kv_heads.value = current if current in options else options[0]
+        self.kv_heads.disabled = len(options) == 1
+
+    def _on_attention(self, _change) -> None:
+        with self.batched():
+            self._fit_kv_heads()
+        self._on_change()
+
+    def config(self) -> dantinox.ModelConfig:
+        """The model the controls describe."""
+        kv = self.kv_heads.value if self.attention.value == "gqa" else None
+        return self.base.replace(attention=self.attention.value, kv_heads=kv, cache_dtype=self.cache_dtype.value)
+
+    # Measuring ----------------------------------------------------------------------------------
+    def _keep(self, sweep: Sweep) -> None:
+        if sweep.phase == "decode":
+            self._decode[(sweep.cfg, sweep.fixed)] = sweep
+        else:
+            self._prefill[sweep.cfg] = sweep
+
+    def measure(self) -> RooflineReading | None:
+        """Time the current model here: decode at the lab's batches, prefill at its prompt lengths."""
+        cfg, context = self.config(), self.context.value
+        self.status_html.value = note_box(f"Timing decode at B = {esc(self.batches)} and prefill at "
+                                          f"{esc(self.prompts)} tokens on this machine (compiles first) …")
+        try:
+            self._keep(read_decode(cfg, context, self.batches, self.repeats))
+            self._keep(read_prefill(cfg, tuple(p for p in self.prompts if p <= cfg.max_context), 1, self.repeats))
+        except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
+            self.error = describe(err)
+            self.status_html.value = error_box(self.error)
+            return None
+        return self.refresh()
+
+    # Reading and drawing ------------------------------------------------------------------------
+    def _read(self) -> RooflineReading:
+        cfg, context = self.config(), self.context.value
+        return roofline_reading(self.entry, cfg, self.batch.value, context, self.machine,
+                                self._decode.get((cfg, context)), self._prefill.get(cfg), self.devices)
+
+    def _build_traces(self) -> None:
+        style = [("roofline, derived", dict(width=3)), ("bytes / bandwidth", dict(width=1.5, dash="dash")),
+                 ("FLOPs / peak", dict(width=1.5, dash="dot"))]
+        for col in (1, 2):
+            for name, line in style:
+                self.figure.add_trace(go.Scatter(mode="lines", name=name, line=line, showlegend=col == 1,
+                                                 legendgroup=name), row=1, col=col)
+            self.figure.add_trace(go.Scatter(mode="markers", name="measured, this machine", showlegend=col == 1,
+                                             marker=dict(size=10, color="black"), legendgroup="m"), row=1, col=col)
+        for name, line in (("critical batch F/BW, derived", dict(color="firebrick", dash="dash")),
+                           ("measured knee", dict(color="black", dash="dot"))):
+            self.figure.add_trace(go.Scatter(mode="lines", name=name, line=line), row=1, col=1)
+        self.figure.add_trace(go.Scatter(mode="markers", name="your batch", marker=dict(
+            size=15, color="rgba(0,0,0,0)", line=dict(width=2.5, color="crimson"))), row=1, col=1)
+        self.figure.update_layout(height=430, width=980, margin=dict(l=60, r=20, t=70, b=40),
+                                  legend=dict(orientation="h", y=-0.18))
+        self.figure.update_xaxes(type="log", title_text="batch B (tokens per step)", row=1, col=1)
+        self.figure.update_xaxes(type="log", title_text="prompt tokens (B = 1)", row=1, col=2)
+        self.figure.update_yaxes(type="log", title_text="time (ms)", row=1, col=1)
+        self.figure.update_yaxes(type="log", row=1, col=2)
+
+    def _curves(self, costs: list[roofline.StepCost]) -> list[list[float]]:
+        m = self.machine
+        return [[1e3 * c.time(m) for c in costs], [1e3 * c.memory_time(m) for c in costs],
+                [1e3 * c.compute_time(m) for c in costs]]
+
+    def _render(self, r: RooflineReading) -> None:
+        cfg = r.cfg
+        prompts = np.unique(np.round(2 ** np.linspace(3, np.log2(cfg.max_context), 25)).astype(int)).tolist()
+        decode = self._curves([roofline.decode_cost(cfg, b, r.context) for b in BATCH_GRID])
+        prefill = self._curves([roofline.prefill_cost(cfg, 1, p) for p in prompts])
+        lo, hi = min(decode[0]), max(decode[0])
+        here = r.devices[0]
+        with self.figure.batch_update():
+            data = self.figure.data
+            for i in range(3):
+                data[i].update(x=BATCH_GRID, y=decode[i])
+                data[4 + i].update(x=prompts, y=prefill[i])
+            for trace, pts in ((data[3], r.decode_points), (data[7], r.prefill_points)):
+                trace.update(x=[p.x for p in pts], y=[1e3 * p.seconds for p in pts],
+                             text=[f"{p.label}<br>{p.percent_of_roofline:.0f}% of roofline" for p in pts],
+                             hovertemplate="%{text}<br>%{y:.3f} ms<extra></extra>")
+            data[8].update(x=[here.critical_batch] * 2, y=[lo, hi])
+            knee = r.measured_knee
+            data[9].update(x=[knee] * 2 if knee else [], y=[lo, hi] if knee else [])
+            data[10].update(x=[r.batch], y=[1e3 * r.decode_cost.time(self.machine)])
+            self.figure.layout.title.text = (
+                f"{cfg.attention.upper()} (K={cfg.n_kv_heads}), {cfg.cache_dtype} cache, {r.context} slots — "
+                f"lines derived from the config and the measured machine; dots measured here")
+        self._render_readouts(r)
+
+    def _render_readouts(self, r: RooflineReading) -> None:
+        m, c = self.machine, r.decode_cost
+        fmt = dantinox.format_bytes
+        notes = []
+        if not r.decode_points:
+            notes.append("No timings of this exact model and context yet: the dots are hidden. Press "
+                         "<b>time this model here</b> to measure it (a few seconds per batch).")
+        if any(p.percent_of_roofline > 100 for p in (*r.decode_points, *r.prefill_points)):
+            notes.append("A dot below the roofline means the step beat the measured streaming bandwidth: part of "
+                         "the bytes stayed in the CPU's last-level cache, or the bandwidth probe ran while other "
+                         "work shared the memory bus.")
+        self.status_html.value = note_box("<br>".join(notes)) if notes else ""
+        knee = f"B ≈ {r.measured_knee:.0f}" if r.measured_knee else "needs a timed sweep from B = 1"
+        cross = f"B = {r.crossover_batch:,}" if r.crossover_batch else "never (memory-bound at every batch)"
+        rows = [
+            ("this machine", f"{m.bandwidth / 1e9:,.1f} GB/s read · {m.peak_flops / 1e9:,.0f} GFLOP/s f32",
+             badge("measured", "this machine: " + m.source)),
+            ("critical batch F/BW (f32 weights: × 4/2)", f"{r.devices[0].critical_batch:,.1f} tokens",
+             badge("derived", "content: Critical batch size, measured F and BW")),
+            ("where this model's step turns compute-bound", cross,
+             badge("derived", "roofline incl. cache and attention")),
+            ("measured knee", knee, badge("measured", "t(1) · B_max / t(B_max)")),
+            (f"bytes per step at B={r.batch}", f"{fmt(c.bytes)} (weights {fmt(c.weight_bytes)}, cache read "
+             f"{fmt(c.cache_read_bytes)})", badge("derived")),
+            (f"FLOPs per step at B={r.batch}", f"{c.flops / 1e9:,.3f} GFLOP", badge("derived")),
+            ("roofline step time", f"{_ms(c.time(m))} ({c.bound(m)}-bound)", badge("derived", "max of the two")),
+            ("memory floor, content formula", _ms(r.floor_formula_seconds),
+             badge("derived", "Decode step time lower bound, n = 1")),
+        ]
+        rows += [(f"{p.label.split(': ', 1)[1].split(',')[0]} at {p.x}", f"{_ms(p.seconds)} = "
+                  f"{p.percent_of_roofline:.0f}% of roofline", badge("measured"))
+                 for p in (*r.decode_points, *r.prefill_points)]
+        self.readout_html.value = _table(rows)
+        head = "".join(f"<th>{h}</th>" for h in ("device", "bandwidth", "peak", "critical batch",
+                                                  f"at B={r.batch}", "step floor", f"largest batch, T={r.context}"))
+        body = "".join(
+            f"<tr><td>{esc(d.machine.name)} {badge(d.machine.kind)}</td><td>{d.machine.bandwidth / 1e12:,.3g} TB/s"
+            f"</td><td>{d.machine.peak_flops / 1e12:,.3g} TFLOP/s {esc(d.cfg.dtype)}</td>"
+            f"<td>{d.critical_batch:,.0f}</td><td>{d.bound}-bound</td><td>{_ms(d.floor_seconds)}</td>"
+            f"<td>{d.max_batch:,}</td></tr>" for d in r.devices)
+        self.devices_html.value = (
+            f"<b>The same step on other machines</b> {badge('derived', 'datasheet F and BW from content')}"
+            f"<table><tr>{head}</tr>{body}</table><small>Datasheet peaks are dense bf16, so there the weights "
+            f"are taken in bf16; memory from dantinox.DEVICE_PRESETS.</small>")
+
+
+def _table(rows: list[tuple[str, str, str]]) -> str:
+    style = "text-align:right;font-family:monospace;white-space:nowrap"
+    return "<table>" + "".join(f"<tr><td style='min-width:260px'>{esc(a)}</td><td style='{style}'>{esc(b)}</td>"
+                               f"<td>{c}</td></tr>" for a, b, c in rows) + "</table>"
