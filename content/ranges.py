@@ -7,8 +7,9 @@ numbers (`integer: false` keeps a whole-number range continuous).
 
 `check` (called by `content.validate.read_entry`) refuses: a variable with neither or both forms, a default
 outside its range or not among its values, a log scale over a range that reaches zero, whole steps over
-fractional bounds, a science item whose result is not finite at every corner of its variables' ranges or at
-their defaults, and a spec whose inputs lie outside the ranges (one click loads them into the sliders).
+fractional bounds, a science item whose result is not finite at its variables' defaults, at each end of each
+range (the others at their defaults) or at any corner, and a spec whose inputs lie outside the ranges (the
+explorer loads them into its sliders with one click, so they must be values a slider can show).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def variable_problem(var: Variable) -> tuple[str | None, str] | None:
                 (", ".join(_num(v) for v in var.values) or "none")
         if var.default is None or var.default not in var.values:
             got = "none" if var.default is None else _num(var.default)
-            return "default", f"expected one of the values ({describe(var)}), got {got}"
+            return "default", f"expected one of the values {', '.join(_num(v) for v in var.values)}, got {got}"
     elif not has_range:
         return None, "expected min, max and default (a range) or values and default (allowed values), got neither"
     else:
@@ -105,9 +106,13 @@ def variable_problem(var: Variable) -> tuple[str | None, str] | None:
 
 
 def corner_points(item: Science) -> Iterator[dict[str, int | float]]:
-    """The defaults, then every combination of each variable at its smallest or largest value."""
+    """The defaults; each variable at each end with the others at their defaults; then every corner."""
     names = list(item.variables)
-    yield {n: as_number(item.variables[n], item.variables[n].default) for n in names}
+    defaults = {n: as_number(item.variables[n], item.variables[n].default) for n in names}
+    yield defaults
+    for n in names:
+        for end in bounds(item.variables[n]):
+            yield {**defaults, n: as_number(item.variables[n], end)}
     for combo in itertools.product(*(bounds(item.variables[n]) for n in names)):
         yield {n: as_number(item.variables[n], x) for n, x in zip(names, combo, strict=True)}
 
@@ -135,8 +140,8 @@ def _check_item(rec: Record, i: int, item: Science, tree: Any) -> bool:
         try:
             expr.evaluate(tree, point)
         except expr.ExpressionError as err:
-            rec.problem(("science", i, "compute"), f"expected a finite result at the defaults and every corner "
-                        f"of the variables' ranges, got '{err}' at {_point_text(point)}")
+            rec.problem(("science", i, "compute"), f"expected a finite result at the defaults, ends and corners "
+                        f"of the variables' ranges; at {_point_text(point)}: {err}")
             return False
     return True
 

@@ -56,9 +56,9 @@ INPUTS["cycle/cycle-a.yaml"] = [FIXTURES / "cycle"]
 
 
 def test_every_fixture_has_an_expected_message():
-    on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.yaml")} - {"base/fixture-base.yaml",
-                                                                                   "cycle/cycle-b.yaml"}
-    assert on_disk == set(EXPECTED)
+    on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.yaml")
+               if not p.name.startswith("range-")} - {"base/fixture-base.yaml", "cycle/cycle-b.yaml"}
+    assert on_disk == set(EXPECTED)  # range-*.yaml: tests/test_content_ranges.py
 
 
 def test_the_base_fixture_is_valid():

@@ -11,9 +11,12 @@
 
 from widgets.cache_lab import CacheLab, LabReading
 from widgets.card import ConceptCard
+from widgets.concept_map import ConceptMap, learning_path
+from widgets.formula_explorer import ExplorerReading, FormulaExplorer, read_formula
 from widgets.generate import DecodeRun, GeneratePanel
 from widgets.plot import CachePlot, attention_variants
 from widgets.quiz import Quiz, summarise
 
-__all__ = ["CacheLab", "CachePlot", "ConceptCard", "DecodeRun", "GeneratePanel", "LabReading", "Quiz",
+__all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExplorer", "learning_path", "read_formula",
+           "ConceptCard", "DecodeRun", "GeneratePanel", "LabReading", "Quiz",
            "attention_variants", "summarise"]

@@ -1,0 +1,142 @@
+"""The formula explorer, headless: every shipped science item, every control at min, max and default, equals
+content.evaluate; spec inputs load in one click; bad values raise; content text is escaped."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pytest
+
+import content
+from content import ranges
+from widgets import FormulaExplorer, read_formula
+from widgets.formula_explorer import GRID_STEPS, label, substitute, value_grid
+
+ENTRIES = content.load_all()
+ITEMS = [(eid, item.title) for eid, e in sorted(ENTRIES.items()) for item in e.science]
+
+
+def _check_shown(explorer: FormulaExplorer, entry, title: str) -> None:
+    values = explorer.values
+    want = content.evaluate(entry, title, **values)
+    reading = explorer.reading
+    assert explorer.error == "" and reading is not None
+    assert reading.science == title and reading.values == values and reading.result == want
+    assert html.escape(reading.result_text) in explorer.formula_html.value
+    assert html.escape(reading.substituted) in explorer.formula_html.value
+    line, point = explorer.figure.data
+    x = explorer.x_axis.value
+    assert list(point.x) == [values[x]] and list(point.y) == [pytest.approx(want)]
+    k = len(line.x) // 2  # one point of the curve, recomputed through the content API
+    at = {**values, x: line.x[k]}
+    assert line.y[k] == pytest.approx(content.evaluate(entry, title, **at))
+
+
+@pytest.mark.parametrize("entry_id,title", ITEMS)
+def test_every_control_at_min_max_and_default_shows_content_evaluate(entry_id, title):
+    entry = ENTRIES[entry_id]
+    explorer = FormulaExplorer(entry, science=title)
+    item = entry.science_item(title)
+    assert list(explorer.controls) == list(item.variables)
+    defaults = {n: ranges.as_number(v, v.default) for n, v in item.variables.items()}
+    assert explorer.values == defaults
+    _check_shown(explorer, entry, title)
+    for name, var in item.variables.items():
+        lo, hi = ranges.bounds(var)
+        for value in (lo, hi, var.default):
+            explorer.set(**{name: ranges.as_number(var, value)})
+            _check_shown(explorer, entry, title)
+        explorer.set(**{name: defaults[name]})
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_controls_follow_the_ranges(entry_id):
+    for item in ENTRIES[entry_id].science:
+        for name, var in item.variables.items():
+            grid = value_grid(var)
+            lo, hi = ranges.bounds(var)
+            assert grid == sorted(set(grid)) and grid[0] == lo and grid[-1] == hi and var.default in grid
+            if ranges.is_integer(var):
+                assert all(isinstance(v, int) for v in grid), name
+            pairs = list(zip(grid, grid[1:], strict=False))
+            if var.values is None and var.scale == "log":  # no big jumps on the scale the slider uses
+                assert max(b / a for a, b in pairs) <= max(2, (hi / lo) ** (2 / GRID_STEPS)), (item.title, name)
+            elif var.values is None:
+                assert max(b - a for a, b in pairs) <= max(1, 2 * (hi - lo) / GRID_STEPS), (item.title, name)
+            assert len({label(v) for v in grid}) == len(grid)  # every position reads differently
+
+
+def test_plot_against_any_variable_marks_the_current_point():
+    entry = ENTRIES["kv-cache"]
+    explorer = FormulaExplorer(entry, "KV cache size")
+    explorer.set(T=4096, B=8)
+    explorer.x_axis.value = "B"
+    line, point = explorer.figure.data
+    assert list(point.x) == [8] and explorer.figure.layout.xaxis.type == "log"
+    for x, y in zip(line.x, line.y, strict=True):
+        assert y == content.evaluate(entry, "KV cache size", **{**explorer.values, "B": x})
+    assert explorer.figure.layout.xaxis.title.text == "B [sequences]"
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_one_click_loads_every_computed_spec(entry_id):
+    entry = ENTRIES[entry_id]
+    explorer = FormulaExplorer(entry)
+    for i, spec in enumerate(entry.specs):
+        if spec.compute is None:
+            continue
+        explorer.load_spec(i)
+        assert explorer.item.title == spec.compute.science
+        assert explorer.values == spec.compute.with_
+        assert explorer.reading.result == content.evaluate(entry, spec.compute.science, **spec.compute.with_)
+        buttons = explorer.specs_box.children
+        assert any(b.description == f"load: {spec.label}" for b in buttons)
+
+
+def test_spec_button_click_loads_its_numbers():
+    entry = ENTRIES["kv-cache"]
+    explorer = FormulaExplorer(entry, "KV cache size")
+    index = next(i for i, s in enumerate(entry.specs) if s.compute and s.compute.science == "KV cache size")
+    button = next(b for b in explorer.specs_box.children if b.description == f"load: {entry.specs[index].label}")
+    button.click()
+    assert explorer.values == entry.specs[index].compute.with_
+
+
+def test_values_a_control_cannot_show_are_refused_in_one_line():
+    explorer = FormulaExplorer(ENTRIES["kv-cache"], "KV cache size")
+    with pytest.raises(ValueError) as err:
+        explorer.set(T=100_000_000)
+    message = str(err.value)
+    assert message.startswith("T: expected a value the control offers (1 to 131072") and "\n" not in message
+    with pytest.raises(ValueError, match=r"^bytes: expected a value the control offers \(one of 1, 2, 4"):
+        explorer.set(bytes=3)
+    with pytest.raises(ValueError, match=r"^K: expected a variable of 'KV cache size' \(L, B, T, H_kv, d_h, bytes\)"):
+        explorer.set(K=8)
+    with pytest.raises(ValueError, match=r"^science: expected one of 'KV cache size', 'KV cache per token'"):
+        explorer.select("KV size")
+    with pytest.raises(ValueError, match=r"^index: expected a computed spec of 'kv-cache'"):
+        explorer.load_spec(4)  # a spec in words
+
+
+def test_read_formula_is_the_pure_reading():
+    entry = ENTRIES["paged-attention"]
+    reading = read_formula(entry, "Blocks per sequence", {"T": 1000, "P": 16})
+    assert reading.result == 63 and reading.substituted == "ceil(1,000 / 16)"
+    assert reading.result_text == "63 blocks"
+    assert substitute("L * 2 ** x", {"L": 4096, "x": 3}) == "4,096 × 2 ^ 3"
+    assert read_formula(ENTRIES["kv-cache"], 0, {"L": 12, "B": 1, "T": 512, "H_kv": 8, "d_h": 32, "bytes": 2}
+                        ).result_text == "6,291,456 B = 6 MiB"
+
+
+def test_content_text_is_escaped():
+    entry = ENTRIES["kv-cache"]
+    item = entry.science[0]
+    evil = "<script>alert('x')</script>"
+    variables = {n: v.model_copy(update={"meaning": evil}) if n == "T" else v for n, v in item.variables.items()}
+    item = item.model_copy(update={"equation": evil, "variables": variables})
+    explorer = FormulaExplorer(entry.model_copy(update={"science": [item, *entry.science[1:]]}))
+    shown = explorer.formula_html.value + "".join(getattr(c, "value", "") for c in explorer.controls_box.children
+                                                  if not hasattr(c, "options"))
+    assert "<script>" not in shown and html.escape(evil) in shown
+    assert math.isfinite(explorer.reading.result)
