@@ -199,29 +199,3 @@ def test_generation_refuses_an_autoregressive_model():
     cfg = dantinox.ModelConfig.preset("test")
     with pytest.raises(ValueError, match="model: diffusion decoding needs paradigm='diffusion'"):
         diffusion.diffusion_generate(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)), PROMPT, 8, block_size=8)
-
-
-def test_lab_widget_runs_all_modes_and_follows_the_controls(model):
-    from widgets.diffusion_lab import DiffusionLab
-
-    lab = DiffusionLab(model, prompt="the cat ", gen_lengths=(16, 32), block_sizes=(4, 8), gen_length=16,
-                       block_size=8, threshold=0.9)
-    assert set(lab.runs) == set(diffusion.CACHE_MODES) and lab.message.value == ""
-    assert all(f"<b>{c}</b>" in lab.table.value for c in diffusion.CACHE_MODES)
-    runs = lab.update(threshold=1.0, gen_length=32, block_size=4)
-    dual = runs["dual"].result
-    assert dual.nfe == 32 and lab.step.max == lab.play.max == 32
-    assert [len(t.y) for t in lab.figure.data] == [32] * 5
-    np.testing.assert_array_equal(lab.figure.data[2].y * 1024, dual.cache_bytes)
-    lab.step.value = 5  # the play button moves this slider; block 2 starts at step 5 (4 steps per block)
-    assert "step 5 of 32</b>, block 2 of 8 (full forward, refreshes the cache): 40 positions" in lab.caption.value
-    lab.step.value = 6
-    assert "(cached step): 4 positions" in lab.caption.value
-    assert lab.sequence.value.count("font-weight:bold") == 1  # one token decoded per step at threshold 1
-    lab.show.value = "none"
-    assert "full forward" in lab.caption.value and "border-bottom:3px" not in lab.sequence.value.split("<div")[1]
-    assert lab.formula_params()["T"] == 8 + 32 and lab.formula_params()["s"] == 4
-    with pytest.raises(ValueError, match="settings: unknown name"):
-        lab.update(blocks=3)
-    with pytest.raises(ValueError, match="gen_lengths: each must be a multiple"):
-        DiffusionLab(model, prompt="the cat ", gen_lengths=(20,), block_sizes=(8,), gen_length=20, block_size=8)

@@ -7,16 +7,22 @@
     ConceptCard(entry)                # any entry: the card, the quiz and the plot helpers are generic
     lab = CacheLab(entry)             # sliders; lab.reading holds the numbers on screen
     CachePlot(lab); GeneratePanel(lab); Quiz(entry, params=lab.formula_params, lab_checks=[0])
+    read_kv_cache(entry, cfg, batch, tokens)   # the same numbers without a widget (widgets.readings)
 """
 
-from widgets.cache_lab import CacheLab, LabReading
+from widgets.cache_lab import CacheLab
 from widgets.card import ConceptCard
 from widgets.concept_map import ConceptMap, learning_path
+from widgets.diffusion_lab import DiffusionLab
 from widgets.formula_explorer import ExplorerReading, FormulaExplorer, read_formula
 from widgets.generate import DecodeRun, GeneratePanel
+from widgets.mla_lab import MlaLab, decode_path_agreement
 from widgets.plot import CachePlot, attention_variants
 from widgets.quiz import Quiz, summarise
+from widgets.readings import CacheReading, CacheSize, MlaReading, formula_params, read_kv_cache, read_mla_cache
+from widgets.roofline_lab import RooflineLab
 
 __all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExplorer", "learning_path", "read_formula",
-           "ConceptCard", "DecodeRun", "GeneratePanel", "LabReading", "Quiz",
-           "attention_variants", "summarise"]
+           "CacheReading", "CacheSize", "ConceptCard", "DecodeRun", "DiffusionLab",
+           "GeneratePanel", "MlaLab", "MlaReading", "Quiz", "attention_variants", "decode_path_agreement",
+           "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise"]

@@ -1,22 +1,112 @@
-"""Shared behaviour of the lab widgets."""
+"""What every lab widget shares: batched control changes, checked programmatic values, errors on screen.
+
+A lab subclasses `Lab`, lists its controls in `CONTROLS`, and implements `_read()` (compute, may raise) and
+`_render(result)` (draw). Moving any control, or `lab.update(a=..., b=...)`, recomputes once; the result is
+stored in the trait named by `RESULT` and any error in the `error` trait and the lab's status line.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from widgets._html import error_box
 
 
-class QuietUpdates:
-    """Mixin for a lab: set several controls at once and refresh once, not once per control.
+def describe(err: Exception) -> str:
+    """One line for the learner: a ValueError's own message (it names the field), else the type too."""
+    return str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
 
-    Observers call `refresh()` only when `self._quiet` is false; `with self._hold(): ...` silences them.
-    """
+
+def check_value(control: widgets.Widget, value: Any, name: str) -> None:
+    """Refuse what the control would clamp or reject, in one line naming the control and its range."""
+    if isinstance(control, widgets.IntSlider):
+        step = control.step or 1
+        if isinstance(value, bool) or not isinstance(value, int) or not control.min <= value <= control.max \
+                or (value - control.min) % step:
+            steps = f" in steps of {step}" if step != 1 else ""
+            raise ValueError(f"{name}: expected an integer in [{control.min}, {control.max}]{steps}, got {value!r}")
+    elif isinstance(control, widgets.FloatSlider):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not control.min <= value <= control.max:
+            raise ValueError(f"{name}: expected a number in [{control.min}, {control.max}], got {value!r}")
+    elif value not in list(control.options):
+        raise ValueError(f"{name}: expected one of {', '.join(map(str, control.options))}, got {value!r}")
+
+
+class Lab(widgets.VBox):
+    """Base of the lab widgets: one refresh per change or per `update(...)`, errors kept and shown."""
+
+    CONTROLS: tuple[str, ...] = ()  # attribute names of the controls `update` may set, in the order it sets them
+    RESULT = "reading"  # the trait each refresh stores its result in
+    error = traitlets.Unicode("")  # the last refresh's error, "" after a good one
 
     _quiet = False
 
+    def __init__(self, children: list[widgets.Widget], status: widgets.HTML):
+        self.status_html = status
+        super().__init__(children)
+
     @contextlib.contextmanager
-    def _hold(self):
+    def batched(self):
+        """Change several controls with one refresh (observers hold off) and one message to the browser."""
         quiet, self._quiet = self._quiet, True
         try:
-            yield
+            with self.hold_sync():
+                yield
         finally:
             self._quiet = quiet
+
+    def observe_controls(self, *controls: widgets.Widget) -> None:
+        for control in controls:
+            control.observe(self._on_change, names="value")
+
+    def _on_change(self, _change=None) -> None:
+        if not self._quiet:
+            self.refresh()
+
+    def update(self, **values: Any) -> Any:
+        """Set several controls at once (one refresh); out-of-range values raise instead of clamping."""
+        unknown = sorted(set(values) - set(self.CONTROLS))
+        if unknown:
+            raise ValueError(f"update: unknown control(s) {', '.join(unknown)}; expected {', '.join(self.CONTROLS)}")
+        with self.batched():
+            for name in self.CONTROLS:
+                if name in values and values[name] is not None:
+                    self._set(name, values[name])
+        return self.refresh()
+
+    def _set(self, name: str, value: Any) -> None:
+        control = getattr(self, name)
+        check_value(control, value, name)
+        control.value = value
+
+    def refresh(self) -> Any:
+        """Recompute and redraw; an error is shown in the lab and kept in `.error`, never hidden."""
+        try:
+            result = self._read()
+        except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
+            self.error = describe(err)
+            self.status_html.value = error_box(self.error)
+            return None
+        self.error = ""
+        setattr(self, self.RESULT, result)  # first, so views the render triggers read the new result
+        with self.hold_sync():
+            self._render(result)
+        return result
+
+    def guard(self, fn) -> None:
+        """Run a view-only callback (no recompute); its error goes where a refresh's would."""
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - any failure must be visible to the learner
+            self.error = describe(err)
+            self.status_html.value = error_box(self.error)
+
+    def _read(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define _read")
+
+    def _render(self, result: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _render")

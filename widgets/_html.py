@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import re
+from typing import Any
 from urllib.parse import urlparse
 
 # Every figure on screen carries one of these kinds: taken from arrays or timings, from a content formula, or neither.
@@ -54,3 +56,27 @@ def note_box(message_html: str) -> str:
     """An amber note; `message_html` must already be escaped."""
     return (f"<div style='background:#fff8e1;border-left:4px solid #ff8f00;padding:4px 8px'>"
             f"{message_html}</div>")
+
+
+def substitute(expression: str, params: dict[str, Any]) -> str:
+    """`L * 2 * T` with L=12, T=512 -> `12 × 2 × 512`: the formula as the learner reads it, numbers in."""
+    def value(match: re.Match) -> str:
+        name = match.group(0)
+        return f"{params[name]:,}" if name in params else name
+    return re.sub(r"[A-Za-z_][A-Za-z_0-9]*", value, expression).replace("*", "×")
+
+
+def formula_block(item: Any, params: dict[str, Any], value_bytes: int, formatted: str) -> str:
+    """A science item as LaTeX, then its expression with the numbers in and the bytes it gives (derived)."""
+    return (f"<b>{esc(item.title)}</b> {badge('derived', 'content formula')}"
+            f"<div>$${esc(item.equation)}$$</div>"
+            f"<div style='font-family:monospace'>= {esc(substitute(item.compute, params))} "
+            f"= {value_bytes:,} B = {esc(formatted)}</div>")
+
+
+def readout_table(rows: list[tuple[str, str, str]]) -> str:
+    """Rows of (label, value, badge HTML) as a table; labels and values are escaped here, badges are not."""
+    value_style = "text-align:right;font-family:monospace;white-space:nowrap"
+    body = "".join(f"<tr><td style='min-width:220px'>{esc(a)}</td><td style='{value_style}'>{esc(b)}</td>"
+                   f"<td>{c}</td></tr>" for a, b, c in rows)
+    return f"<table>{body}</table>"

@@ -4,29 +4,34 @@
     lab.update(block_size=8, threshold=0.7, gen_length=64)   # what the sliders do: all three modes run again
     lab.step.value = 5                                       # what the step slider and the play button do
     lab.runs["dual"].result.nfe, lab.runs["dual"].tokens_per_s, lab.runs["prefix"].agreement
+    run_modes(model, prompt_ids, 64, 8, 0.7)                 # the same numbers without a widget
 
 Every mode decodes the same prompt with the same settings. The lab draws one of them (the "show" toggle)
-as prompt / finished blocks / active block / masked suffix, plots its cache bytes per step beside the
-autoregressive static cache of the same length, and tabulates all three side by side.
+as prompt / finished blocks / active block / masked suffix, plots its cache bytes per step (derived from
+the live positions, which the tests check against the arrays) beside the autoregressive static cache of
+the same length, and tabulates all three side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
+import traitlets
 
 import dantinox
 from dantinox import tokenizer
 from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
-from widgets._html import badge, error_box, esc, note_box
+from widgets._controls import Lab
+from widgets._html import badge, esc, note_box
+from widgets.readings import formula_params
 
 KIB = 1024
 COLOURS = {"prompt": "#eceff1", "finished": "#c8e6c9", "active": "#ffe0b2", "suffix": "#e3f2fd"}
+PER_SLOT = "live positions × bytes per slot"  # how every per-step cache byte count here is derived
 CACHED_MARK = "#6a1b9a"  # underline of positions whose keys/values the viewed mode reads from its cache
 
 
@@ -41,6 +46,20 @@ class ModeRun:
     @property
     def tokens_per_s(self) -> float:
         return self.result.tokens.shape[0] * self.result.gen_length / self.seconds
+
+
+def run_modes(model: dantinox.Transformer, prompt_ids: np.ndarray, gen_length: int, block_size: int,
+              threshold: float) -> dict[str, ModeRun]:
+    """Decode the prompt in every cache mode with the same settings; each timed after its compilation."""
+    results, seconds = {}, {}
+    for mode in CACHE_MODES:
+        diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)  # compile (once per shape)
+        start = time.perf_counter()
+        results[mode] = diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)
+        seconds[mode] = time.perf_counter() - start
+    P = prompt_ids.shape[1]
+    base = results["none"].tokens[:, P:]
+    return {m: ModeRun(r, seconds[m], float((r.tokens[:, P:] == base).mean())) for m, r in results.items()}
 
 
 def _char(token: int) -> str:
@@ -60,7 +79,7 @@ def sequence_html(result: DiffusionResult, step: int, row: int = 0) -> str:
     active = int(result.step_block[step - 1])
     start, end = P + active * bs, P + (active + 1) * bs
     cached = {"none": lambda i: False, "prefix": lambda i: i < start,
-              "dual": lambda i: i < start or i >= end}[result.cache]
+              "dual": lambda i: i < start or i >= end}[result.cache_mode]
     done = result.unmasked_by(step - 1)[row]
     cells = []
     for i, token in enumerate(result.tokens[row]):
@@ -86,8 +105,12 @@ def sequence_html(result: DiffusionResult, step: int, row: int = 0) -> str:
             f"{''.join(cells)}</div><div style='font-size:85%;margin-top:4px'>{legend}</div>")
 
 
-class DiffusionLab(widgets.VBox):
+class DiffusionLab(Lab):
     """Sliders for block size, threshold and generation length; a step-by-step view, a plot and a table."""
+
+    CONTROLS = ("block_size", "threshold", "gen_length")
+    RESULT = "runs"
+    runs = traitlets.Dict()  # cache mode -> ModeRun at the current settings
 
     def __init__(self, model: dantinox.Transformer, prompt: str = "The KV cache",
                  gen_lengths: tuple[int, ...] = (32, 64, 96, 128), block_sizes: tuple[int, ...] = (4, 8, 16, 32),
@@ -103,8 +126,6 @@ class DiffusionLab(widgets.VBox):
             if g > room or any(g % b for b in block_sizes):
                 raise ValueError(f"gen_lengths: each must be a multiple of every block size {block_sizes} and at "
                                  f"most max_context - prompt = {room}, got {g}")
-        self.runs: dict[str, ModeRun] = {}
-        self._busy = False
         style = {"description_width": "120px"}
         wide = widgets.Layout(width="460px")
         self.block_size = widgets.SelectionSlider(options=block_sizes, value=block_size, description="block size",
@@ -120,7 +141,7 @@ class DiffusionLab(widgets.VBox):
         self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play")
         widgets.jslink((self.play, "value"), (self.step, "value"))
         widgets.jslink((self.play, "max"), (self.step, "max"))
-        self.message = widgets.HTML()
+        self.message = widgets.HTML()  # the lab's status line: running, or an error
         self.caption = widgets.HTML()
         self.sequence = widgets.HTML()
         self.table = widgets.HTML()
@@ -129,82 +150,51 @@ class DiffusionLab(widgets.VBox):
             xaxis=dict(title="step (model evaluation)"), yaxis=dict(title="cache (KiB)", rangemode="tozero"),
             legend=dict(orientation="h", y=-0.25)))
         for name in ("prefix", "suffix", "total"):
-            self.figure.add_scatter(mode="lines", line=dict(shape="hv"), name=f"{name} (measured)")
+            self.figure.add_scatter(mode="lines", line=dict(shape="hv"), name=f"{name} (derived: positions)")
         self.figure.add_scatter(mode="lines", line=dict(dash="dash", color="black"),
                                 name="AR static cache, same length (derived: formula)")
         self.figure.add_scatter(mode="lines", line=dict(dash="dot", color="grey"),
                                 name="static buffers allocated (measured: shapes)")
-        for control in (self.block_size, self.threshold, self.gen_length):
-            control.observe(self._on_settings, names="value")
-        self.show.observe(lambda _: self._guard(self._redraw), names="value")
-        self.step.observe(lambda _: self._guard(self._draw_step), names="value")
+        self.show.observe(lambda _: self.guard(self._redraw), names="value")
+        self.step.observe(lambda _: self.guard(self._draw_step), names="value")
         super().__init__([self.block_size, self.threshold, self.gen_length, self.message, self.table, self.show,
-                          widgets.HBox([self.play, self.step]), self.caption, self.sequence, self.figure])
-        self.update()
+                          widgets.HBox([self.play, self.step]), self.caption, self.sequence, self.figure],
+                         self.message)
+        self.observe_controls(self.block_size, self.threshold, self.gen_length)
+        self.refresh()
 
     # Running -----------------------------------------------------------------------------------------
-    def update(self, **settings: Any) -> dict[str, ModeRun]:
-        """Set any of block_size, threshold, gen_length (as the sliders do) and run all three modes."""
-        unknown = sorted(set(settings) - {"block_size", "threshold", "gen_length"})
-        if unknown:
-            raise ValueError(f"settings: unknown name(s) {', '.join(unknown)}; expected block_size, threshold, "
-                             "gen_length")
-        self._busy = True
-        try:
-            with self.hold_sync():
-                for name, value in settings.items():
-                    getattr(self, name).value = value
-        finally:
-            self._busy = False
-        self._run()
-        return self.runs
-
-    def _on_settings(self, _change) -> None:
-        if not self._busy:
-            self._guard(self._run)
-
-    def _guard(self, fn) -> None:
-        """Run a callback and show its error in the lab instead of losing it in the kernel log."""
-        try:
-            fn()
-        except Exception as err:  # noqa: BLE001 - any failure must be visible to the learner
-            self.message.value = error_box(f"{type(err).__name__}: {err}")
-
-    def _run(self) -> None:
+    def _read(self) -> dict[str, ModeRun]:
         gen, block, threshold = self.gen_length.value, self.block_size.value, float(self.threshold.value)
         self.message.value = note_box(  # a run takes seconds: say so, or the old table reads as the new one
             f"Decoding with none, prefix and dual cache (gen length {gen}, block {block}, threshold "
             f"{threshold:.2f}); a new length or block size compiles first&hellip;")
-        results, seconds = {}, {}
-        for cache in CACHE_MODES:
-            diffusion_generate(self.model, self.prompt_ids, gen, block, threshold, cache)  # compile (once per shape)
-            start = time.perf_counter()
-            results[cache] = diffusion_generate(self.model, self.prompt_ids, gen, block, threshold, cache)
-            seconds[cache] = time.perf_counter() - start
-        P = self.prompt_ids.shape[1]
-        base = results["none"].tokens[:, P:]
-        self.runs = {c: ModeRun(r, seconds[c], float((r.tokens[:, P:] == base).mean())) for c, r in results.items()}
+        return run_modes(self.model, self.prompt_ids, gen, block, threshold)
+
+    def _render(self, runs: dict[str, ModeRun]) -> None:
         self.message.value = ""
-        self._table()
+        self._table(runs)
         self._redraw()
 
     # Drawing -----------------------------------------------------------------------------------------
-    def _table(self) -> None:
+    def _table(self, runs: dict[str, ModeRun]) -> None:
         fmt = dantinox.format_bytes
-        none = self.runs["none"]
+        none = runs["none"]
         head = ("<tr><th>cache</th><th title='number of function evaluations: model calls, one per step'>NFE</th>"
                 "<th>positions run</th><th>time</th><th>tokens/s</th>"
                 "<th>vs none</th><th>same tokens as none</th><th>peak cache</th><th>buffers</th></tr>")
         rows = []
-        for cache, run in self.runs.items():
+        for cache, run in runs.items():
             r = run.result
             rows.append(f"<tr><td><b>{cache}</b></td><td>{r.nfe}</td><td>{int(r.computed_tokens.sum()):,}</td>"
                         f"<td>{run.seconds * 1e3:.1f} ms</td><td>{run.tokens_per_s:,.0f}</td>"
                         f"<td>{none.seconds / run.seconds:.2f}×</td><td>{run.agreement:.0%}</td>"
                         f"<td>{fmt(r.peak_cache_bytes)}</td><td>{fmt(r.allocated_bytes)}</td></tr>")
         ar = dantinox.format_bytes(none.result.ar_static_bytes)
-        self.table.value = (f"<div>{badge('measured', 'this kernel, this machine')} AR static cache for the same "
-                            f"length: {ar} {badge('derived', 'kv_cache_bytes')}</div>"
+        self.table.value = (f"<div>times: {badge('measured', 'this kernel, this machine')} · peak cache: "
+                            f"{badge('derived', PER_SLOT)} · buffers: "
+                            f"{badge('measured', 'shapes')} · AR static cache for the same length: {ar} "
+                            f"{badge('derived', 'kv_cache_bytes')}</div>"
                             f"<table style='border-collapse:collapse;text-align:right' cellpadding='4'>{head}"
                             f"{''.join(rows)}</table>")
 
@@ -216,7 +206,7 @@ class DiffusionLab(widgets.VBox):
                                                         np.full(r.nfe, r.ar_static_bytes),
                                                         np.full(r.nfe, r.allocated_bytes)), strict=True):
                 trace.x, trace.y = steps, np.asarray(values) / KIB
-            self.figure.layout.title = (f"cache bytes per step, cache='{r.cache}', gen {r.gen_length}, "
+            self.figure.layout.title = (f"cache bytes per step, cache_mode='{r.cache_mode}', gen {r.gen_length}, "
                                         f"block {r.block_size}")
         with self.hold_sync():
             self.play.max = r.nfe
@@ -230,13 +220,13 @@ class DiffusionLab(widgets.VBox):
         block = int(r.step_block[k - 1])
         decoded = int((r.unmasked_at[0] == k - 1).sum())
         first = k == 1 or r.step_block[k - 2] != block
-        kind = "full forward, refreshes the cache" if first and r.cache != "none" else \
-            "full forward" if r.cache == "none" else "cached step"
+        kind = "full forward, refreshes the cache" if first and r.cache_mode != "none" else \
+            "full forward" if r.cache_mode == "none" else "cached step"
         self.caption.value = (
             f"<b>step {k} of {r.nfe}</b>, block {block + 1} of {r.gen_length // r.block_size} ({kind}): "
             f"{r.computed_tokens[k - 1]} positions through the model, {decoded} token(s) decoded; cache read: "
             f"prefix {dantinox.format_bytes(int(r.prefix_bytes[k - 1]))}, suffix "
-            f"{dantinox.format_bytes(int(r.suffix_bytes[k - 1]))} {badge('measured')}")
+            f"{dantinox.format_bytes(int(r.suffix_bytes[k - 1]))} {badge('derived', PER_SLOT)}")
         self.sequence.value = sequence_html(r, k)
         with self.figure.batch_update():
             self.figure.layout.shapes = [dict(type="line", x0=k, x1=k, yref="paper", y0=0, y1=1,
@@ -245,7 +235,6 @@ class DiffusionLab(widgets.VBox):
     # For the quiz ------------------------------------------------------------------------------------
     def formula_params(self) -> dict[str, float]:
         """The lab's numbers under the content entry's variable names (DualCache size and work ratio)."""
-        cfg, r = self.model.cfg, self.runs["dual"].result
-        return {"L": cfg.n_layers, "B": 1, "T": r.prompt_length + r.gen_length, "W": r.block_size,
-                "H_kv": cfg.kv_heads, "d_h": cfg.head_size, "bytes": cfg.cache_itemsize,
-                "s": int(r.steps_per_block[0])}
+        r = self.runs["dual"].result
+        return formula_params(self.model.cfg, 1, r.prompt_length + r.gen_length, W=r.block_size,
+                              s=int(r.steps_per_block[0]))

@@ -2,8 +2,10 @@
 
     plot = CachePlot(lab)        # follows lab.reading; the figure is updated in place, never rebuilt
 
-Lines come from the lab's content formula (derived); dots are the lab's measurements (real arrays, or
-shapes above the allocation budget), collected as the learner moves the sliders.
+Works with any lab whose `reading` trait holds a `widgets.readings.CacheSize` and whose `derived_bytes(cfg,
+B, T)` evaluates its content formula: the cache lab, and the MLA lab (which shows one inside itself).
+Lines come from that formula (derived); dots are the lab's measurements (real arrays, or shapes above the
+allocation budget), collected as the learner moves the sliders.
 """
 
 from __future__ import annotations
@@ -15,31 +17,24 @@ import numpy as np
 import plotly.graph_objects as go
 
 import dantinox
-from widgets.cache_lab import CacheLab, LabReading, divisors
+from widgets.readings import CacheSize, variant_label
+from widgets.readings import attention_variants as peer_configs
 
 MIB = 2**20
 GRID_POINTS = 65
 MAX_DOTS = 200
 
 
-def attention_variants(reading: LabReading) -> list[tuple[str, dantinox.ModelConfig]]:
+def attention_variants(reading: CacheSize) -> list[dantinox.ModelConfig]:
     """MHA, GQA and MQA of the reading's model: GQA at the lab's K if it is GQA, else the first choice."""
-    cfg = reading.cfg
-    n = cfg.n_heads
-    proper = [k for k in divisors(n) if 1 < k < n]
-    out = [(f"MHA (K={n})", cfg.replace(attention="mha"))]
-    if proper:
-        k = cfg.kv_heads if cfg.attention == "gqa" else proper[0]
-        out.append((f"GQA (K={k})", cfg.replace(attention="gqa", kv_heads=k)))
-    out.append(("MQA (K=1)", cfg.replace(attention="mqa")))
-    return out
+    return peer_configs(reading.cfg)
 
 
 class CachePlot(widgets.VBox):
-    """A plotly FigureWidget that follows a CacheLab; `variants` picks the derived overlays."""
+    """A plotly FigureWidget that follows a lab's reading; `variants` picks the derived overlays."""
 
-    def __init__(self, lab: CacheLab,
-                 variants: Callable[[LabReading], list[tuple[str, dantinox.ModelConfig]]] = attention_variants):
+    def __init__(self, lab: widgets.Widget,
+                 variants: Callable[[CacheSize], list[dantinox.ModelConfig]] = attention_variants):
         self.lab = lab
         self.variants = variants
         self._lines_key = None
@@ -58,11 +53,12 @@ class CachePlot(widgets.VBox):
         if change["new"] is not None:
             self.update(change["new"])
 
-    def _lines(self, reading: LabReading) -> list[dict]:
+    def _lines(self, reading: CacheSize) -> list[dict]:
         """One derived trace per variant: the content formula over a grid of token counts."""
         grid = np.unique(np.linspace(1, reading.cfg.max_context, GRID_POINTS).round().astype(int))
         traces = []
-        for label, cfg in self.variants(reading):
+        for cfg in self.variants(reading):
+            label = variant_label(cfg)
             y_bytes = [self.lab.derived_bytes(cfg, reading.batch, int(t)) for t in grid]
             current = cfg == reading.cfg
             traces.append(dict(
@@ -72,7 +68,7 @@ class CachePlot(widgets.VBox):
                 hovertemplate=f"{label}<br>T=%{{x}}<br>%{{customdata:,}} B (derived)<extra></extra>"))
         return traces
 
-    def update(self, reading: LabReading) -> None:
+    def update(self, reading: CacheSize) -> None:
         """Redraw for a new reading: lines only when the model or B changed, dots always."""
         key = (reading.cfg, reading.batch)
         if key != self._dots_key:

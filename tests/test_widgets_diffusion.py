@@ -1,0 +1,81 @@
+"""The diffusion lab, driven headless: all three cache modes per setting, runs and error as traits."""
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import dantinox
+from dantinox import diffusion
+from widgets import DiffusionLab
+from widgets.diffusion_lab import run_modes
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Random weights suffice: every assertion holds whatever the model predicts."""
+    cfg = dantinox.ModelConfig.preset("test", paradigm="diffusion")
+    return dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def lab(model):
+    return DiffusionLab(model, prompt="the cat ", gen_lengths=(16, 32), block_sizes=(4, 8), gen_length=16,
+                        block_size=8, threshold=0.9)
+
+
+def test_the_lab_runs_every_mode_and_follows_the_controls(lab):
+    assert set(lab.runs) == set(diffusion.CACHE_MODES) and lab.error == "" and lab.message.value == ""
+    assert all(f"<b>{c}</b>" in lab.table.value for c in diffusion.CACHE_MODES)
+    seen = []
+    lab.observe(lambda change: seen.append(change["new"]), names="runs")
+    runs = lab.update(threshold=1.0, gen_length=32, block_size=4)
+    assert len(seen) == 1 and seen[0] is runs is lab.runs  # one run of the three modes for three controls
+    dual = runs["dual"].result
+    assert dual.nfe == 32 and lab.step.max == lab.play.max == 32
+    assert [len(t.y) for t in lab.figure.data] == [32] * 5
+    np.testing.assert_array_equal(lab.figure.data[2].y * 1024, dual.cache_bytes)
+    assert runs["none"].agreement == 1.0  # each mode is compared with "none"
+
+
+def test_the_step_view_follows_the_step_slider(lab):
+    lab.update(threshold=1.0, gen_length=32, block_size=4)
+    lab.show.value = "dual"
+    lab.step.value = 5  # the play button moves this slider; block 2 starts at step 5 (4 steps per block)
+    assert "step 5 of 32</b>, block 2 of 8 (full forward, refreshes the cache): 40 positions" in lab.caption.value
+    lab.step.value = 6
+    assert "(cached step): 4 positions" in lab.caption.value
+    assert lab.sequence.value.count("font-weight:bold") == 1  # one token decoded per step at threshold 1
+    lab.show.value = "none"
+    assert "full forward" in lab.caption.value and "border-bottom:3px" not in lab.sequence.value.split("<div")[1]
+
+
+def test_quiz_params_use_the_content_alphabet(lab, model):
+    lab.update(threshold=1.0, gen_length=32, block_size=4)
+    params = lab.formula_params()
+    assert (params["T"], params["W"], params["s"]) == (8 + 32, 4, 4)
+    assert params["H_kv"] == model.cfg.n_kv_heads and params["d_h"] == model.cfg.head_size
+
+
+def test_run_modes_is_the_lab_without_a_widget(lab, model):
+    runs = run_modes(model, lab.prompt_ids, 16, 8, 1.0)
+    assert set(runs) == set(diffusion.CACHE_MODES) and runs["none"].agreement == 1.0
+    assert all(r.result.nfe == 16 and r.seconds > 0 for r in runs.values())  # threshold 1: one token per step
+
+
+def test_bad_settings_raise_and_failures_show_in_the_lab(lab, monkeypatch):
+    with pytest.raises(ValueError, match="^update: unknown control"):
+        lab.update(blocks=3)
+    with pytest.raises(ValueError, match="^block_size: expected one of 4, 8, got 5$"):
+        lab.update(block_size=5)
+    with pytest.raises(ValueError, match="^gen_lengths: each must be a multiple"):
+        DiffusionLab(lab.model, prompt="the cat ", gen_lengths=(20,), block_sizes=(8,), gen_length=20, block_size=8)
+
+    def broken(*_):
+        raise RuntimeError("decoder exploded")
+
+    monkeypatch.setattr("widgets.diffusion_lab.run_modes", broken)
+    lab.threshold.value = 0.5
+    assert lab.error == "RuntimeError: decoder exploded" and "decoder exploded" in lab.message.value
+    monkeypatch.undo()
+    lab.threshold.value = 0.6
+    assert lab.error == "" and lab.runs["dual"].result.threshold == pytest.approx(0.6)
