@@ -16,6 +16,13 @@ from classroom.summary import learner_rows, question_rows
 POLL_MS = 3000  # how often an open dashboard asks for fresh numbers during a session
 
 
+def dashboard_page(xsrf_token: str) -> str:
+    """The dashboard HTML with the XSRF token its requests must carry (escaped for an attribute)."""
+    from html import escape
+
+    return DASHBOARD_HTML.replace("{xsrf}", escape(xsrf_token, quote=True))
+
+
 def class_summary(attempts: list, entries: Mapping[str, Any] | None) -> dict[str, Any]:
     """Everything the dashboard shows, as JSON: per question, per learner, and totals."""
     return {"questions": question_rows(attempts, entries), "learners": learner_rows(attempts, entries),
@@ -25,6 +32,7 @@ def class_summary(attempts: list, entries: Mapping[str, Any] | None) -> dict[str
 
 DASHBOARD_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Classroom dashboard</title>
+<meta name="xsrf" content="{xsrf}">
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0 1.5em; }
@@ -87,7 +95,9 @@ function learners(rows) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const r = await fetch("api/summary", {credentials: "same-origin", cache: "no-store"});
+    const xsrf = document.querySelector("meta[name=xsrf]").content;  // the hub's XSRF check on cookie requests
+    const r = await fetch("api/summary", {credentials: "same-origin", cache: "no-store",
+                                          headers: {"X-XSRFToken": xsrf}});
     if (!r.ok) throw new Error("HTTP " + r.status);
     const s = await r.json();
     document.getElementById("questions").replaceChildren(questions(s.questions));

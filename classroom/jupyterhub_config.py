@@ -64,7 +64,7 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
             raise ValueError("configure: managed=False needs api_token (the token the service process holds)")
         service["api_token"] = api_token
         service["oauth_client_id"] = f"service-{service_name}"
-        service["oauth_redirect_uri"] = f"http://127.0.0.1:{hub_port}/services/{service_name}/oauth_callback"
+        service["oauth_redirect_uri"] = f"/services/{service_name}/oauth_callback"  # as a managed service's
     c.JupyterHub.services = [service]
     proxy = Path(python).parent / "configurable-http-proxy"  # the pip-installed proxy beside this Python
     if proxy.exists():

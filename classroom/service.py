@@ -32,7 +32,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 
-from classroom.dashboard import DASHBOARD_HTML, class_summary
+from classroom.dashboard import class_summary, dashboard_page
 from classroom.store import AnswerStore, Attempt
 from classroom.summary import attempt_table, to_csv
 
@@ -130,12 +130,18 @@ class DashboardHandler(_Handler):
         self.set_header("Cache-Control", "no-store")
         self.set_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; "
                                                    "style-src 'unsafe-inline'")
-        self.finish(DASHBOARD_HTML)
+        token = self.xsrf_token  # the hub's signed XSRF token for this login (also set as a cookie)
+        self.finish(dashboard_page(token.decode() if isinstance(token, bytes) else token))
 
 
 class MeHandler(_Handler):
     async def get(self):
         self.write_json({"name": self.learner, "instructor": await self.roles.is_instructor(self.learner)})
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    def initialize(self, hub_auth: HubOAuth):
+        self.hub_auth = hub_auth  # the instance that holds this login's OAuth state (PKCE verifier)
 
 
 def parse_attempts(body: bytes, learner: str) -> list[Attempt]:
@@ -245,7 +251,7 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
         (url_path_join(prefix, "api/attempts"), AttemptsHandler, kw),
         (url_path_join(prefix, "api/attempts/mine"), MyAttemptsHandler, kw),
         (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": Entries(entries)}),
-        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+        (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, {"hub_auth": hub_auth}),
     ]
     secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
     return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False)

@@ -83,6 +83,35 @@ def test_only_instructors_and_admins_open_the_dashboard(hub):
         assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
 
 
+def browser_login(h: Hub, name: str):
+    """A browser session: log in to the hub (dummy authenticator), then open the dashboard through OAuth."""
+    import re
+
+    import requests
+
+    session = requests.Session()
+    page = session.get(h.url + "/hub/login", timeout=30).text
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+    login = session.post(h.url + "/hub/login", data={"username": name, "password": "any", "_xsrf": xsrf},
+                         allow_redirects=False, timeout=30)  # no user server to go to: stop at the hub
+    assert login.status_code == 302, login.text[:300]
+    return session, session.get(h.service_url + "/", timeout=30)  # hub OAuth redirects, then the page
+
+
+def test_the_dashboard_in_a_browser_goes_through_hub_oauth(hub):
+    import re
+
+    session, page = browser_login(hub, "teacher")
+    assert page.status_code == 200 and "Classroom dashboard" in page.text
+    xsrf = re.search(r'<meta name="xsrf" content="([^"]+)">', page.text).group(1)
+    fetch = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin"}  # what the page's fetch() sends
+    summary = session.get(hub.service_url + "/api/summary", headers={**fetch, "X-XSRFToken": xsrf}, timeout=30)
+    assert summary.status_code == 200 and "questions" in summary.json()
+    forged = session.get(hub.service_url + "/api/summary", headers=fetch, timeout=30)  # no token: not the page
+    assert forged.status_code in (401, 403)
+    assert browser_login(hub, "alice")[1].status_code == 403  # logged in, not an instructor
+
+
 def test_unauthenticated_and_unscoped_requests_never_reach_data(hub):
     assert http("GET", hub.service_url + "/api/attempts")[0] == 401
     assert http("POST", hub.service_url + "/api/attempts", None, make_attempt("alice", 0))[0] == 401
@@ -193,3 +222,24 @@ def test_the_shipped_config_starts_dantinox_classroom_serve():
         assert [learner for learner, _ in stored(h)] == ["dora"]
     finally:
         h.stop()
+
+
+def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    from dantinox.cli import main
+
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
+
+
+def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_path):
+    from classroom_hub import free_port
+
+    store = AnswerStore(tmp_path / "solo.sqlite")
+    store.add(Attempt.from_json(make_attempt("solo", 0)), outbox=True)
+    monkeypatch.delenv("DANTINOX_CLASSROOM_URL", raising=False)
+    assert deliver_pending(store, token="t").error.startswith("$DANTINOX_CLASSROOM_URL is not set")
+    closed = f"http://127.0.0.1:{free_port()}/services/classroom"  # nothing listens there
+    result = deliver_pending(store, url=closed, token="t", timeout=5)
+    assert result.delivered == 0 and result.pending == 1 and "unreachable" in result.error
