@@ -9,7 +9,7 @@ from pathlib import Path
 
 from content import expr
 from content.problems import ContentError, Record
-from content.schema import ID_PATTERN, ChoiceCheck, Entry, NumericCheck, Science, Spec
+from content.schema import ID_PATTERN, ChoiceCheck, Entry, NumericCheck, Science, Spec, round_significant
 from content.units import format_value, param_text, unit_factor
 from content.validate import CONTENT_DIR, entry_files, inputs_problem, read_entry, validate
 
@@ -121,7 +121,9 @@ def is_correct(entry: Entry, check_index: int, response: float | int,
     if isinstance(response, bool) or not isinstance(response, int | float) or not math.isfinite(response):
         raise ContentError(f"response: expected a finite number for checks[{check_index}], got {response!r}")
     answer = check_answer(entry, check_index, params)
-    return abs(response - answer) <= check.tolerance * abs(answer)
+    # the question asks for `precision` significant figures, so that rounding is right whatever the tolerance
+    rounded = round_significant(answer, check.precision)
+    return abs(response - answer) <= check.tolerance * abs(answer) or math.isclose(response, rounded, rel_tol=1e-9)
 
 
 def _no_params(entry: Entry, check_index: int, params: dict[str, float] | None) -> None:
@@ -137,7 +139,8 @@ def render_question(entry: Entry, check_index: int, params: dict[str, float] | N
         _no_params(entry, check_index, params)
         return check.question
     values = _params(check, params)
-    return check.question.format_map({k: param_text(v) for k, v in values.items()})
+    text = check.question.format_map({k: param_text(v) for k, v in values.items()})
+    return f"{text} {check.precision_note}"
 
 
 def iter_numeric_checks(entry: Entry) -> Iterator[tuple[int, NumericCheck]]:

@@ -98,10 +98,18 @@ def _clean_loc(loc: tuple, data: Any) -> FieldPath:
     return tuple(out)
 
 
+# What a missing field should hold, where "this required field" would not tell an author enough.
+MISSING_HINTS = {
+    "appears_in": "the URL of a page where the belief is stated",
+    "corrected_by": "the URL of a primary source that corrects the belief (paper, official docs, config or code)",
+    "precision": "the significant figures the question grades at (1 to 6)",
+}
+
+
 def _schema_message(err: dict) -> str:
     kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
     if kind == "missing":
-        return "expected this required field, got nothing"
+        return f"expected {MISSING_HINTS.get(str(err['loc'][-1]), 'this required field')}, got nothing"
     if kind == "extra_forbidden":
         name = str(err["loc"][-1])
         close = difflib.get_close_matches(name, FIELD_NAMES, n=1)

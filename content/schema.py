@@ -8,6 +8,7 @@ and lines to report.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -29,10 +30,31 @@ def _nonblank(text: str) -> str:
     return text
 
 
+# Hosts no entry may cite: they copy or machine-rewrite other people's pages, so a reader cannot tell
+# which version of the original they reflect. Cite the paper, official docs, config or code instead.
+MIRROR_HOSTS = {
+    "mintlify.com": "generated documentation sites built from other projects' repositories",
+    "grokipedia.com": "a machine-written encyclopedia without named sources",
+    "lzwjava.github.io": "machine-written notes that restate vendor pages",
+    "archive-lib.hpctech.co.jp": "a reseller's archived copy of vendor spec sheets",
+    "nocrawl.www.anandtech.com": "a crawler-side copy of AnandTech articles, not the publisher's page",
+}
+
+
+def mirror_host(url: str) -> str | None:
+    """The deny-listed host `url` is on (the host itself or a subdomain of it), or None."""
+    host = (urlsplit(url).hostname or "").lower()
+    return next((h for h in MIRROR_HOSTS if host == h or host.endswith("." + h)), None)
+
+
 def _http_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
         raise ValueError(f"expected an http(s) URL, got {url!r}")
+    mirror = mirror_host(url)
+    if mirror:
+        raise ValueError(f"expected the original source, not a page on {mirror} ({MIRROR_HOSTS[mirror]}), "
+                         f"got {url!r}")
     return url
 
 
@@ -139,7 +161,8 @@ class History(_Strict):
 class Misconception(_Strict):
     claim: Text  # the wrong belief, as people state it
     correction: Text
-    source: Url  # where the belief is documented
+    appears_in: Url  # a page where the belief is stated (any page)
+    corrected_by: Url  # the primary source that settles it: paper, official docs, official config or code
 
 
 class ChoiceCheck(_Strict):
@@ -156,9 +179,24 @@ class NumericCheck(_Strict):
     question: Text  # may contain {name} placeholders for params
     science: Text  # title of the science item that computes the answer
     params: dict[VariableName, Number]
-    tolerance: float = Field(gt=0, le=0.5)  # relative
+    precision: int = Field(ge=1, le=6)  # significant figures asked for; the rendered question states it
+    tolerance: float = Field(gt=0, le=0.5)  # relative; an answer rounded to `precision` is accepted as well
     unit: Text  # unit of the answer; may be a scaled form of the science item's unit (MiB for B)
     explanation: Text
+
+
+    @property
+    def precision_note(self) -> str:
+        """The sentence the rendered question ends with."""
+        words = ("one", "two", "three", "four", "five", "six")[self.precision - 1]
+        return f"Give the answer to {words} significant figure{'s' if self.precision > 1 else ''}."
+
+
+def round_significant(value: float, figures: int) -> float:
+    """`value` rounded to `figures` significant figures (0 stays 0)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, figures - 1 - math.floor(math.log10(abs(value))))
 
 
 Check = Annotated[ChoiceCheck | NumericCheck, Field(discriminator="kind")]

@@ -11,12 +11,13 @@ import string
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from content import expr, ranges
 from content.problems import Problem, Record, schema_problems, yaml_type
-from content.schema import ChoiceCheck, Entry, NumericCheck, Science
+from content.schema import ChoiceCheck, Entry, NumericCheck, Science, round_significant
 from content.units import unit_factor
 from content.yamlio import FieldPath, YamlProblem, read_yaml
 
@@ -154,9 +155,54 @@ def _check_numeric(rec: Record, loc: FieldPath, entry: Entry, check: NumericChec
                     f"of it, got {check.unit!r}")
         return
     try:
-        expr.evaluate(parsed[item.title], check.params)
+        answer = expr.evaluate(parsed[item.title], check.params) / unit_factor(check.unit, item.unit)
     except expr.ExpressionError as err:
         rec.problem((*loc, "params"), str(err))
+        return
+    _check_precision(rec, loc, check, answer)
+
+
+PRECISION_WORDS = ("significant figure", "decimal place", "to the nearest")
+
+
+def _check_precision(rec: Record, loc: FieldPath, check: NumericCheck, answer: float) -> None:
+    """The question states its precision once (from `precision`), and the tolerance grades at that precision."""
+    stated = next((w for w in PRECISION_WORDS if w in check.question.lower()), None)
+    if stated:
+        rec.problem((*loc, "question"), f"expected the precision only in `precision` (the rendered question "
+                    f"states it), got {stated!r} in the question text")
+        return
+    if answer == 0:
+        return
+    rounded = round_significant(answer, check.precision)
+    if abs(rounded - answer) > check.tolerance * abs(answer):
+        rec.problem((*loc, "tolerance"), f"expected a tolerance that accepts the answer rounded as the question "
+                    f"asks ({rounded:g} is {abs(rounded - answer) / abs(answer):.1%} off {answer:.4g}), "
+                    f"got {check.tolerance:g}")
+        return
+    if check.precision == 1:
+        return
+    coarse = round_significant(answer, check.precision - 1)
+    off = abs(coarse - answer) / abs(answer)
+    if coarse != round_significant(answer, check.precision) and off <= check.tolerance:
+        figures = f"{check.precision - 1} significant figure" + ("s" if check.precision > 2 else "")
+        rec.problem((*loc, "tolerance"), f"expected a tolerance that refuses the answer rounded to {figures} "
+                    f"({coarse:g} is {off:.1%} off {answer:.4g}), got {check.tolerance:g}")
+
+
+def _same_url(a: str, b: str) -> bool:
+    """Equal up to scheme, letter case of the host, a leading www., a trailing slash and a #fragment."""
+    def norm(url: str) -> tuple[str, str, str]:
+        parts = urlsplit(url)
+        return (parts.netloc.lower().removeprefix("www."), parts.path.rstrip("/"), parts.query)
+    return norm(a) == norm(b)
+
+
+def _check_misconceptions(rec: Record, entry: Entry) -> None:
+    for i, item in enumerate(entry.misconception):
+        if _same_url(item.appears_in, item.corrected_by):
+            rec.problem(("misconception", i, "corrected_by"), "expected a primary source that corrects the "
+                        f"belief, not the page where it appears (appears_in), got the same URL {item.corrected_by!r}")
 
 
 def _check_lists(rec: Record, entry: Entry) -> None:
@@ -192,6 +238,7 @@ def read_entry(path: Path, label: str | None = None) -> Record:
     _check_specs(rec, entry, parsed)
     _check_checks(rec, entry, parsed)
     _check_lists(rec, entry)
+    _check_misconceptions(rec, entry)
     ranges.check(rec, entry, parsed)
     if not rec.problems:
         rec.entry = entry

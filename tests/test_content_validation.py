@@ -23,31 +23,47 @@ ALLOWED = "numbers, declared variable names, + - * / // % **, parentheses and mi
 # fixture (relative to FIXTURES) -> the one line it must produce, after "<file>:"
 EXPECTED = {
     "alias-bomb.yaml": "25: yaml: expected plain data without anchors, got anchor &lol",
-    "answer-out-of-range.yaml": "51: checks[1].answer: expected an option index from 0 to 3, got 4",
-    "bad-check-kind.yaml": "48: checks[1]: expected kind 'choice', 'numeric', got 'essay'",
-    "bad-placeholder.yaml": "42: checks[0].question: expected placeholders naming params (L, T, m), got {dtype}",
+    "answer-out-of-range.yaml": "53: checks[1].answer: expected an option index from 0 to 3, got 4",
+    "bad-check-kind.yaml": "50: checks[1]: expected kind 'choice', 'numeric', got 'essay'",
+    "bad-placeholder.yaml": "43: checks[0].question: expected placeholders naming params (L, T, m), got {dtype}",
     "bad-related.yaml": "27: related[0]: expected the id of an existing entry such as 'kv-cache', got 'kv-cach'",
     "cycle/cycle-a.yaml": "28: prerequisites[0]: expected no prerequisite cycle, got cycle-a -> cycle-b -> cycle-a",
     "digit-in-spec.yaml": "19: specs[1].value: expected words without digits (a number must come from `compute`), "
                           "got 'about 256 bytes'",
     "duplicate-key.yaml": "6: name: expected each key once, got a second 'name' (first on line 4)",
-    "exponent-bomb.yaml": "61: science[0].compute: expected an exponent of at most 64, got 387420489",
+    "exponent-bomb.yaml": "63: science[0].compute: expected an exponent of at most 64, got 387420489",
     "id-mismatch.yaml": "2: id: expected the file name without .yaml ('id-mismatch'), got 'some-other-id'",
-    "missing-science.yaml": "43: checks[0].science: expected the title of one of this entry's science items "
+    "loose-tolerance.yaml": "47: checks[0].tolerance: expected a tolerance that refuses the answer rounded to 2 "
+                            "significant figures (260 is 1.6% off 256), got 0.05",
+    "mirror-source.yaml": "31: sources[0].url: expected the original source, not a page on mintlify.com (generated "
+                          "documentation sites built from other projects' repositories), got "
+                          "'https://www.mintlify.com/vllm-project/vllm/concepts/paged-attention'",
+    "misconception-no-correction.yaml": "37: misconception[0].corrected_by: expected the URL of a primary source "
+                                        "that corrects the belief (paper, official docs, config or code), got nothing",
+    "misconception-same-source.yaml": "40: misconception[0].corrected_by: expected a primary source that corrects "
+                                      "the belief, not the page where it appears (appears_in), got the same URL "
+                                      "'https://jax-ml.github.io/scaling-book'",
+    "missing-science.yaml": "44: checks[0].science: expected the title of one of this entry's science items "
                             "('Cache size'), got 'Cache bytes'",
-    "no-numeric-check.yaml": "40: checks: expected at least one numeric check (kind: numeric), got only choice checks",
+    "no-numeric-check.yaml": "41: checks: expected at least one numeric check (kind: numeric), got only choice checks",
+    "no-precision.yaml": "42: checks[0].precision: expected the significant figures the question grades at "
+                         "(1 to 6), got nothing",
     "non-http-url.yaml": "31: sources[0].url: expected an http(s) URL, got 'ftp://example.org/inference.pdf'",
+    "precision-in-question.yaml": "43: checks[0].question: expected the precision only in `precision` (the "
+                                  "rendered question states it), got 'to the nearest' in the question text",
     "python-tag.yaml": "25: yaml: expected valid YAML, got: could not determine a constructor for the tag "
                        "'tag:yaml.org,2002:python/object/apply:os.system'",
-    "undeclared-variable.yaml": "61: science[0].compute: expected only declared variables (L, T, m); "
+    "tight-tolerance.yaml": "47: checks[0].tolerance: expected a tolerance that accepts the answer rounded as "
+                            "the question asks (260 is 1.6% off 256), got 0.01",
+    "undeclared-variable.yaml": "63: science[0].compute: expected only declared variables (L, T, m); "
                                 "got undeclared name 'K'",
     "unknown-key.yaml": "8: mechansim: expected the field 'mechanism', got misspelled key 'mechansim'",
-    "unsafe-attribute.yaml": f"61: science[0].compute: expected only {ALLOWED}; got attribute access '.__class__'",
-    "unsafe-import.yaml": f"61: science[0].compute: expected only {ALLOWED}; "
+    "unsafe-attribute.yaml": f"63: science[0].compute: expected only {ALLOWED}; got attribute access '.__class__'",
+    "unsafe-import.yaml": f"63: science[0].compute: expected only {ALLOWED}; "
                           "got a call to '__import__(\"os\").system'",
-    "unused-variable.yaml": "66: science[0].variables.H: expected every declared variable to appear in compute, "
+    "unused-variable.yaml": "68: science[0].variables.H: expected every declared variable to appear in compute, "
                             "got unused 'H'",
-    "wrong-type.yaml": "56: checks[2].answer: expected a whole number, got the text 'yes'",
+    "wrong-type.yaml": "58: checks[2].answer: expected a whole number, got the text 'yes'",
     "yaml-syntax.yaml": "33: yaml: expected valid YAML, got: mapping values are not allowed here",
 }
 # which files each case is checked with (the cycle needs both of its halves)

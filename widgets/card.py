@@ -52,7 +52,8 @@ class ConceptCard(widgets.VBox):
         self.entry = entry
         mechanism = "".join(f"<li>{esc(step)}</li>" for step in entry.mechanism)
         misconceptions = "".join(
-            f"<li><s>{esc(m.claim)}</s><br>{esc(m.correction)} ({link('where this belief appears', m.source)})</li>"
+            f"<li><s>{esc(m.claim)}</s><br>{esc(m.correction)} ({link('where this belief appears', m.appears_in)};"
+            f" {link('corrected by', m.corrected_by)})</li>"
             for m in entry.misconception)
         history = "".join(f"<li><b>{esc(h.year)}</b>, {link(h.title, h.source)}: {esc(h.significance)}</li>"
                           for h in entry.history)
