@@ -25,14 +25,18 @@ def _host_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-# Capacities are the vendors' rated numbers in decimal gigabytes (1 GB = 10^9 B).
+# Capacities are what the device reports (nvidia-smi memory.total, in MiB), not the rated "80GB" or "141GB".
 DEVICE_PRESETS: dict[str, DevicePreset] = {
     p.name: p
     for p in (
-        DevicePreset("A100 40GB", 40 * 10**9, "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-        DevicePreset("A100 80GB", 80 * 10**9, "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-        DevicePreset("H100 80GB", 80 * 10**9, "https://www.nvidia.com/en-us/data-center/h100/"),
-        DevicePreset("H200 141GB", 141 * 10**9, "https://www.nvidia.com/en-us/data-center/h200/"),
+        DevicePreset("A100 40GB", 40_960 * 2**20, "nvidia-smi memory.total of an A100-SXM4-40GB, 40,960 MiB "
+                     "(public nvidia-smi logs; rated 40 GB)"),
+        DevicePreset("A100 80GB", 81_920 * 2**20, "nvidia-smi memory.total of an A100-SXM4-80GB, 81,920 MiB "
+                     "(public nvidia-smi logs; rated 80 GB)"),
+        DevicePreset("H100 80GB", 81_559 * 2**20, "nvidia-smi memory.total of an H100 80GB HBM3, 81,559 MiB, as "
+                     "printed in https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"),
+        DevicePreset("H200 141GB", 143_771 * 2**20, "nvidia-smi memory.total of an H200, 143,771 MiB "
+                     "(public nvidia-smi logs; rated 141 GB)"),
         DevicePreset("this machine (RAM)", _host_ram(), "os.sysconf: physical pages x page size"),
     )
 }
