@@ -97,6 +97,41 @@ def scenario(lab: CacheLab, name: str, mode: str, settings: dict, moves: list[tu
     return out
 
 
+def explorer_scenario(moves: int, rng: random.Random) -> dict:
+    """Formula explorer: `moves` random slider moves on every science item of every entry (goal < 100 ms median).
+
+    A move sets one control as the browser does; the refresh evaluates the item, recomputes the curve and
+    updates the plot in place. Peer: `read_formula` plus `curve` for the same values (the pure computation the
+    widget draws), timed in the same run. Prints one row and writes benchmarks/results/formula_explorer.json.
+    """
+    from widgets.formula_explorer import FormulaExplorer, curve, read_formula
+
+    widget_ms, peer_ms_, items = [], [], 0
+    for entry in content.load_all().values():
+        for index in range(len(entry.science)):
+            explorer, items = FormulaExplorer(entry, index), items + 1
+            for _ in range(moves):
+                name = rng.choice(list(explorer.controls))
+                control = explorer.controls[name]
+                value = rng.choice([v for _, v in control.options if v != control.value])
+                widget_ms.append(timed(lambda c=control, v=value: setattr(c, "value", v)))
+                if explorer.error:
+                    raise RuntimeError(f"{entry.id} / {explorer.item.title}: the explorer showed {explorer.error}")
+                values = explorer.values
+                peer_ms_.append(timed(lambda e=entry, i=index, v=values, x=explorer.x_axis.value: (
+                    read_formula(e, i, v), curve(e, i, v, x))))
+    out = {"scenario": "formula explorer, any slider", "science_items": items, "widget": summary(widget_ms),
+           "peer": summary(peer_ms_), "goal_ms": 100}
+    out["widget_ratio_median"] = out["widget"]["median_ms"] / out["peer"]["median_ms"]
+    print(f"\n| scenario | science items | moves | median ms | p95 ms | max ms | goal ms | peer median ms | "
+          f"widget / peer |\n|---|---|---|---|---|---|---|---|---|\n| {out['scenario']} | {items} | "
+          f"{len(widget_ms)} | {out['widget']['median_ms']:.1f} | {out['widget']['p95_ms']:.1f} | "
+          f"{out['widget']['max_ms']:.1f} | 100 | {out['peer']['median_ms']:.2f} | {out['widget_ratio_median']:.1f} |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "formula_explorer.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, default=40, help="slider moves per scenario")
@@ -155,6 +190,7 @@ def main() -> None:
     print(f"\nprograms compiled during the moves: {', '.join(compiled) or 'none'}")
     print(f"programs other than init_cache's zero-fill (must be none): {', '.join(model_programs) or 'none'}")
     print(f"plot traces after the run: {len(plot.figure.data)} (updated in place)")
+    explorer_scenario(args.moves, rng)
     RESULTS.mkdir(exist_ok=True)
     out = {"budget_bytes": budget, "moves": args.moves, "results": results, "compiled": compiled,
            "model_programs_compiled": model_programs, "jax": jax.__version__, "devices": str(jax.devices())}
