@@ -14,6 +14,7 @@ scores included, are not counted. Only mha, gqa and mqa models are covered.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -165,10 +166,11 @@ def crossover_batch(cfg: ModelConfig, context: int, machine: Machine, limit: int
 
 
 # Measuring -------------------------------------------------------------------------------------------------
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """Fastest of `repeats` timed calls in seconds, after one untimed call that compiles."""
+def best_of(fn: Callable[[], object], repeats: int, warmup: bool = True) -> float:
+    """Fastest of `repeats` timed calls in seconds, after one untimed call that compiles (unless warmup=False)."""
     repeats = positive_int("repeats", repeats)
-    jax.block_until_ready(fn())
+    if warmup:
+        jax.block_until_ready(fn())
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -246,30 +248,40 @@ def _check_fits(cfg: ModelConfig, name: str, value: int) -> int:
 
 
 def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int = 4, long: int = 20,
-                        repeats: int = 3) -> float:
+                        repeats: int = 3, attempts: int = 3) -> float:
     """Seconds per decode step with a cache of `context` slots: (t(long) - t(short)) / (long - short).
 
     Both loop lengths run the same compiled program (the step count is an argument), so compiling,
-    dispatch and copying the input cache cancel out; each time is the best of `repeats`.
+    dispatch and copying the input cache cancel out. The two lengths are timed in alternation and each
+    keeps its best of `repeats`; if a busy machine makes the difference non-positive, the long loop is
+    doubled and timed again, up to `attempts` times.
     """
     cfg = model.cfg
     _check_variant(cfg)
     batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
     if not 0 <= short < long:
         raise ValueError(f"short, long: expected 0 <= short < long, got {short}, {long}")
+    repeats, attempts = positive_int("repeats", repeats), positive_int("attempts", attempts)
     graphdef, params = nnx.split(model)
     caches = init_cache(cfg, batch, context)
     tokens = jnp.zeros((batch,), jnp.int32)
     index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
 
-    def timed(steps: int) -> float:
-        return best_of(lambda: _decode_loop(graphdef, params, tokens, caches, jnp.int32(steps), index), repeats)
+    def run(steps: int) -> Callable[[], object]:
+        return lambda: _decode_loop(graphdef, params, tokens, caches, jnp.int32(steps), index)
 
-    per_step = (timed(long) - timed(short)) / (long - short)
-    if per_step <= 0:
-        raise RuntimeError(f"timing: {long} steps were not slower than {short} (machine too busy); "
-                           "raise `long` or `repeats`")
-    return per_step
+    jax.block_until_ready(run(short)())  # compiles
+    for _ in range(attempts):
+        best = {short: math.inf, long: math.inf}
+        for _ in range(repeats):
+            for steps in best:
+                best[steps] = min(best[steps], best_of(run(steps), 1, warmup=False))
+        per_step = (best[long] - best[short]) / (long - short)
+        if per_step > 0:
+            return per_step
+        long = short + 2 * (long - short)
+    raise RuntimeError(f"timing: longer loops were not slower than {short} steps in {attempts} attempts "
+                       "(machine too busy); raise `repeats`")
 
 
 def prefill_seconds(model: nnx.Module, batch: int, prompt: int, repeats: int = 3) -> float:
