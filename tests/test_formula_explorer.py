@@ -139,4 +139,9 @@ def test_content_text_is_escaped():
     shown = explorer.formula_html.value + "".join(getattr(c, "value", "") for c in explorer.controls_box.children
                                                   if not hasattr(c, "options"))
     assert "<script>" not in shown and html.escape(evil) in shown
+    titled = entry.model_copy(update={"science": [entry.science[0].model_copy(update={"title": evil}),
+                                                  *entry.science[1:]], "specs": []})
+    explorer = FormulaExplorer(titled)
+    assert explorer.figure.layout.title.text.startswith(html.escape(evil))
+    assert "<script>" not in explorer.formula_html.value
     assert math.isfinite(explorer.reading.result)

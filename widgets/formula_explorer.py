@@ -265,13 +265,14 @@ class FormulaExplorer(widgets.VBox):
         log_y = bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 1e3
         with self.figure.batch_update():
             line, point = self.figure.data
-            line.update(x=xs, y=ys, hovertemplate=f"{x}=%{{x}}<br>%{{y:,.4g}} {item.unit}<extra>derived</extra>")
+            unit = esc(item.unit)  # plotly renders a subset of HTML in its text: content is escaped for it too
+            line.update(x=xs, y=ys, hovertemplate=f"{x}=%{{x}}<br>%{{y:,.4g}} {unit}<extra>derived</extra>")
             point.update(x=[reading.values[x]], y=[reading.result],
-                         hovertemplate=f"current: {x}=%{{x}}<br>%{{y:,.4g}} {item.unit}<extra></extra>")
+                         hovertemplate=f"current: {x}=%{{x}}<br>%{{y:,.4g}} {unit}<extra></extra>")
             layout = self.figure.layout
-            layout.xaxis.update(title=f"{x} [{xvar.unit}]", type="log" if xvar.scale == "log" else "linear")
-            layout.yaxis.update(title=f"{item.title} [{item.unit}]", type="log" if log_y else "linear")
-            layout.title.text = (f"{item.title} vs {x}, other variables as set<br><sup>derived from the "
+            layout.xaxis.update(title=f"{x} [{esc(xvar.unit)}]", type="log" if xvar.scale == "log" else "linear")
+            layout.yaxis.update(title=f"{esc(item.title)} [{unit}]", type="log" if log_y else "linear")
+            layout.title.text = (f"{esc(item.title)} vs {x}, other variables as set<br><sup>derived from the "
                                  f"content formula · dot: your current values</sup>")
         self.reading = reading
         return reading
