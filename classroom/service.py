@@ -21,10 +21,12 @@ Endpoints, under the service prefix (`/services/classroom/`):
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import quote
 
@@ -71,10 +73,14 @@ class Roles:
         if role and time.monotonic() - role.checked < ROLE_CACHE_S:
             return role.instructor
         url = url_path_join(self.hub_auth.api_url, "users", quote(name, safe=""))
-        resp = await self._http.fetch(url, headers={"Authorization": f"token {self.hub_auth.api_token}"},
-                                      raise_error=False)
-        if resp.code != 200:  # the service's role lacks read:users, or the hub is down: refuse, never guess
-            raise web.HTTPError(503, f"cannot read hub user {name!r} (hub answered {resp.code})")
+        try:
+            resp = await self._http.fetch(url, headers={"Authorization": f"token {self.hub_auth.api_token}"},
+                                          raise_error=False)
+            code = resp.code
+        except (OSError, httpclient.HTTPClientError) as err:  # the hub is down or restarting
+            code = f"nothing ({err})"
+        if code != 200:  # the service's role lacks read:users, or the hub is down: refuse, never guess
+            raise web.HTTPError(503, f"cannot read hub user {name!r} (hub answered {code})")
         model = json.loads(resp.body)
         instructor = bool(model.get("admin")) or self.group in model.get("groups", [])
         self._cache[name] = _Role(instructor, time.monotonic())
@@ -186,9 +192,18 @@ class AttemptsHandler(_Handler):
         elif fmt == "csv":
             self.set_header("Content-Type", "text/csv; charset=utf-8")
             self.set_header("Content-Disposition", 'attachment; filename="classroom-attempts.csv"')
-            self.finish(to_csv(attempt_table(rows)))
+            self.finish(attempts_csv(rows))
         else:
             raise web.HTTPError(400, f"format: expected json or csv, got {fmt!r}")
+
+
+def attempts_csv(rows: list[Attempt]) -> str:
+    """Attempts as CSV with a header even when there are none (an empty class still exports its columns)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(Attempt)], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(attempt_table(rows))
+    return buffer.getvalue()
 
 
 class MyAttemptsHandler(_Handler):
