@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from classroom.store import Attempt
-
-# words too common in quiz prose to say which belief an option states
-_COMMON = frozenset("that this with from because only every each which what when they their there than then "
-                    "into have been does were will would should could also more most much many same".split())
-BELIEF_MATCH = 0.5  # share of an option's words a misconception's claim must contain to name that belief
 
 
 def _as_attempt(a: Attempt | Mapping[str, Any]) -> Attempt:
@@ -38,25 +32,14 @@ def first_attempts(attempts: Iterable[Attempt | Mapping[str, Any]]) -> dict[tupl
     return first
 
 
-def _words(text: str) -> set[str]:
-    return {w.rstrip("s") for w in re.findall(r"[a-z_]{4,}", text.lower()) if w not in _COMMON}
-
-
 def belief(entry: Any, check_index: int, option: int) -> str:
-    """The belief a wrong option embodies: the entry's documented misconception whose claim shares at least
-    BELIEF_MATCH of the option's words (three or more), else the option itself read as a claim. "" for the key."""
+    """The belief a wrong option embodies: the documented misconception the entry's author mapped it to
+    (`beliefs` on the choice check), else the option itself read as a claim. "" for the key."""
     check = entry.checks[check_index]
     if option == check.answer:
         return ""
-    option_words = _words(check.options[option])
-    best, best_shared = None, 0
-    for m in entry.misconception:
-        shared = len(option_words & _words(m.claim))
-        if shared > best_shared:
-            best, best_shared = m.claim, shared
-    if best is not None and best_shared >= 3 and best_shared >= BELIEF_MATCH * len(option_words):
-        return best
-    return check.options[option]
+    mapped = getattr(check, "beliefs", {}).get(option)
+    return entry.misconception[mapped].claim if mapped is not None else check.options[option]
 
 
 def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],

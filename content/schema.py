@@ -172,6 +172,8 @@ class ChoiceCheck(_Strict):
     answer: int  # index into options
     explanation: Text
     feedback: list[Text] | None = None  # one line per option
+    # option index -> index into the entry's `misconception` list: the documented belief that wrong option embodies
+    beliefs: dict[int, int] = Field(default_factory=dict)
 
 
 class NumericCheck(_Strict):

@@ -108,12 +108,12 @@ def _check_checks(rec: Record, entry: Entry, parsed: dict[str, Any]) -> None:
     for i, check in enumerate(entry.checks):
         loc = ("checks", i)
         if isinstance(check, ChoiceCheck):
-            _check_choice(rec, loc, check)
+            _check_choice(rec, loc, check, len(entry.misconception))
         else:
             _check_numeric(rec, loc, entry, check, parsed)
 
 
-def _check_choice(rec: Record, loc: FieldPath, check: ChoiceCheck) -> None:
+def _check_choice(rec: Record, loc: FieldPath, check: ChoiceCheck, n_misconceptions: int) -> None:
     n = len(check.options)
     if not 0 <= check.answer < n:
         rec.problem((*loc, "answer"), f"expected an option index from 0 to {n - 1}, got {check.answer}")
@@ -121,6 +121,13 @@ def _check_choice(rec: Record, loc: FieldPath, check: ChoiceCheck) -> None:
         rec.problem((*loc, "options"), "expected distinct options, got the same text twice")
     if check.feedback is not None and len(check.feedback) != n:
         rec.problem((*loc, "feedback"), f"expected one feedback line per option ({n}), got {len(check.feedback)}")
+    for option, belief in check.beliefs.items():
+        if not 0 <= option < n or option == check.answer:
+            rec.problem((*loc, "beliefs", option), f"expected the index of a wrong option (0 to {n - 1}, not the "
+                        f"answer {check.answer}), got {option}")
+        elif not 0 <= belief < n_misconceptions:
+            rec.problem((*loc, "beliefs", option), f"expected an index into this entry's misconception list "
+                        f"(0 to {n_misconceptions - 1}), got {belief}")
 
 
 def _placeholders(question: str) -> list[str]:

@@ -24,6 +24,8 @@ ALLOWED = "numbers, declared variable names, + - * / // % **, parentheses and mi
 EXPECTED = {
     "alias-bomb.yaml": "25: yaml: expected plain data without anchors, got anchor &lol",
     "answer-out-of-range.yaml": "53: checks[1].answer: expected an option index from 0 to 3, got 4",
+    "belief-out-of-range.yaml": "54: checks[1].beliefs[2]: expected an index into this entry's misconception list "
+                                "(0 to 0), got 3",
     "bad-check-kind.yaml": "50: checks[1]: expected kind 'choice', 'numeric', got 'essay'",
     "bad-placeholder.yaml": "43: checks[0].question: expected placeholders naming params (L, T, m), got {dtype}",
     "bad-related.yaml": "27: related[0]: expected the id of an existing entry such as 'kv-cache', got 'kv-cach'",

@@ -49,8 +49,9 @@ def test_wrong_options_are_named_by_the_belief_they_embody(entry):
     i = next(i for i, c in enumerate(entry.checks) if c.kind == "choice" and "num_attention_heads" in c.options[0])
     assert belief(entry, i, 0) == entry.misconception[0].claim  # "KV heads equal attention heads"
     assert belief(entry, i, entry.checks[i].answer) == ""
-    plain = next(j for j, o in enumerate(entry.checks[4].options) if j != entry.checks[4].answer)
-    assert belief(entry, 4, plain) in (entry.checks[4].options[plain], *(m.claim for m in entry.misconception))
+    assert entry.checks[i].beliefs == {0: 0}  # the author's mapping, not a guess from shared words
+    unmapped = next(j for j in range(len(entry.checks[i].options)) if j not in (0, entry.checks[i].answer))
+    assert belief(entry, i, unmapped) == entry.checks[i].options[unmapped]  # no documented belief: the option itself
 
 
 def test_learner_progress_and_csv(entry):
