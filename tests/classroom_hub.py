@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -159,9 +160,15 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
     def stop(self) -> None:
         _stop(self.service)
         _stop(self.proc)
+        if self.proc is not None:
+            try:  # anything the hub started (its proxy, a managed service) that outlived it
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for name in ("log", "service_log"):
             if hasattr(self, name):
                 getattr(self, name).close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     # Hub API, as the test-only admin service -----------------------------------------------------------
     def admin(self, method: str, path: str, body=None) -> dict | list | None:

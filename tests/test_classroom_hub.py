@@ -266,3 +266,23 @@ def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_
     closed = f"http://127.0.0.1:{free_port()}/services/classroom"  # nothing listens there
     result = deliver_pending(store, url=closed, token="t", timeout=5)
     assert result.delivered == 0 and result.pending == 1 and "unreachable" in result.error
+
+
+def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
+    from classroom_hub import ROOT
+    from traitlets.config.loader import PyFileConfigLoader
+
+    def load():
+        return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT / "classroom")).load_config()
+
+    monkeypatch.setenv("DANTINOX_INSTRUCTORS", "ada, grace")
+    monkeypatch.setenv("DANTINOX_HUB_AUTH", "shared")
+    monkeypatch.setenv("DANTINOX_HUB_PASSWORD", "class-2026")
+    c = load()
+    assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
+    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10101"]
+    assert c.Authenticator.admin_users == set()  # shared password and no admin password: no admins
+    assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
+    monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
+    with pytest.raises(ValueError, match="^DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
+        load()
