@@ -13,8 +13,10 @@ on the reference model:
   arrays, revisit      the same token counts again
   arrays, X to Y       the largest caches under the budget, back and forth
 The peer of each scenario is the bare work measured in the same run: `tree_nbytes(cache_shapes(...))` or
-`tree_nbytes(init_cache(...))` for the same settings; the ratio is the lab's overhead over it. JAX's compile
-log is watched during all moves: no model program may compile (only `init_cache`'s zero-fill, once per shape).
+`tree_nbytes(init_cache(...))` for the same settings; the ratio is the lab's overhead over it. The reading
+column times `widgets.read_kv_cache` for the same settings (the pure function the lab renders, no widget), so
+lab / reading is the cost of the widget itself. JAX's compile log is watched during all moves: no model
+program may compile (only `init_cache`'s zero-fill, once per shape).
 Prints a table and writes benchmarks/results/lab_latency.json.
 """
 
@@ -33,8 +35,8 @@ import jax
 
 import content
 import dantinox
-from widgets import CacheLab, CachePlot
-from widgets.cache_lab import DEFAULT_BUDGET
+from widgets import CacheLab, CachePlot, read_kv_cache
+from widgets.readings import DEFAULT_BUDGET
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS_MS = {"shapes": 100, "arrays": 300}
@@ -81,7 +83,7 @@ def summary(ms: list[float]) -> dict:
 
 def scenario(lab: CacheLab, name: str, mode: str, settings: dict, moves: list[tuple[str, int]]) -> dict:
     lab.update(**settings)
-    lab_ms, bare_ms, sizes = [], [], []
+    lab_ms, bare_ms, reading_ms, sizes = [], [], [], []
     for control, value in moves:
         lab_ms.append(timed(lambda c=control, v=value: setattr(getattr(lab, c), "value", v)))
         r = lab.reading
@@ -91,9 +93,13 @@ def scenario(lab: CacheLab, name: str, mode: str, settings: dict, moves: list[tu
             raise RuntimeError(f"{name}: expected {mode} with residual 0, got {r.source} / {r.residual}")
         sizes.append(r.measured_bytes)
         bare_ms.append(peer_ms(r.cfg, r.batch, r.tokens, r.source))
+        reading_ms.append(timed(lambda r=r: read_kv_cache(lab.entry, r.cfg, r.batch, r.tokens, device=r.device.name,
+                                                          budget=lab.budget_bytes)))
     out = {"scenario": name, "settings": settings, "lab": summary(lab_ms), "peer": summary(bare_ms),
-           "bytes_min": min(sizes), "bytes_max": max(sizes), "goal_ms": GOALS_MS[mode]}
+           "reading": summary(reading_ms), "bytes_min": min(sizes), "bytes_max": max(sizes),
+           "goal_ms": GOALS_MS[mode]}
     out["overhead_ratio_median"] = out["lab"]["median_ms"] / out["peer"]["median_ms"]
+    out["widget_ratio_median"] = out["lab"]["median_ms"] / out["reading"]["median_ms"]
     return out
 
 
@@ -138,12 +144,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget-mib", type=int, default=None, help="allocation budget (default: the lab's)")
     args = parser.parse_args()
+    dantinox.enable_compilation_cache()  # as the labs' first cell does
     rng = random.Random(args.seed)
     entry = content.load_entry("kv-cache")
     budget = args.budget_mib * 2**20 if args.budget_mib else DEFAULT_BUDGET
     lab = CacheLab(entry, preset="reference", budget_bytes=budget)
     plot = CachePlot(lab)  # the plot follows every move, as in the notebook
-    mha32 = lab.config().replace(attention="mha", cache_dtype="float32")
+    mha32 = dantinox.ModelConfig.preset("reference", attention="mha", cache_dtype="float32")
 
     # Above the budget: B=200..256 sequences at any token count past the budget.
     big = dict(attention="mha", cache_dtype="float32", batch=256, tokens=1024)
@@ -180,12 +187,13 @@ def main() -> None:
     model_programs = [n for n in compiled if n not in FILL_PROGRAMS]
 
     rows = ["| scenario | cache bytes | lab median ms | lab p95 ms | lab max ms | goal ms | peer median ms | "
-            "lab / peer |", "|---|---|---|---|---|---|---|---|"]
+            "lab / peer | reading median ms | lab / reading |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         span = f"{dantinox.format_bytes(r['bytes_min'])} – {dantinox.format_bytes(r['bytes_max'])}"
         rows.append(f"| {r['scenario']} | {span} | {r['lab']['median_ms']:.1f} | {r['lab']['p95_ms']:.1f} | "
                     f"{r['lab']['max_ms']:.1f} | {r['goal_ms']} | {r['peer']['median_ms']:.1f} | "
-                    f"{r['overhead_ratio_median']:.2f} |")
+                    f"{r['overhead_ratio_median']:.2f} | {r['reading']['median_ms']:.1f} | "
+                    f"{r['widget_ratio_median']:.2f} |")
     print("\n".join(rows))
     print(f"\nprograms compiled during the moves: {', '.join(compiled) or 'none'}")
     print(f"programs other than init_cache's zero-fill (must be none): {', '.join(model_programs) or 'none'}")

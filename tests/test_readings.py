@@ -106,7 +106,7 @@ def test_kv_reading_formula_equals_real_arrays(kv_entry, attention, dtype):
         assert r.measured_bytes == dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, tokens))
         assert r.per_token_bytes == dantinox.kv_cache_bytes(cfg, 1, 1)
         assert r.weight_bytes == dantinox.param_bytes(cfg)
-        assert r.max_batch == dantinox.max_batch_size(cfg, 40 * 10**9, tokens)
+        assert r.max_batch == dantinox.max_batch_size(cfg, dantinox.DEVICE_PRESETS["A100 40GB"].memory_bytes, tokens)
         assert r.formula_params == dict(L=2, B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=8, bytes=cfg.cache_itemsize)
 
 

@@ -68,7 +68,10 @@ class Lab(widgets.VBox):
             self.refresh()
 
     def update(self, **values: Any) -> Any:
-        """Set several controls at once (one refresh); out-of-range values raise instead of clamping."""
+        """Set several controls at once (one refresh); out-of-range values raise instead of clamping.
+
+        A value of None leaves that control as it is (e.g. `kv_heads=None`: the variant's default choice).
+        """
         unknown = sorted(set(values) - set(self.CONTROLS))
         if unknown:
             raise ValueError(f"update: unknown control(s) {', '.join(unknown)}; expected {', '.join(self.CONTROLS)}")

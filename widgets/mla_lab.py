@@ -34,9 +34,9 @@ from widgets.readings import (
     MLA_FRACTION,
     MLA_SIZE,
     MlaReading,
-    attention_variants,
     cache_formula_bytes,
     formula_params,
+    peer_configs,
     read_mla_cache,
 )
 
@@ -63,7 +63,7 @@ class MlaLab(Lab):
                          (self.kv_entry, KV_SIZE)):
             e.science_item(title)  # fail now, naming the entry, if a formula is missing
         self.base = dantinox.ModelConfig.preset(preset, cache_dtype=cache_dtype)
-        attention_variants(self.base, gqa_kv_heads)  # refuses a K that is not a proper divisor of N
+        peer_configs(self.base, gqa_kv_heads)  # refuses a K that is not a proper divisor of N
         self.gqa_kv_heads = gqa_kv_heads
         self.budget_bytes = budget_bytes
         style, layout = {"description_width": "170px"}, widgets.Layout(width="520px")

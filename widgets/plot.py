@@ -17,8 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 import dantinox
-from widgets.readings import CacheSize, variant_label
-from widgets.readings import attention_variants as peer_configs
+from widgets.readings import CacheSize, peer_configs, variant_label
 
 MIB = 2**20
 GRID_POINTS = 65

@@ -76,9 +76,11 @@ def variant_label(cfg: dantinox.ModelConfig) -> str:
     return f"{cfg.attention.upper()} (K={cfg.n_kv_heads})"
 
 
-def attention_variants(cfg: dantinox.ModelConfig, gqa_kv_heads: int | None = None) -> list[dantinox.ModelConfig]:
-    """MHA, GQA and MQA of the same model: GQA at `gqa_kv_heads`, else at cfg's K if it is GQA, else the
-    first proper divisor of N (left out when N has none)."""
+def peer_configs(cfg: dantinox.ModelConfig, gqa_kv_heads: int | None = None) -> list[dantinox.ModelConfig]:
+    """MHA, GQA and MQA of the same model, in that order.
+
+    GQA uses `gqa_kv_heads`, else cfg's K if cfg is GQA, else the first proper divisor of N (no GQA if none).
+    """
     mla_off = dict(kv_latent_dim=None, rope_head_dim=None, q_latent_dim=None) if cfg.attention == "mla" else {}
     n = cfg.n_heads
     proper = [k for k in range(2, n) if n % k == 0]
@@ -173,7 +175,7 @@ def read_mla_cache(entry: Any, kv_entry: Any, cfg: dantinox.ModelConfig, batch: 
         raise ValueError(f"cfg: expected attention='mla', got {cfg.attention!r}")
     size = size_cache(entry, MLA_SIZE, cfg, batch, tokens, budget)
     peers = tuple(size_cache(kv_entry, KV_SIZE, c, batch, tokens, budget)
-                  for c in attention_variants(cfg, gqa_kv_heads))
+                  for c in peer_configs(cfg, gqa_kv_heads))
     params = formula_params(cfg, batch, tokens)
     return MlaReading(
         **{f.name: getattr(size, f.name) for f in dataclasses.fields(CacheSize)},
