@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox import sharding
 from dantinox.cache import KVCache, cache_length, grow_cache, init_cache
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
@@ -150,10 +151,16 @@ def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, tempe
     return prompt, end
 
 
-def _start(model: Transformer, prompt: jax.Array, end: int, seed: int, use_cache: bool, temperature: float):
+def _start(model: Transformer, prompt: jax.Array, end: int, seed: int, use_cache: bool, temperature: float,
+           mesh: Any = None):
     graphdef, params = nnx.split(model)
+    layout = None if mesh is None else sharding.plan(model.cfg, mesh, prompt.shape[0])
+    if layout is not None:  # weights replicated, prompts over "data"; XLA partitions the programs
+        params, prompt = sharding.place_inputs(layout, params, prompt)
     window = window_for(model.cfg.max_context, prompt.shape[1])
     state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache, cache_length=window)
+    if layout is not None and use_cache:  # KV heads over "model"; the decode loops keep this placement
+        state = state._replace(caches=sharding.shard_cache(state.caches, model.cfg, layout))
     temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
     return graphdef, params, state, temp
 
@@ -171,15 +178,25 @@ def _advance(decode, graphdef, params, state: DecodeState, index: int, stop: int
 
 
 def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
-             temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> jax.Array:
+             temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+             cache_layout: str = "contiguous", block_size: int = 16, mesh: Any = None) -> jax.Array:
     """Continue `prompt_ids` [B, T] by `max_new_tokens`; returns [B, T + max_new_tokens] int32.
 
     Decoding runs in compiled `lax.while_loop`s, one per key window (128, 192, 256, 384, ... slots) the
     generation passes through, with the cache grown between them; no Python runs per token. Each program
     compiles once per (batch, window) and is reused for any prompt and any number of new tokens.
+    `cache_layout="paged"` keeps the cache in blocks of `block_size` tokens (dantinox/paged.py).
+    `mesh` (a jax ("data", "model") Mesh) decodes with sequences and KV heads spread over its devices
+    (dantinox/sharding.py).
     """
     prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature)
+    if cache_layout not in ("contiguous", "paged"):
+        raise ValueError(f"cache_layout: expected 'contiguous' or 'paged', got {cache_layout!r}")
+    if cache_layout == "paged" and use_cache:
+        from dantinox.paged import paged_generate  # paged.py drives this module's decode step
+
+        return paged_generate(model, prompt, end, temperature, top_k, seed, block_size)
+    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
     state = _advance(_decode_segment, graphdef, params, state, prompt.shape[1], end, temp, top_k, use_cache)
     return state.tokens[:, :end]
 
@@ -206,7 +223,7 @@ _compile_counter: _CompileCounter | None = None
 
 def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
            temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
-           chunk_tokens: int = 1) -> Iterator[StreamEvent]:
+           chunk_tokens: int = 1, mesh: Any = None) -> Iterator[StreamEvent]:
     """Decode like `generate`, yielding after every `chunk_tokens` tokens (the last chunk may be shorter).
 
     Each chunk runs the same compiled step as `generate` inside one while_loop per key window it
@@ -219,7 +236,7 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     chunk = positive_int("chunk_tokens", chunk_tokens)
     if _compile_counter is None:
         _compile_counter = _CompileCounter()
-    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature)
+    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
     index = prompt.shape[1]
     while index < end:
         stop = min(index + chunk, end)
