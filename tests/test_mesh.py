@@ -1,0 +1,101 @@
+"""generate(mesh=...) on 8 simulated CPU devices: the same tokens as one device, the cache split as documented.
+
+JAX fixes its device count when it starts, so the mesh runs happen in a subprocess started with
+XLA_FLAGS=--xla_force_host_platform_device_count=8; it prints one JSON line that the tests read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import json
+import jax, numpy as np, dantinox
+from flax import nnx
+from dantinox import sharding
+
+out = {"devices": jax.device_count(), "runs": [], "errors": {}}
+for attention, kv in (("mha", None), ("gqa", 2)):
+    # max_context 256: the 12 new tokens cross the 128-slot key window, so the grown cache is checked too
+    cfg = dantinox.ModelConfig.preset("test", attention=attention, kv_heads=kv, max_context=256)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    prompt = np.random.RandomState(0).randint(0, 256, (4, 122)).astype(np.int32)
+    single = np.asarray(dantinox.generate(model, prompt, 12))
+    for shape in ((2, 4), (4, 2), (1, 8)):
+        mesh = jax.make_mesh(shape, ("data", "model"), devices=jax.devices()[: shape[0] * shape[1]])
+        tokens = np.asarray(dantinox.generate(model, prompt, 12, mesh=mesh))
+        caches = list(dantinox.stream(model, prompt, 12, mesh=mesh, chunk_tokens=12))[-1].caches
+        layout = sharding.plan(cfg, mesh, 4)
+        out["runs"].append(dict(
+            attention=attention, K=cfg.n_kv_heads, shape=list(shape), same_tokens=bool((tokens == single).all()),
+            slots=caches[0].k.shape[2], per_device=sorted(set(sharding.device_bytes(caches).values())),
+            devices_holding=len(sharding.device_bytes(caches)), total=dantinox.tree_nbytes(caches),
+            replicated=layout.replicated,
+            heads=[list(r["heads"]) for r in sharding.holdings(cfg, layout, 4)],
+            sequences=[list(r["sequences"]) for r in sharding.holdings(cfg, layout, 4)]))
+
+cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+prompt = np.zeros((4, 3), np.int32)
+bad = {"names": jax.make_mesh((2, 4), ("x", "y")), "batch": jax.make_mesh((8, 1), ("data", "model")),
+       "heads": jax.make_mesh((1, 3), ("data", "model"), devices=jax.devices()[:3]), "type": "2x4"}
+for name, mesh in bad.items():
+    try:
+        dantinox.generate(model, prompt, 2, mesh=mesh)
+        out["errors"][name] = None
+    except ValueError as err:
+        out["errors"][name] = str(err)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def mesh_runs():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_eight_simulated_devices(mesh_runs):
+    assert mesh_runs["devices"] == 8
+    assert len(mesh_runs["runs"]) == 6
+
+
+def test_tokens_identical_to_one_device(mesh_runs):
+    for run in mesh_runs["runs"]:
+        assert run["same_tokens"], run
+
+
+def test_per_device_cache_bytes_follow_the_formula(mesh_runs):
+    L, H, B, itemsize = 2, 8, 4, 4  # the test preset, float32 cache
+    for run in mesh_runs["runs"]:
+        data, model = run["shape"]
+        K, S = run["K"], run["slots"]
+        assert S == 192  # grown past the first key window (128) while decoding
+        total = B * S * K * H * 2 * L * itemsize
+        assert run["total"] == total
+        assert run["per_device"] == [total // (data * min(model, K))], run  # every device holds the same share
+        assert run["devices_holding"] == data * model
+
+
+def test_heads_replicated_when_the_model_axis_exceeds_k(mesh_runs):
+    by_key = {(r["attention"], tuple(r["shape"])): r for r in mesh_runs["runs"]}
+    gqa = by_key[("gqa", (2, 4))]  # K = 2 on a model axis of 4: each head on two devices
+    assert gqa["replicated"] and sorted(map(tuple, gqa["heads"])).count((0,)) == 4
+    mha = by_key[("mha", (2, 4))]  # K = 4 on 4: one head per device, nothing replicated
+    assert not mha["replicated"] and sorted(h for hs in mha["heads"] for h in hs) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert mha["sequences"][0] == [0, 1] and mha["sequences"][-1] == [2, 3]
+
+
+def test_bad_meshes_are_one_line_errors(mesh_runs):
+    errors = mesh_runs["errors"]
+    assert errors["names"] == "mesh: expected axis names ('data', 'model'), got ('x', 'y')"
+    assert errors["batch"] == "mesh: the data axis (8) must divide the batch (4)"
+    assert errors["heads"] == "mesh: the model axis (3) must divide K=2 or be a multiple of it"
+    assert errors["type"].startswith("mesh: expected a jax.sharding.Mesh")
