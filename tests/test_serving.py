@@ -1,0 +1,81 @@
+"""The serving simulator: traces are seeded and documented, bytes add up, every policy serves every token."""
+
+import numpy as np
+import pytest
+
+import dantinox
+from dantinox.serving import CHAT_MEANS, Request, make_trace, serve
+
+CFG = dantinox.ModelConfig.preset("tiny")  # 4 layers, 4 KV heads of 32, f32: 4 KiB per cached token
+TOKEN = dantinox.kv_cache_bytes(CFG, tokens=1)
+POLICIES = [("static", "max"), ("contiguous", "max"), ("contiguous", "pow2"), ("contiguous", "oracle"),
+            ("paged", "max")]
+
+
+def test_traces_are_seeded_and_follow_their_distribution():
+    a, b = make_trace(50, 0.5, "sharegpt", 256, seed=1), make_trace(50, 0.5, "sharegpt", 256, seed=1)
+    assert a == b and a != make_trace(50, 0.5, "sharegpt", 256, seed=2)
+    big = make_trace(4000, 2.0, "sharegpt", 2048, seed=0)  # the paper's own maximum length: no scaling
+    prompt, output = (np.mean([getattr(r, f) for r in big]) for f in ("prompt", "output"))
+    assert abs(prompt / CHAT_MEANS["sharegpt"][0] - 1) < 0.1  # output is cut a little more at 2048 tokens
+    assert 0.8 < output / CHAT_MEANS["sharegpt"][1] < 1.05
+    assert abs(len(big) / big[-1].arrival / 2.0 - 1) < 0.1  # Poisson arrivals at 2 requests per step
+    for name in ("uniform", "sharegpt", "alpaca"):
+        assert all(r.prompt >= 1 and r.output >= 1 and r.prompt + r.output <= 256
+                   for r in make_trace(300, 1.0, name, 256, seed=3))
+
+
+@pytest.mark.parametrize("policy,reservation", POLICIES)
+def test_every_token_is_served_within_the_budget(policy, reservation):
+    trace = make_trace(60, 0.5, "uniform", CFG.max_context, seed=4)
+    budget = 3 << 20
+    r = serve(trace, policy, budget, CFG, block_size=8, n=2, reservation=reservation)
+    assert r.token_bytes == TOKEN
+    assert r.tokens.sum() == 2 * sum(q.output for q in trace)
+    held = r.token_states + r.reserved + r.internal
+    assert held.max() <= budget and (r.external + held <= budget).all()
+    assert (r.first_token >= r.arrival).all() and (r.finish >= r.first_token).all()
+    assert abs(sum(r.shares().values()) - 1) < 1e-12
+
+
+def test_reservation_and_fragmentation_where_each_policy_has_them():
+    trace = make_trace(60, 0.5, "sharegpt", CFG.max_context, seed=5)
+    oracle = serve(trace, "contiguous", 2 << 20, CFG, reservation="oracle")
+    assert not oracle.internal.any() and oracle.reserved.any()  # exact regions: nothing past the final length
+    paged = serve(trace, "paged", 2 << 20, CFG, block_size=16)
+    assert not paged.reserved.any() and not paged.external.any()
+    assert (paged.internal < 16 * TOKEN * np.maximum(paged.running, 1)).all()  # at most a block tail per sequence
+    maxed = serve(trace, "contiguous", 2 << 20, CFG, reservation="max")
+    assert paged.utilisation > 0.8 > 0.4 > maxed.utilisation  # the shape of the paper's Fig. 2
+    assert paged.running.max() > maxed.running.max() and paged.steps < maxed.steps
+
+
+def test_parallel_samples_share_the_prompt_blocks():
+    trace = (Request(0, 0, prompt=40, output=10),)
+    paged = serve(trace, "paged", 1 << 20, CFG, block_size=16, n=4)
+    # 32 prompt tokens in two full blocks, stored once; the 8-token tail is copied per sample, + 1 new token each
+    assert paged.token_states[0] == (32 + 4 * (8 + 1)) * TOKEN
+    assert paged.internal[0] == (2 + 4) * 16 * TOKEN - paged.token_states[0]
+    oracle = serve(trace, "contiguous", 1 << 20, CFG, n=4, reservation="oracle")
+    assert oracle.token_states[0] == 4 * (40 + 1) * TOKEN
+
+
+def test_paged_preempts_and_recomputes_when_the_pool_runs_out():
+    trace = make_trace(40, 2.0, "uniform", CFG.max_context, seed=6)
+    r = serve(trace, "paged", 1 << 20, CFG, block_size=16)
+    assert r.preemptions > 0 and r.recomputed_tokens > 0
+    assert r.tokens.sum() == sum(q.output for q in trace)
+
+
+def test_bad_arguments_are_named():
+    trace = make_trace(5, 1.0, "uniform", 256)
+    with pytest.raises(ValueError, match="policy: expected one of static, contiguous, paged, got 'vllm'"):
+        serve(trace, "vllm", 1 << 20, CFG)
+    with pytest.raises(ValueError, match=r"budget_bytes: request \d+ reserves 1 x 256 slots of 4096 B"):
+        serve(trace, "static", 100_000, CFG)
+    with pytest.raises(ValueError, match=r"budget_bytes: request \d+ needs \d+ blocks of 16 tokens"):
+        serve(trace, "paged", 10_000, CFG)
+    with pytest.raises(ValueError, match="lengths: expected one of uniform, sharegpt, alpaca, got 'chat'"):
+        make_trace(5, 1.0, "chat", 256)
+    with pytest.raises(ValueError, match="rate: expected requests per step > 0, got 0"):
+        make_trace(5, 0, "uniform", 256)
