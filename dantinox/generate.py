@@ -193,6 +193,8 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     if cache_layout not in ("contiguous", "paged"):
         raise ValueError(f"cache_layout: expected 'contiguous' or 'paged', got {cache_layout!r}")
     if cache_layout == "paged" and use_cache:
+        if mesh is not None:
+            raise ValueError("mesh: the paged cache runs on one device; use cache_layout='contiguous' with a mesh")
         from dantinox.paged import paged_generate  # paged.py drives this module's decode step
 
         return paged_generate(model, prompt, end, temperature, top_k, seed, block_size)

@@ -50,6 +50,12 @@ for name, mesh in bad.items():
         out["errors"][name] = None
     except ValueError as err:
         out["errors"][name] = str(err)
+try:
+    dantinox.generate(model, prompt, 2, mesh=jax.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[:4]),
+                      cache_layout="paged")
+    out["errors"]["paged"] = None
+except ValueError as err:
+    out["errors"]["paged"] = str(err)
 print(json.dumps(out))
 """
 
@@ -99,3 +105,4 @@ def test_bad_meshes_are_one_line_errors(mesh_runs):
     assert errors["batch"] == "mesh: the data axis (8) must divide the batch (4)"
     assert errors["heads"] == "mesh: the model axis (3) must divide K=2 or be a multiple of it"
     assert errors["type"].startswith("mesh: expected a jax.sharding.Mesh")
+    assert errors["paged"].startswith("mesh: the paged cache runs on one device")
