@@ -154,8 +154,11 @@ class BlockManager:
         self.num_blocks = positive_int("num_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
         self.free: collections.deque[int] = collections.deque(range(self.num_blocks))
-        self.refs = np.zeros(self.num_blocks, np.int64)  # sequences pointing at each block
-        self.fill = np.zeros(self.num_blocks, np.int64)  # token slots written in each block
+        # plain lists, not arrays: a scheduler touches single entries every step, where numpy is slow
+        self.refs = [0] * self.num_blocks  # sequences pointing at each block
+        self.fill = [0] * self.num_blocks  # token slots written in each block
+        self._held = 0  # blocks with refs > 0
+        self._filled = 0  # sum of fill over held blocks
         self.tables: dict[Hashable, list[int]] = {}
         self.lengths: dict[Hashable, int] = {}
 
@@ -165,16 +168,20 @@ class BlockManager:
         return len(self.free)
 
     @property
-    def used_blocks(self) -> np.ndarray:
+    def num_used(self) -> int:
         """Physical blocks held by at least one sequence."""
-        return np.flatnonzero(self.refs)
+        return self._held
+
+    @property
+    def used_blocks(self) -> list[int]:
+        return [b for b, r in enumerate(self.refs) if r]
 
     def filled_slots(self) -> int:
         """Token slots written in held blocks, a shared block counted once (what the pool physically stores)."""
-        return int(self.fill[self.refs > 0].sum())
+        return self._filled
 
     def shared_blocks(self) -> set[int]:
-        return {int(b) for b in np.flatnonzero(self.refs > 1)}
+        return {b for b, r in enumerate(self.refs) if r > 1}
 
     def _known(self, seq: Hashable) -> None:
         if seq not in self.tables:
@@ -197,8 +204,9 @@ class BlockManager:
     def _take(self, seq: Hashable, n: int) -> list[int]:
         self._check_free(seq, n)
         taken = [self.free.popleft() for _ in range(n)]
-        self.refs[taken] = 1
-        self.fill[taken] = 0
+        for block in taken:  # a free block holds nothing: its fill is already 0
+            self.refs[block] = 1
+        self._held += n
         return taken
 
     def add(self, seq: Hashable, n_tokens: int) -> list[int]:
@@ -214,7 +222,9 @@ class BlockManager:
         length, table, bs = self.lengths[seq], self.tables[seq], self.block_size
         new_length = length + n_tokens
         for m in range(length // bs, blocks_for(new_length, bs)):  # only the blocks the new tokens touch
-            self.fill[table[m]] = min(bs, new_length - m * bs)
+            now = min(bs, new_length - m * bs)
+            self._filled += now - self.fill[table[m]]
+            self.fill[table[m]] = now
         self.lengths[seq] = new_length
 
     def fork(self, parent: Hashable, child: Hashable) -> list[int]:
@@ -223,7 +233,8 @@ class BlockManager:
         if child in self.tables:
             raise ValueError(f"seq: sequence {child!r} is already in the pool")
         self.tables[child], self.lengths[child] = list(self.tables[parent]), self.lengths[parent]
-        self.refs[self.tables[child]] += 1
+        for block in self.tables[child]:
+            self.refs[block] += 1
         return list(self.tables[child])
 
     def append(self, seq: Hashable, n_tokens: int = 1) -> list[tuple[int, int]]:
@@ -231,15 +242,23 @@ class BlockManager:
 
         Raises PoolExhausted, changing nothing, when the free list is too short.
         """
+        table, length = self.tables.get(seq), self.lengths.get(seq, 0)
+        if n_tokens == 1 and table and length % self.block_size and self.refs[table[-1]] == 1:
+            self.fill[table[-1]] += 1  # the common decode step: one more token in a private, partly filled block
+            self._filled += 1
+            self.lengths[seq] = length + 1
+            return []
         self._known(seq)
-        positive_int("n_tokens", n_tokens, minimum=0)
+        if type(n_tokens) is not int or n_tokens < 0:  # the hot path of a scheduler: check cheaply first
+            positive_int("n_tokens", n_tokens, minimum=0)
         self._check_free(seq, self.blocks_needed(seq, n_tokens))  # all or nothing
         table, copies = self.tables[seq], []
         if self.lengths[seq] % self.block_size and self.refs[table[-1]] > 1:  # shared and partly filled: copy
             (fresh,) = self._take(seq, 1)
             old = table[-1]
-            self.refs[old] -= 1
+            self.refs[old] -= 1  # still held by the others: stays counted
             self.fill[fresh] = self.fill[old]
+            self._filled += self.fill[old]
             table[-1] = fresh
             copies.append((old, fresh))
         table += self._take(seq, blocks_for(self.lengths[seq] + n_tokens, self.block_size) - len(table))
@@ -254,7 +273,10 @@ class BlockManager:
             self.refs[block] -= 1
             if self.refs[block] == 0:
                 self.free.append(block)
+                self._filled -= self.fill[block]
+                self.fill[block] = 0
                 freed += 1
+        self._held -= freed
         del self.lengths[seq]
         return freed
 
@@ -363,4 +385,4 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, block_size: in
     state = _decode_windows(model, graphdef, params, state, manager, list(range(n)), end, temp, top_k)
     block_bytes = pool_bytes(cfg, 1, bs)
     return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, block_bytes,
-                     len(manager.used_blocks) * block_bytes, n * blocks_for(end, bs) * block_bytes)
+                     manager.num_used * block_bytes, n * blocks_for(end, bs) * block_bytes)

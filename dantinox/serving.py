@@ -28,6 +28,7 @@ The model is not run here: the lengths come from the trace; benchmarks/serving.p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Hashable
 
@@ -186,6 +187,12 @@ class _Arena:
         del self.regions[key]
 
 
+@functools.lru_cache(maxsize=64)
+def _token_bytes(cfg: ModelConfig) -> int:
+    """Bytes of one cached token in every layer, measured from the shapes of a one-block, one-slot pool."""
+    return pool_bytes(cfg, 1, 1)
+
+
 def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: ModelConfig, block_size: int = 16,
           n: int = 1, reservation: str = "max", max_steps: int = 200_000) -> ServeResult:
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
@@ -201,7 +208,7 @@ def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: Model
     block_size = positive_int("block_size", block_size)
     if not trace:
         raise ValueError("trace: expected at least one request")
-    token_bytes = pool_bytes(cfg, 1, 1)
+    token_bytes = _token_bytes(cfg)
     if policy == "paged":
         return _serve_paged(trace, budget_bytes, cfg, block_size, n, token_bytes, max_steps)
     return _serve_contiguous(trace, policy, budget_bytes, cfg, n, reservation, token_bytes, max_steps)
@@ -320,7 +327,7 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps) -> S
         for state in running.values():
             state[1] += 1
         filled = pool.filled_slots()
-        rows.append((filled, 0, len(pool.used_blocks) * block_size - filled, 0, len(running) * n, len(running) * n))
+        rows.append((filled, 0, pool.num_used * block_size - filled, 0, len(running) * n, len(running) * n))
         if len(running) > peak:
             peak, peak_shared = len(running), frozenset(pool.shared_blocks())
             peak_tables = {seq: list(t) for seq, t in pool.tables.items()}

@@ -41,7 +41,7 @@ def test_parallel_samples_store_the_prompt_once():
     # the two full prompt blocks are held once, by all three samples; the half-filled one is copied twice
     shared = run.manager.tables[0][:2]
     assert all(run.manager.tables[s][:2] == shared for s in range(n))
-    assert sorted(run.manager.refs[shared]) == [n, n] and len(run.copies) == n - 1
+    assert [run.manager.refs[b] for b in shared] == [n, n] and len(run.copies) == n - 1
     block = pool_bytes(cfg, 1, bs)
     assert block == dantinox.kv_cache_bytes(cfg, tokens=bs)  # one block = bs tokens of every layer, measured
     assert run.used_bytes == (2 + n * (blocks_for(10 + new, bs) - 2)) * block
@@ -65,13 +65,13 @@ def test_block_manager_counts_shares_and_frees():
     assert pool.add("a", 8) == [0, 1]  # exactly two full blocks
     pool.fork("a", "b")
     assert pool.append("b", 1) == []  # the shared blocks are full: a new block, nothing copied
-    assert pool.tables["b"] == [0, 1, 2] and pool.refs[[0, 1, 2]].tolist() == [2, 2, 1]
+    assert pool.tables["b"] == [0, 1, 2] and pool.refs[:3] == [2, 2, 1]
     pool.fork("b", "c")  # now block 2 (one token) is shared by b and c
     assert pool.append("c", 2) == [(2, 3)] and pool.fill[3] == 3 and pool.fill[2] == 1
     assert pool.append("b", 1) == []  # b is block 2's only holder again: written in place
     assert pool.filled_slots() == 8 + 2 + 3 and pool.shared_blocks() == {0, 1}
     assert pool.release("a") == 0 and pool.release("b") == 1 and pool.release("c") == 3
-    assert pool.num_free == 8 and not pool.used_blocks.size
+    assert pool.num_free == 8 and pool.num_used == 0 and pool.used_blocks == [] and pool.filled_slots() == 0
 
 
 def test_pool_exhaustion_is_refused_and_changes_nothing():

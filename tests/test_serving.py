@@ -79,3 +79,26 @@ def test_bad_arguments_are_named():
         make_trace(5, 1.0, "chat", 256)
     with pytest.raises(ValueError, match="rate: expected requests per step > 0, got 0"):
         make_trace(5, 0, "uniform", 256)
+
+
+def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
+    from widgets.serving_lab import ServingLab, block_table_html
+
+    lab = ServingLab(n_requests=40, budget_mib=4)
+    lab.update(block_size=8, n=2)
+    r = lab.reading
+    assert lab.error == "" and r.block_size == 8 and r.n == 2 and r.budget_bytes == 4 << 20
+    shares = {label: res.shares() for label, res in r.results.items()}
+    bars = {bar.name: dict(zip(bar.x, bar.y, strict=True)) for bar in lab.bars.data}
+    for label, share in shares.items():
+        assert abs(sum(bars[cat][label] for cat in bars) - 100) < 1e-9
+        assert bars["token states"][label] == 100 * share["token states"]
+    assert shares["paged + continuous"]["token states"] > shares["static batching, max reservation"]["token states"]
+    assert lab.formula_params() == {"T": round(r.mean_length), "P": 8}
+    lab.update(block_size=16)
+    lab.update(block_size=8, n=2)  # back to a setting already run: served from the cache
+    assert lab.reading.seconds == 0 and lab.reading.results is r.results
+    with pytest.raises(ValueError, match="block_size: expected one of 1, 8, 16, 32, 64, got 4"):
+        lab.update(block_size=4)
+    html = block_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
+    assert html.count("background:#ffe082") == 3  # the legend and block 3 in both rows

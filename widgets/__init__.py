@@ -21,8 +21,10 @@ from widgets.plot import CachePlot, attention_variants
 from widgets.quiz import Quiz, summarise
 from widgets.readings import CacheReading, CacheSize, MlaReading, formula_params, read_kv_cache, read_mla_cache
 from widgets.roofline_lab import RooflineLab
+from widgets.serving_lab import ServingLab, ServingReading, block_table_html, read_serving
 
 __all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExplorer", "learning_path", "read_formula",
            "CacheReading", "CacheSize", "ConceptCard", "DecodeRun", "DiffusionLab",
            "GeneratePanel", "MlaLab", "MlaReading", "Quiz", "attention_variants", "decode_path_agreement",
-           "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise"]
+           "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise",
+           "ServingLab", "ServingReading", "block_table_html", "read_serving"]

@@ -1,0 +1,177 @@
+"""The serving lab: one trace, one KV-cache budget, static vs Orca-style vs paged batching, measured bytes.
+
+    lab = ServingLab()                        # tiny model geometry (runs/tiny), ShareGPT-shaped trace
+    lab.update(block_size=8, budget_mib=4)    # any control, as a learner would move it
+    lab.reading.results["paged"].shares()     # what the stacked bar shows
+    read_serving(cfg, "sharegpt", 0.5, 100, 8 << 20, 16, 1)   # the same numbers without a widget
+
+`read_serving` runs dantinox.serving.serve for every policy in POLICY_RUNS and caches the result per
+setting, so returning to a setting is instant. Its bytes are measured from the allocators' state (block
+tables, reserved regions) times the bytes of one cached token taken from the cache arrays' shapes; the
+lengths come from a seeded trace, not from running the model (benchmarks/serving.py times the model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+import traitlets
+
+import dantinox
+from dantinox.serving import LENGTHS, ServeResult, make_trace, serve
+from widgets._controls import Lab
+from widgets._html import badge, esc, note_box, readout_table
+
+# label -> (policy, reservation), in the order of the paper's Fig. 2: baselines first, paging last
+POLICY_RUNS = {
+    "static batching, max reservation": ("static", "max"),
+    "Orca-style, max reservation": ("contiguous", "max"),
+    "Orca-style, pow2 reservation": ("contiguous", "pow2"),
+    "Orca-style, oracle reservation": ("contiguous", "oracle"),
+    "paged + continuous": ("paged", "max"),
+}
+CATEGORIES = {"token states": "#2e7d32", "reservation": "#f9a825", "internal fragmentation": "#e65100",
+              "external fragmentation": "#6a1b9a"}
+BLOCK_SIZES = (1, 8, 16, 32, 64)  # the paged-attention entry's block-size values a lab can reach
+PAPER_FIG2 = "arXiv 2309.06180 Fig. 2: token states 20.4–38.2 % in the Orca baselines, 96.3 % in vLLM"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingReading:
+    """Every policy's run of one trace under one budget, and the settings that produced them."""
+
+    cfg: dantinox.ModelConfig
+    lengths: str
+    rate: float
+    n_requests: int
+    budget_bytes: int
+    block_size: int
+    n: int
+    mean_length: float  # mean prompt + output tokens of the trace
+    results: dict[str, ServeResult]
+    seconds: float  # wall time of the simulations for this setting (0 when it came from the cache)
+
+
+@functools.lru_cache(maxsize=256)
+def _runs(cfg, lengths, rate, n_requests, budget_bytes, block_size, n):
+    trace = make_trace(n_requests, rate, lengths, cfg.max_context, seed=0)
+    results = {label: serve(trace, policy, budget_bytes, cfg, block_size=block_size, n=n, reservation=res)
+               for label, (policy, res) in POLICY_RUNS.items()}
+    return float(np.mean([r.prompt + r.output for r in trace])), results
+
+
+def read_serving(cfg: dantinox.ModelConfig, lengths: str, rate: float, n_requests: int, budget_bytes: int,
+                 block_size: int, n: int) -> ServingReading:
+    """Serve one seeded trace with every policy of POLICY_RUNS (cached per setting)."""
+    start, hits = time.perf_counter(), _runs.cache_info().hits
+    mean_length, results = _runs(cfg, lengths, float(rate), n_requests, budget_bytes, block_size, n)
+    seconds = 0.0 if _runs.cache_info().hits > hits else time.perf_counter() - start
+    return ServingReading(cfg, lengths, float(rate), n_requests, budget_bytes, block_size, n, mean_length,
+                          results, seconds)
+
+
+def block_table_html(tables: dict, shared: set | frozenset, block_size: int, fill=None, rows: int = 6) -> str:
+    """A few sequences' block tables: one cell per logical block naming its physical block; shared ones marked."""
+    lines = []
+    for seq, table in list(tables.items())[:rows]:
+        cells = []
+        for m, block in enumerate(table):
+            colour = "#ffe082" if block in shared else "#e3f2fd"
+            held = "" if fill is None else f"{int(fill[block])}/{block_size}"
+            cells.append(f"<td title='logical block {m}: tokens {m * block_size}..{(m + 1) * block_size - 1}' "
+                         f"style='background:{colour};border:1px solid #90a4ae;padding:1px 4px;text-align:center;"
+                         f"font-family:monospace'>{block}<div style='font-size:70%;color:#555'>{held}</div></td>")
+        lines.append(f"<tr><td style='padding-right:6px'>seq {esc(seq)}</td>{''.join(cells)}</tr>")
+    more = len(tables) - rows
+    tail = f"<div style='color:#666'>… and {more} more sequence(s)</div>" if more > 0 else ""
+    return (f"<div><span style='background:#ffe082;padding:0 4px'>yellow</span>: a physical block held by more "
+            f"than one sequence (reference count &gt; 1). Numbers are physical block ids; below, slots filled."
+            f"</div><table style='border-collapse:collapse'>{''.join(lines)}</table>{tail}")
+
+
+class ServingLab(Lab):
+    """Sliders for block size, budget, request rate, length distribution and samples; bars, lines, tables."""
+
+    CONTROLS = ("block_size", "budget_mib", "rate", "lengths", "n")
+    reading = traitlets.Instance(ServingReading, allow_none=True)
+
+    def __init__(self, cfg: dantinox.ModelConfig | None = None, *, n_requests: int = 100, block_size: int = 16,
+                 budget_mib: int = 8, rate: float = 0.5, lengths: str = "sharegpt", n: int = 1):
+        self.cfg = dantinox.ModelConfig.preset("tiny") if cfg is None else cfg
+        self.n_requests = n_requests
+        style, layout = {"description_width": "170px"}, widgets.Layout(width="520px")
+        self.block_size = widgets.SelectionSlider(options=BLOCK_SIZES, description="block size (tokens)",
+                                                  style=style, layout=layout)
+        self.budget_mib = widgets.IntSlider(min=2, max=32, description="KV memory budget (MiB)", style=style,
+                                            layout=layout)
+        self.rate = widgets.FloatSlider(min=0.1, max=2.0, step=0.1, description="requests per step", style=style,
+                                        layout=layout)
+        self.lengths = widgets.Dropdown(options=list(LENGTHS), description="length distribution", style=style,
+                                        layout=layout)
+        self.n = widgets.IntSlider(min=1, max=4, description="samples per request n", style=style, layout=layout)
+        self.lengths_html, self.readout_html, self.tables_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.bars = go.FigureWidget(layout=dict(barmode="stack", height=340, margin=dict(l=40, r=10, t=60, b=40),
+                                                yaxis=dict(title="share of KV memory (%)", range=[0, 100]),
+                                                legend=dict(orientation="h", y=-0.25)))
+        self.lines = go.FigureWidget(layout=dict(height=360, margin=dict(l=40, r=10, t=40, b=40),
+                                                 xaxis=dict(title="decode step"), legend=dict(orientation="h", y=-0.3)))
+        status = widgets.HTML()
+        super().__init__([self.block_size, self.budget_mib, self.rate, self.lengths, self.n, status,
+                          self.lengths_html, self.readout_html, self.bars, self.lines, self.tables_html], status)
+        self.observe_controls(self.block_size, self.budget_mib, self.rate, self.lengths, self.n)
+        self.update(block_size=block_size, budget_mib=budget_mib, rate=rate, lengths=lengths, n=n)
+
+    def formula_params(self) -> dict[str, float]:
+        """The paged-attention entry's T (the trace's mean sequence length, rounded) and P (block size)."""
+        return {"T": round(self.reading.mean_length), "P": self.block_size.value}
+
+    def _read(self) -> ServingReading:
+        self.status_html.value = "<i>running the five policies on this setting…</i>"
+        return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
+                            self.budget_mib.value << 20, self.block_size.value, self.n.value)
+
+    def _render(self, r: ServingReading) -> None:
+        how = "allocator state × bytes per token from the cache arrays"
+        self.status_html.value = (f"<span style='color:#666'>{len(r.results)} policies simulated in "
+                                  f"{r.seconds * 1e3:.0f} ms{' (cached)' if r.seconds == 0 else ''}</span>")
+        self.lengths_html.value = (f"<div>Trace: {r.n_requests} requests, seed 0, Poisson arrivals at {r.rate:g} "
+                                   f"per step; lengths: {esc(LENGTHS[r.lengths])}. Mean prompt + output: "
+                                   f"{r.mean_length:.1f} tokens {badge('measured', 'from the trace')}</div>")
+        rows = []
+        for label, res in r.results.items():
+            rows.append((label, f"{res.shares()['token states']:.1%} of KV memory holds token states; "
+                                f"{res.running.max()} sequences at most; {res.tokens_per_step:.2f} tokens/step; "
+                                f"{res.steps} steps; mean latency {res.latency_steps.mean():.0f} steps"
+                                + (f"; {res.preemptions} preemptions" if res.policy == "paged" else ""),
+                         badge("measured", how)))
+        self.readout_html.value = readout_table(rows) + note_box(esc(f"Compare with {PAPER_FIG2} (their workload "
+                                                                     "and models; the shape is what carries over)."))
+        labels = list(r.results)
+        with self.bars.batch_update():
+            self.bars.data = ()
+            for cat, colour in CATEGORIES.items():
+                self.bars.add_bar(x=labels, y=[100 * res.shares()[cat] for res in r.results.values()], name=cat,
+                                  marker_color=colour)
+            self.bars.layout.title = (f"Where the KV memory goes, summed over the run (measured, block "
+                                      f"{r.block_size}, {r.budget_bytes >> 20} MiB, n={r.n})")
+        with self.lines.batch_update():
+            self.lines.data = ()
+            for label, res in r.results.items():
+                used = (res.token_states + res.reserved + res.internal) / r.budget_bytes * 100
+                util = np.divide(res.token_states, res.token_states + res.reserved + res.internal,
+                                 out=np.zeros(res.steps), where=used > 0) * 100
+                self.lines.add_scatter(y=util, name=f"{label}: token states / allocated (%)", mode="lines")
+                self.lines.add_scatter(y=res.running, name=f"{label}: sequences running", mode="lines",
+                                       line=dict(dash="dot"), yaxis="y2", visible="legendonly")
+            self.lines.layout.yaxis = dict(title="utilisation (%)", range=[0, 100])
+            self.lines.layout.yaxis2 = dict(title="sequences", overlaying="y", side="right")
+            self.lines.layout.title = "Utilisation and concurrency over time (measured; click a legend entry)"
+        paged = r.results["paged + continuous"]
+        self.tables_html.value = (f"<b>Block tables at the busiest step of the paged run</b> "
+                                  f"{badge('measured', 'from the BlockManager')}"
+                                  + block_table_html(paged.peak_tables, paged.peak_shared, r.block_size))
