@@ -66,9 +66,11 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
         service["oauth_client_id"] = f"service-{service_name}"
         service["oauth_redirect_uri"] = f"/services/{service_name}/oauth_callback"  # as a managed service's
     c.JupyterHub.services = [service]
-    proxy = Path(python).parent / "configurable-http-proxy"  # the pip-installed proxy beside this Python
-    if proxy.exists():
-        c.ConfigurableHTTPProxy.command = [str(proxy)]
+    bin_dir = Path(python).parent  # the proxy and the user servers come from this environment, activated or not
+    if (bin_dir / "configurable-http-proxy").exists():
+        c.ConfigurableHTTPProxy.command = [str(bin_dir / "configurable-http-proxy")]
+    if (bin_dir / "jupyterhub-singleuser").exists():
+        c.Spawner.cmd = [str(bin_dir / "jupyterhub-singleuser")]
     c.JupyterHub.load_roles = classroom_roles(service_name)
     c.JupyterHub.load_groups = {"instructors": {"users": list(instructors)}}
     c.Authenticator.admin_users = set(instructors if admins is None else admins)

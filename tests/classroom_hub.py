@@ -13,6 +13,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ def wait_until(check, what: str, timeout: float = 60.0) -> None:
         try:
             if check():
                 return
-        except OSError:
+        except (OSError, sqlite3.Error):  # not listening yet, or its file has no table yet
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
@@ -78,7 +79,7 @@ def _stop(proc: subprocess.Popen | None) -> None:
 class Hub:
     """JupyterHub + proxy (+ the classroom service when `start_service` is called) in a temporary directory."""
 
-    def __init__(self, *, managed: bool = False):
+    def __init__(self, *, managed: bool = False, extra_config: str = ""):
         self.dir = Path(tempfile.mkdtemp(prefix="dantinox-hub-"))
         self.port, self.hub_port, self.proxy_api_port, self.service_port = (free_port() for _ in range(4))
         self.url = f"http://127.0.0.1:{self.port}"
@@ -87,8 +88,9 @@ class Hub:
         self.direct_url = f"http://127.0.0.1:{self.service_port}/services/{SERVICE}"  # the peer: no proxy
         self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
         self.db = self.dir / "classroom.sqlite"
-        self.managed, self.proc, self.service = managed, None, None
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        self.managed, self.proc, self.service, self.extra_config = managed, None, None, extra_config
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
+                                                                 os.environ.get("PYTHONPATH", "")]),
                     "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
 
     def write_config(self) -> Path:
@@ -107,7 +109,7 @@ c.JupyterHub.cookie_secret_file = {str(self.dir / "cookie_secret")!r}
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.services.append({{"name": "tester", "api_token": {self.admin_token!r}}})
 c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # the hub's own admin role
-""")
+""" + self.extra_config)
         return path
 
     def start(self) -> Hub:

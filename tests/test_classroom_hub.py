@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import sys
 import threading
 from collections import Counter
 
@@ -235,14 +236,31 @@ def test_roles_add_service_access_and_keep_the_hub_defaults():
     assert roles["classroom-service"]["services"] == ["classroom"]
 
 
-def test_the_shipped_config_starts_dantinox_classroom_serve():
-    h = Hub(managed=True)  # the hub itself starts `dantinox classroom serve`, as on a course machine
+# A user server as the hub starts it (its own server-role token, the config's environment), standing in for
+# a kernel: it records one attempt in its outbox and delivers it, as the quiz widget does, then idles.
+KERNEL = """
+import os, time
+from classroom.client import deliver_pending
+from classroom.store import AnswerStore, Attempt
+from classroom_hub import make_attempt
+store = AnswerStore(os.path.join(os.environ["HOME"], "answers.sqlite"))
+store.add(Attempt.from_json(make_attempt(os.environ["JUPYTERHUB_USER"], 0)), outbox=True)
+while deliver_pending(store).pending:
+    time.sleep(0.5)
+time.sleep(600)
+"""
+
+
+def test_the_shipped_config_starts_the_service_and_a_server_token_can_post():
+    h = Hub(managed=True)  # the hub itself starts `dantinox classroom serve`
+    h.extra_config = (f"c.JupyterHub.spawner_class = 'simple'\nc.Spawner.http_timeout = 120\n"
+                      f"c.Spawner.cmd = [{sys.executable!r}, '-c', {KERNEL!r}]\n"
+                      f"c.SimpleLocalProcessSpawner.home_dir_template = {str(h.dir / 'home' / '{username}')!r}\n")
     try:
         h.start()
         h.add_users("dora")
-        h.tokens = {"dora": h.token_for("dora")}
-        wait_until(lambda: post(h, "dora", make_attempt("dora", 0))[0] == 200, "managed classroom service", 60)
-        assert [learner for learner, _ in stored(h)] == ["dora"]
+        h.admin("POST", "/users/dora/server")  # the hub spawns dora's server with its own token
+        wait_until(lambda: [learner for learner, _ in stored(h)] == ["dora"], "dora's attempt from her server", 90)
     finally:
         h.stop()
 
