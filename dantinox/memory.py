@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
 import jax
 from flax import nnx
 
-from dantinox.cache import cache_shapes, tree_nbytes
+from dantinox.cache import cache_shapes, init_cache, tree_nbytes
+from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 
 
@@ -52,6 +54,40 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
     return cfg.n_layers * batch_size * tokens * cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize
+
+
+@dataclass(frozen=True)
+class CacheMeasurement:
+    """The bytes of a cache `init_cache` would allocate, and how they were obtained."""
+
+    nbytes: int  # tree_nbytes of the arrays, or of their ShapeDtypeStructs
+    source: str  # "arrays": allocated, measured, freed | "shapes": jax.eval_shape, nothing allocated
+    layer_shapes: dict[str, tuple[int, ...]]  # layer 0's arrays by field name, e.g. {"k": (B, K, S, H), "v": ...}
+
+
+@functools.lru_cache(maxsize=512)
+def _cache_shapes(cfg: ModelConfig, batch: int, tokens: int):
+    """cache_shapes, remembered: tracing init_cache is most of a small measurement, and its shapes never change."""
+    return cache_shapes(cfg, batch, tokens)
+
+
+def measure_cache(cfg: ModelConfig, batch: int, tokens: int, budget: int) -> CacheMeasurement:
+    """Bytes of `init_cache(cfg, batch, tokens)`: the real arrays if they fit in `budget`, else its eval_shape.
+
+    Allocated arrays are measured with `tree_nbytes` and freed before returning; `budget=0` never allocates.
+    """
+    budget = positive_int("budget", budget, minimum=0)
+    batch, tokens = positive_int("batch", batch), positive_int("tokens", tokens)
+    if tokens > cfg.max_context:  # checked here: raised inside eval_shape, JAX would append its traceback note
+        raise ValueError(f"tokens: a cache holds at most max_context={cfg.max_context} tokens, got {tokens}")
+    shapes = _cache_shapes(cfg, batch, tokens)
+    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(shapes[0])._fields, shapes[0], strict=True)}
+    if tree_nbytes(shapes) > budget:
+        return CacheMeasurement(tree_nbytes(shapes), "shapes", layer_shapes)
+    cache = jax.block_until_ready(init_cache(cfg, batch, tokens))
+    measured = tree_nbytes(cache)
+    del cache  # the only reference: the buffers are freed now, not at the caller's next call
+    return CacheMeasurement(measured, "arrays", layer_shapes)
 
 
 def param_bytes(cfg_or_model: ModelConfig | nnx.Module) -> int:
@@ -105,7 +141,7 @@ def reference_tables() -> str:
     configs = [(label, base.replace(**kw)) for label, kw in TABLE_VARIANTS]
     for label, cfg in configs:
         cells = [format_bytes(kv_cache_bytes(cfg, 1, t)) for t in TABLE_TOKENS]
-        lines.append(f"| {label} | {cfg.kv_heads} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {cfg.n_kv_heads} | " + " | ".join(cells) + " |")
     devices = [d for d in DEVICE_PRESETS.values() if not d.name.startswith("this machine")]
     weights = param_bytes(base)
     lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)}, measured from the "
@@ -117,7 +153,7 @@ def reference_tables() -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     mha, tokens = configs[0][1], TABLE_TOKENS[0]
     measured = tree_nbytes(cache_shapes(mha, 1, tokens))
-    terms = " · ".join(str(v) for v in (mha.n_layers, 2, tokens, mha.kv_heads, mha.head_size, mha.cache_itemsize))
+    terms = " · ".join(str(v) for v in (mha.n_layers, 2, tokens, mha.n_kv_heads, mha.head_size, mha.cache_itemsize))
     lines += ["", f"A widely copied hand-made version of the first table gives {COPIED_MHA_512_MIB} MB for MHA at "
               f"{tokens} tokens. The formula ({terms} bytes) and the shapes of the allocated arrays both give "
               f"{format_bytes(measured)}, {measured / (COPIED_MHA_512_MIB * 2**20):g} times more (reading its MB as "
