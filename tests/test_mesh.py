@@ -56,6 +56,18 @@ try:
     out["errors"]["paged"] = None
 except ValueError as err:
     out["errors"]["paged"] = str(err)
+from widgets.mesh_lab import MeshLab, read_mesh
+
+cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+arrays, shapes = read_mesh(cfg, (2, 4), 4, 32), read_mesh(cfg, (2, 4), 4, 32, budget=0)
+out["mesh_lab"] = dict(arrays=sorted(set(arrays.device_bytes.values())), formula=arrays.formula_bytes,
+                       shapes=sorted(set(shapes.device_bytes.values())), sources=[arrays.source, shapes.source])
+lab = MeshLab(preset="test", mesh_shape="2×4", kv_heads=2, batch=4, context=32)
+out["mesh_lab"]["replicated_note"] = "replicated" in lab.status_html.value
+lab.update(kv_heads=4)
+out["mesh_lab"]["after"] = [lab.error, "replicated" in lab.status_html.value, lab.reading.formula_bytes]
+lab.update(batch=3)
+out["mesh_lab"]["bad_batch"] = lab.error
 print(json.dumps(out))
 """
 
@@ -106,3 +118,13 @@ def test_bad_meshes_are_one_line_errors(mesh_runs):
     assert errors["heads"] == "mesh: the model axis (3) must divide K=2 or be a multiple of it"
     assert errors["type"].startswith("mesh: expected a jax.sharding.Mesh")
     assert errors["paged"].startswith("mesh: the paged cache runs on one device")
+
+
+def test_mesh_lab_measures_each_device(mesh_runs):
+    lab = mesh_runs["mesh_lab"]
+    share = 4 * 32 * 2 * 8 * 2 * 2 * 4 // (2 * 2)  # B · T · K · H · 2 · L · bytes / (data · min(model, K))
+    assert lab["arrays"] == lab["shapes"] == [lab["formula"]] == [share]
+    assert lab["sources"] == ["arrays", "shapes"]
+    # K = 4 on 4: twice the heads cut twice as many ways (the same share in f32), no replicas; the lab's cache is bf16
+    assert lab["replicated_note"] and lab["after"] == ["", False, share // 2]
+    assert lab["bad_batch"] == "mesh: the data axis (2) must divide the batch (3)"
