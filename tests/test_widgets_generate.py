@@ -1,17 +1,25 @@
-"""The generate panel: real cached and uncached decoding on the tiny "test" preset."""
+"""The generate panel: real chunked decoding on the tiny "test" preset, and the trained runs it picks."""
 
 import contextlib
 import logging
 import re
+from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from flax import nnx
 
 import content
 import dantinox
+from dantinox import tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
+from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, find_run
+
+RUNS = Path(__file__).resolve().parents[1] / "runs"
+SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
+           "tiny-mqa": dict(attention="mqa"), "tiny-mla": dict(attention="mla", kv_latent_dim=64, rope_head_dim=16)}
 
 
 @contextlib.contextmanager
@@ -37,64 +45,106 @@ def compilations():
 
 
 @pytest.fixture(scope="module")
-def lab():
-    return CacheLab(content.load_entry("kv-cache"), preset="test", attention="gqa", cache_dtype="float32")
+def entry():
+    return content.load_entry("kv-cache")
 
 
-def test_cached_decoding_streams_tokens_and_the_filling_cache(lab, tmp_path):
-    panel = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=6)
+@pytest.fixture(scope="module")
+def lab(entry):
+    return CacheLab(entry, preset="test", attention="gqa", cache_dtype="float32")
+
+
+def test_cached_decoding_streams_chunks_and_the_filling_cache(lab, tmp_path):
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=20)
+    draws = []
+    panel._draw = lambda cfg, draw=panel._draw: (draws.append(1), draw(cfg))  # count redraws
     panel.run(use_cache=True, wait=True)
     assert panel.error == ""
-    run = panel.runs["cache"]
-    assert len(run.tokens) == 6 and run.held == [4, 5, 6, 7, 8, 9]
-    cfg = lab.reading.cfg
+    run, cfg = panel.runs["cache"], lab.reading.cfg
+    assert len(run.tokens) == 20 and run.held == [11, 19, 23] and run.steps == [8, 8, 4]
     assert run.filled_bytes == [dantinox.kv_cache_bytes(cfg, 1, t) for t in run.held]  # measured == formula
-    assert run.allocated_bytes == dantinox.kv_cache_bytes(cfg, 1, cfg.max_context)
-    assert run.tokens_per_s > 0
-    assert "untrained weights" in panel.status.value
+    per_slot = dantinox.kv_cache_bytes(cfg, 1, 1)
+    assert all(a % per_slot == 0 and a // per_slot >= t for a, t in zip(run.allocated_bytes, run.held, strict=True))
+    assert run.tokens_per_s > 0 and run.wall_tokens_per_s > 0
+    assert len(draws) <= 2 + run.wall_seconds * MAX_REDRAWS_PER_S  # throttled, not one redraw per chunk
+    assert "untrained weights" in panel.status.value and "no runs in" in panel.status.value
     names = [t.name for t in panel.figure.data]
     assert "bytes held for filled tokens (measured)" in names and "formula for those tokens (derived)" in names
-    assert "tokens/s" in panel.stats.value and not panel.cached_button.disabled
+    timing = next(t for t in panel.figure.data if t.name == "cache: ms per token (measured)")
+    assert len(timing.y) == len(run.steady())
+    assert "model time" in panel.stats.value and "on screen" in panel.stats.value
+    assert not panel.cached_button.disabled
+
+
+def test_chunks_that_compiled_are_left_out_of_rates_and_curves():
+    run = DecodeRun(use_cache=True, batch=2, prompt_tokens=3, held=[11, 19, 27], steps=[8, 8, 8],
+                    seconds=[4.0, 0.008, 0.016], compiled=[True, False, False])
+    assert run.steady() == [1, 2]
+    assert run.ms_per_token() == pytest.approx([1.0, 2.0])  # the 4 s compile never sets the scale
+    assert run.tokens_per_s == pytest.approx(2 * 16 / 0.024)
 
 
 def test_uncached_decoding_gives_the_same_tokens_without_recompiling_on_reclick(lab, tmp_path):
-    panel = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=5)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=20)
     panel.run(use_cache=True, wait=True)
     panel.run(use_cache=False, wait=True)
     assert panel.error == ""
     assert panel.runs["no cache"].tokens == panel.runs["cache"].tokens  # greedy: same text either way
     assert panel.runs["no cache"].filled_bytes == []
-    assert "as long over the same" in panel.stats.value
+    shown = r"at 23 tokens held, a token takes [\d.]+ ms without the cache and [\d.]+ ms with it"
+    assert re.search(shown, panel.stats.value)
     model = panel.model_for(lab.reading.cfg)[0]
-    panel.new_tokens.value = 7  # a different T, a second click: the compiled step is reused
+    panel.new_tokens.value = 16  # a different T, a second click: the compiled chunk is reused
     with compilations() as compiled:
         panel.run(use_cache=True, wait=True)
         panel.run(use_cache=False, wait=True)
-    assert panel.error == "" and len(panel.runs["cache"].tokens) == 7
-    assert compiled == []
+    assert panel.error == "" and len(panel.runs["cache"].tokens) == 16
+    assert compiled == [] and not any(panel.runs["cache"].compiled + panel.runs["no cache"].compiled)
     assert panel.model_for(lab.reading.cfg)[0] is model
 
 
-def test_trained_weights_are_used_when_the_run_matches(lab, tmp_path):
+def test_trained_weights_are_used_when_a_run_matches(lab, tmp_path):
     trained = dantinox.Transformer(lab.reading.cfg.replace(cache_dtype="bfloat16"), rngs=nnx.Rngs(7))
-    save_run(tmp_path / "tiny", trained)
-    panel = GeneratePanel(lab, run_dir=tmp_path / "tiny", prompt="ab", new_tokens=2)
+    save_run(tmp_path / "mine", trained)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="ab", new_tokens=2)
     panel.run(use_cache=True, wait=True)
-    assert panel.error == "" and "trained weights from tiny" in panel.status.value
+    assert panel.error == "" and f"trained weights from {tmp_path / 'mine'}" in panel.status.value
     model, _ = panel.model_for(lab.reading.cfg)
     assert (model.embed.embedding[...] == trained.embed.embedding[...]).all()
-    other = lab.reading.cfg.replace(attention="mha")
-    _, where = panel.model_for(other)
-    assert where.startswith("untrained weights") and "holds a 2-layer GQA K=2 model, not this one" in where
+    _, where = panel.model_for(lab.reading.cfg.replace(attention="mha"))
+    assert where.startswith("untrained weights") and "(runs: mine: 2-layer d=32 GQA K=2)" in where
 
 
 def test_refusals_are_shown_not_raised(lab, tmp_path):
-    panel = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=62)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=62)
     panel.run(use_cache=True, wait=True)
     assert "= 65 exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
     with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 63\]"):
-        GeneratePanel(lab, new_tokens=64)
-    small = GeneratePanel(lab, run_dir=tmp_path / "absent", prompt="abc", new_tokens=2, budget_bytes=100)
+        GeneratePanel(lab, preset=None, new_tokens=64)
+    with pytest.raises(ValueError, match=r"preset: expected None \(the lab's\) or one of"):
+        GeneratePanel(lab, preset="huge")
+    small = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=2, budget_bytes=100)
     small.run(use_cache=True, wait=True)
     assert small.error.startswith("concurrency B: the static KV cache for B=1 needs")
     assert not small.cached_button.disabled
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_each_shipped_run_is_trained_and_is_found_for_its_model(name):
+    cfg, model = dantinox.load_run(RUNS / name)
+    assert cfg == dantinox.ModelConfig.preset("tiny", **SHIPPED[name])
+    assert find_run(cfg)[0] == RUNS / name
+    prompt = tokenizer.encode("The KV cache stores")
+    out = np.asarray(dantinox.generate(model, np.asarray([prompt], np.int32), 32))[0, len(prompt):]
+    text = tokenizer.decode(out.tolist())
+    assert len(set(text)) >= 6, f"{name}: greedy text {text!r} looks untrained"  # random weights repeat a byte
+
+
+@pytest.mark.parametrize("attention,kv_heads,run", [("mha", None, "tiny"), ("gqa", 2, "tiny-gqa"),
+                                                    ("mqa", None, "tiny-mqa")])
+def test_the_panel_picks_the_run_matching_the_lab(entry, attention, kv_heads, run):
+    lab = CacheLab(entry, preset="test", attention=attention, kv_heads=kv_heads, cache_dtype="bfloat16")
+    panel = GeneratePanel(lab, preset="tiny")  # the lab's variant on the preset the shipped runs use
+    assert panel.model_for(panel.config())[1] == f"trained weights from runs/{run}"
+    _, where = GeneratePanel(lab, preset=None).model_for(lab.config())  # the lab's "test": no run for it
+    assert where.startswith("untrained weights (random init): no run matches this 2-layer d=32")

@@ -1,26 +1,27 @@
-"""Real decoding with the lab's settings: the cache filling up token by token, and the same run without it.
+"""Real decoding with the lab's settings: the cache filling up, and the same model without it.
 
     panel = GeneratePanel(lab)
     panel.run(use_cache=True, wait=True)     # what the first button does (it runs in a thread)
-    panel.runs["cache"].tokens_per_s
+    panel.runs["cache"].tokens_per_s         # model time: the compiled decode steps, nothing else
 
-Decoding uses `dantinox.stream`, the same compiled step as `dantinox.generate`. The model is built once
-per config and kept, so clicking again (or changing T) never recompiles; a new batch size or prompt length
-compiles the step once for that shape. Weights come from the trained run in `runs/tiny` when its config
-matches the lab's; otherwise they are random and the panel says so.
+Decoding uses `dantinox.stream` in chunks of CHUNK_TOKENS steps, one compiled call per chunk timed to
+`block_until_ready`, so the per-token times on screen are the model's own; drawing is throttled to at most
+MAX_REDRAWS_PER_S and timed separately (the wall-clock rate). Chunks that compiled a program are left
+out of the curves and the rates and counted beside them. Weights come from the run in `runs/` whose
+model matches the lab's setting (tiny MHA, GQA K=2, MQA ship trained); otherwise they are random and
+the panel says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
-import jax
-import jax.numpy as jnp
 import numpy as np
 import plotly.graph_objects as go
 from flax import nnx
@@ -28,66 +29,115 @@ from plotly.subplots import make_subplots
 
 import dantinox
 from dantinox import tokenizer
+from dantinox.cache import cache_length
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 
-DEFAULT_RUN_DIR = Path(__file__).resolve().parents[1] / "runs" / "tiny"
+ROOT = Path(__file__).resolve().parents[1]
+RUNS_DIR = ROOT / "runs"
 MIB = 2**20
+CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
+MAX_REDRAWS_PER_S = 20
+
+
+def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
+    """Whether weights trained for `a` fit `b`: every field equal but the cache dtype (K compared as counted)."""
+    def key(cfg: dantinox.ModelConfig) -> dict[str, Any]:
+        kv = None if cfg.attention == "mla" else cfg.n_kv_heads  # kv_heads=None and 4 mean the same MHA
+        return {**cfg.to_dict(), "cache_dtype": None, "kv_heads": kv}
+    return key(a) == key(b)
+
+
+def describe(cfg: dantinox.ModelConfig) -> str:
+    """'4-layer GQA K=2' and the like: how the panel names a model."""
+    kind = "MLA" if cfg.attention == "mla" else f"{cfg.attention.upper()} K={cfg.n_kv_heads}"
+    return f"{cfg.n_layers}-layer d={cfg.d_model} {kind}"
+
+
+def find_run(cfg: dantinox.ModelConfig, runs_dir: str | Path = RUNS_DIR) -> tuple[Path | None, list[str]]:
+    """The run directory under `runs_dir` whose model matches `cfg` (None if none), and what each run holds."""
+    found, seen = None, []
+    for config in sorted(Path(runs_dir).glob("*/config.json")):
+        try:
+            run_cfg = dantinox.ModelConfig.from_dict(json.loads(config.read_text()))
+        except (ValueError, TypeError) as err:
+            seen.append(f"{config.parent.name}: unreadable ({err})")
+            continue
+        if run_cfg.paradigm != "autoregressive":
+            continue
+        seen.append(f"{config.parent.name}: {describe(run_cfg)}")
+        if found is None and same_model(run_cfg, cfg):
+            found = config.parent
+    return found, seen
 
 
 @dataclasses.dataclass
 class DecodeRun:
-    """What one click produced: tokens, per-token wall time, and the cache bytes after each token."""
+    """What one click produced, chunk by chunk: tokens, model time, and the cache bytes after each chunk."""
 
     use_cache: bool
     batch: int
     prompt_tokens: int
     tokens: list[int] = dataclasses.field(default_factory=list)  # sequence 0
-    seconds: list[float] = dataclasses.field(default_factory=list)  # wall time of each new token
-    held: list[int] = dataclasses.field(default_factory=list)  # tokens held after each new token
+    held: list[int] = dataclasses.field(default_factory=list)  # tokens held after each chunk
+    steps: list[int] = dataclasses.field(default_factory=list)  # decode steps in each chunk
+    seconds: list[float] = dataclasses.field(default_factory=list)  # measured: the chunk's compiled calls
+    compiled: list[bool] = dataclasses.field(default_factory=list)  # the chunk compiled a program
     filled_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: written slots × bytes/slot
-    allocated_bytes: int = 0  # measured: the whole static cache
+    allocated_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: the cache as allocated
+    wall_seconds: float = 0.0  # measured: the whole loop, drawing included
     stopped: bool = False
+
+    def steady(self) -> list[int]:
+        """Indices of the chunks that compiled nothing."""
+        return [i for i, c in enumerate(self.compiled) if not c]
+
+    def ms_per_token(self) -> list[float]:
+        return [self.seconds[i] / self.steps[i] * 1e3 for i in self.steady()]
 
     @property
     def tokens_per_s(self) -> float:
-        """Tokens produced per second over all sequences, leaving out the first (it may include compiling)."""
-        steady = self.seconds[1:]
-        return self.batch * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan")
+        """Model time: tokens over all sequences per second of compiled decoding, compiling chunks left out."""
+        steady = self.steady()
+        seconds = sum(self.seconds[i] for i in steady)
+        return self.batch * sum(self.steps[i] for i in steady) / seconds if seconds > 0 else float("nan")
 
-
-def filled_slots(caches: tuple) -> int:
-    """Measured from the cache itself: slots of layer 0, sequence 0 whose stored vector is not all zero."""
-    first = jax.tree_util.tree_leaves(caches)[0]
-    if first.ndim == 4:  # [B, K, S, H]
-        written = jnp.any(first[0] != 0, axis=(0, 2))
-    else:  # [B, S, C + R]
-        written = jnp.any(first[0] != 0, axis=-1)
-    return int(jnp.sum(written))
+    @property
+    def wall_tokens_per_s(self) -> float:
+        """What the learner waits for: all tokens over the wall time of the loop, drawing and compiling included."""
+        return self.batch * len(self.tokens) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
 
 class GeneratePanel(widgets.VBox):
-    """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute)."""
+    """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute).
 
-    def __init__(self, lab: CacheLab, *, run_dir: str | Path = DEFAULT_RUN_DIR, prompt: str = "The KV cache",
-                 new_tokens: int | None = None, budget_bytes: int | None = None):
-        self.lab = lab
-        self.run_dir = Path(run_dir)
+    The model is the lab's attention variant, K and cache dtype on `preset` ("tiny", whose runs ship
+    trained, by default; None follows the lab's preset), and the lab's B.
+    """
+
+    def __init__(self, lab: CacheLab, *, preset: str | None = "tiny", runs_dir: str | Path = RUNS_DIR,
+                 prompt: str = "The KV cache", new_tokens: int | None = None, budget_bytes: int | None = None):
+        if preset is not None and preset not in dantinox.PRESETS:
+            raise ValueError(f"preset: expected None (the lab's) or one of {', '.join(dantinox.PRESETS)}, "
+                             f"got {preset!r}")
+        self.lab, self.runs_dir = lab, Path(runs_dir)
+        self.preset = widgets.Dropdown(  # the shipped runs are all tiny: decoding them gives real text
+            options=[("as the lab above", None), *((f"{p} (trained runs)" if p == "tiny" else p, p)
+                                                   for p in dantinox.PRESETS)],
+            value=preset, description="decode preset", style={"description_width": "initial"})
         self.budget_bytes = lab.budget_bytes if budget_bytes is None else budget_bytes
         self._models: dict[dantinox.ModelConfig, tuple[dantinox.Transformer, str]] = {}
-        self._trained: Any = None  # (cfg, model) of run_dir once loaded, or the reason it is not used
         self._thread: threading.Thread | None = None
-        self._end = 1
         self._stop = threading.Event()
         self.runs: dict[str, DecodeRun] = {}
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
-        longest = lab.config().max_context - 1
-        if new_tokens is None:  # long enough for the no-cache cost to climb, short enough to wait for
-            new_tokens = min(160, longest // 2)
+        longest = self.config().max_context - 1
+        if new_tokens is None:  # fill the context: the no-cache cost grows with every token held
+            new_tokens = max(1, min(longest - len(tokenizer.encode(prompt)), 512))
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
-            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for preset "
-                             f"{lab.preset.value!r}, got {new_tokens!r}")
+            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for the "
+                             f"{longest + 1}-token context of this preset, got {new_tokens!r}")
         self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
                                             layout=widgets.Layout(width="520px"))
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
@@ -96,58 +146,66 @@ class GeneratePanel(widgets.VBox):
                                               layout=widgets.Layout(width="200px"))
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True,
                                           layout=widgets.Layout(width="90px"))
-        self.status = widgets.HTML()
-        self.text = widgets.HTML()
-        self.stats = widgets.HTML()
+        self.status, self.text, self.stats = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.figure = go.FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
-                                            "time per new token (measured)")))
+                                            "model time per new token (measured)")))
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms (first token, which may compile, left out)", row=1, col=2)
+        self.figure.update_yaxes(title_text="ms per token (chunks that compiled left out)", rangemode="tozero",
+                                 row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
         self.stop_button.on_click(lambda _: self._stop.set())
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
-        super().__init__([self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text, self.figure])
+        super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text,
+                          self.figure])
         lab.observe(self._fit_to_lab, names="reading")
-        self._fit_to_lab(None)
+        self.preset.observe(self._fit_to_lab, names="value")
+
+    def config(self) -> dantinox.ModelConfig:
+        """The model decoded: the lab's setting, on this panel's preset when it has one."""
+        cfg = self.lab.config()
+        if self.preset.value is None:
+            return cfg
+        kv = cfg.kv_heads if cfg.attention == "gqa" else None
+        return dantinox.ModelConfig.preset(self.preset.value, attention=cfg.attention, kv_heads=kv,
+                                           cache_dtype=cfg.cache_dtype)
 
     def _fit_to_lab(self, _change) -> None:
-        """The new-token slider spans the preset's context (the prompt's share is checked on click)."""
-        if self.lab.reading is not None:
-            self.new_tokens.max = self.lab.reading.cfg.max_context - 1
-
-    # Model ----------------------------------------------------------------------------------------
-    def _trained_run(self) -> tuple[dantinox.ModelConfig, dantinox.Transformer] | None:
-        """The run in run_dir, loaded once; None when there is none or it cannot be read (said on screen)."""
-        if self._trained is None:
-            if not self.run_dir.is_dir():
-                self._trained = f"no trained run at {self.run_dir}"
-            else:
-                try:
-                    from dantinox.rundir import load_run
-
-                    self._trained = load_run(self.run_dir)
-                except ValueError as err:
-                    self._trained = f"the run at {self.run_dir} was not loaded: {err}"
-        return self._trained if isinstance(self._trained, tuple) else None
+        """The new-token slider spans the model's context (the prompt's share is checked on click)."""
+        if self.lab.reading is None:
+            return
+        try:
+            longest = self.config().max_context - 1
+        except ValueError as err:  # e.g. the lab's K does not divide this preset's heads: say so now
+            self.status.value = error_box(f"decode preset {self.preset.value}: {err}")
+            return
+        self.status.value = ""
+        self.new_tokens.max = longest
+        self.new_tokens.value = min(self.new_tokens.value, longest)
 
     def model_for(self, cfg: dantinox.ModelConfig) -> tuple[dantinox.Transformer, str]:
         """The model for a config (built once, then kept) and a line saying where its weights come from."""
         if cfg not in self._models:
-            trained = self._trained_run()
-            model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-            if trained is not None and trained[0].replace(cache_dtype=cfg.cache_dtype) == cfg:
-                nnx.update(model, nnx.state(trained[1], nnx.Param))  # weights do not depend on the cache dtype
-                where = f"trained weights from {self.run_dir.name}"
-            else:
-                why = self._trained if isinstance(self._trained, str) else (
-                    f"{self.run_dir.name} holds a {trained[0].n_layers}-layer {trained[0].attention.upper()} "
-                    f"K={trained[0].kv_heads} model, not this one")
-                where = f"untrained weights (random init): {why}; the text is noise, the cache and timings are real"
+            run_dir, seen = find_run(cfg, self.runs_dir)
+            model = None
+            if run_dir is not None:
+                try:
+                    _, trained = dantinox.load_run(run_dir)
+                    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+                    nnx.update(model, nnx.state(trained, nnx.Param))  # weights do not depend on the cache dtype
+                    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+                    where = f"trained weights from {shown}"
+                except ValueError as err:
+                    model, seen = None, [*seen, f"{run_dir.name} was not loaded: {err}"]
+            if model is None:
+                model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+                held = "; ".join(seen) if seen else f"no runs in {self.runs_dir}"
+                where = (f"untrained weights (random init): no run matches this {describe(cfg)} model "
+                         f"(runs: {held}); the text is noise, the cache and timings are real")
             self._models[cfg] = (model, where)
         return self._models[cfg]
 
@@ -203,52 +261,61 @@ class GeneratePanel(widgets.VBox):
         reading = self.lab.reading
         if reading is None:
             raise ValueError(f"lab: no valid setting to decode with ({self.lab.error})")
-        cfg, batch = reading.cfg, reading.batch
+        cfg, batch = self.config(), reading.batch
         prompt_ids = tokenizer.encode(self.prompt.value)
         self._check(cfg, batch, prompt_ids, use_cache)
         model, where = self.model_for(cfg)
-        self.status.value = note_box(esc(f"{where}. Preset {self.lab.preset.value}, {cfg.attention.upper()} "
-                                         f"K={cfg.kv_heads}, cache {cfg.cache_dtype}, B={batch}."))
-        key = "cache" if use_cache else "no cache"
+        self.status.value = note_box(esc(f"{where}. Preset {self.preset.value or self.lab.preset.value}, "
+                                         f"{describe(cfg)}, cache {cfg.cache_dtype}, B={batch}."))
         run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids))
-        self._end = len(prompt_ids) + self.new_tokens.value  # the x range: where this run will stop
-        self.runs[key] = run
+        self.runs["cache" if use_cache else "no cache"] = run
         ids = np.tile(np.asarray([prompt_ids], np.int32), (batch, 1))
-        start = time.perf_counter()
-        for event in dantinox.stream(model, ids, self.new_tokens.value, use_cache=use_cache):
-            now = time.perf_counter()
-            run.seconds.append(now - start)
-            start = now
-            run.tokens.append(int(event.token[0]))
+        start = last_draw = time.perf_counter()
+        for event in dantinox.stream(model, ids, self.new_tokens.value, use_cache=use_cache,
+                                     chunk_tokens=CHUNK_TOKENS):
+            run.tokens.extend(int(t) for t in event.tokens[0])
             run.held.append(event.index)
+            run.steps.append(event.tokens.shape[1])
+            run.seconds.append(event.seconds)
+            run.compiled.append(event.compiled)
             if use_cache:
-                run.allocated_bytes = dantinox.tree_nbytes(event.caches)
-                slots = filled_slots(event.caches)
-                run.filled_bytes.append(slots * run.allocated_bytes // cfg.max_context)
-            self._show(run, cfg)
+                allocated = dantinox.tree_nbytes(event.caches)
+                run.allocated_bytes.append(allocated)
+                run.filled_bytes.append(dantinox.filled_slots(event.caches) * allocated
+                                        // cache_length(event.caches))
+            run.wall_seconds = time.perf_counter() - start
             if self._stop.is_set():
                 run.stopped = True
                 break
-            start = time.perf_counter()  # leave the drawing out of the next token's time
+            if run.wall_seconds - (last_draw - start) >= 1 / MAX_REDRAWS_PER_S:
+                self._show(run, cfg)
+                last_draw = time.perf_counter()
+        run.wall_seconds = time.perf_counter() - start
+        self._show(run, cfg)
 
     # Drawing --------------------------------------------------------------------------------------
-    def _show(self, run: DecodeRun, cfg: dantinox.ModelConfig) -> None:
+    def _show(self, shown: DecodeRun, cfg: dantinox.ModelConfig) -> None:
         self.text.value = (f"<div style='font-family:monospace;white-space:pre-wrap;word-break:break-all;"
                            f"border:1px solid #ddd;padding:4px'><b>{esc(self.prompt.value)}</b>"
-                           f"{esc(tokenizer.decode(run.tokens, show_special=True))}</div>")
+                           f"{esc(tokenizer.decode(shown.tokens, show_special=True))}</div>")
         lines = []
         for name, r in self.runs.items():
-            rate = f"{r.tokens_per_s:,.1f} tokens/s" if len(r.seconds) > 1 else "…"
-            lines.append(f"<b>{esc(name)}</b>: {len(r.tokens)} tokens × B={r.batch}, {esc(rate)} "
-                         f"{badge('measured', 'wall clock, first token left out')}"
+            left_out = len(r.compiled) - len(r.steady())
+            model_rate = f"{r.tokens_per_s:,.0f} tokens/s" if r.steady() else "…"
+            lines.append(f"<b>{esc(name)}</b>: {len(r.tokens)} tokens × B={r.batch}: {esc(model_rate)} "
+                         f"{badge('measured', 'model time, compiled steps only')}, "
+                         f"{r.wall_tokens_per_s:,.0f} tokens/s on screen "
+                         f"{badge('measured', 'wall clock, drawing and compiling included')}"
+                         + (f"; {left_out} chunk(s) that compiled left out" if left_out else "")
                          + (" (stopped)" if r.stopped else ""))
         if "cache" in self.runs and "no cache" in self.runs:
             a, b = self.runs["cache"], self.runs["no cache"]
-            n = min(len(a.seconds), len(b.seconds))
-            if n > 1:
-                ratio = sum(b.seconds[1:n]) / sum(a.seconds[1:n])
-                lines.append(f"without the cache each token took {ratio:,.1f}× as long over the same "
-                             f"{n - 1} tokens {badge('measured')}")
+            both = sorted(set(a.held[i] for i in a.steady()) & set(b.held[i] for i in b.steady()))
+            if both:
+                last = both[-1]
+                ms = [r.seconds[r.held.index(last)] / r.steps[r.held.index(last)] * 1e3 for r in (a, b)]
+                lines.append(f"at {last} tokens held, a token takes {ms[1]:,.2f} ms without the cache and "
+                             f"{ms[0]:,.2f} ms with it: {ms[1] / ms[0]:,.1f}× as long {badge('measured')}")
         self.stats.value = "<br>".join(lines)
         self._draw(cfg)
 
@@ -261,12 +328,12 @@ class GeneratePanel(widgets.VBox):
             derived = [self.lab.derived_bytes(cfg, cached.batch, t) / MIB for t in cached.held]
             traces.append(go.Scatter(x=cached.held, y=derived, mode="lines", line=dict(dash="dot"),
                                      name="formula for those tokens (derived)", xaxis="x", yaxis="y"))
-            traces.append(go.Scatter(x=[1, self._end], y=[cached.allocated_bytes / MIB] * 2, mode="lines",
-                                     line=dict(dash="dash", color="grey"),
-                                     name="allocated static cache (measured)", xaxis="x", yaxis="y"))
-        for name, r in self.runs.items():  # the first token may include compiling: left out of the plot
-            traces.append(go.Scatter(x=r.held[1:], y=[s * 1e3 for s in r.seconds[1:]], mode="lines+markers",
-                                     name=f"per-token time, {name} (measured)", xaxis="x2", yaxis="y2"))
+            traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.allocated_bytes], mode="lines",
+                                     line=dict(dash="dash", color="grey", shape="hv"),
+                                     name="allocated cache, grown per key window (measured)", xaxis="x", yaxis="y"))
+        for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale
+            traces.append(go.Scatter(x=[r.held[i] for i in r.steady()], y=r.ms_per_token(), mode="lines+markers",
+                                     name=f"{name}: ms per token (measured)", xaxis="x2", yaxis="y2"))
         fig = self.figure
         if len(fig.data) != len(traces):
             fig.data = []

@@ -1,0 +1,48 @@
+"""What the browser test does in each lab, as data: the slider to move, the button to press, what must follow.
+
+A notebook in labs/ with no entry here gets DEFAULT: its first slider must change a readout the kernel
+writes, and its first quiz question must give feedback. A lab where that is not enough (no slider, or a
+button worth pressing) gets its own entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Press:
+    """A button to click, found by its visible label (or a CSS selector), and what must happen in its cell."""
+
+    label: str = ""  # the button's text, matched exactly
+    selector: str = ""  # when the button has no text (the Play widget's icons)
+    expect: str = "changes"  # a regex the cell's kernel-written text must match afterwards, or "changes"
+    timeout_s: float = 120.0  # decoding compiles first; the rest answers in well under a second
+
+
+@dataclasses.dataclass(frozen=True)
+class LabSpec:
+    slider: str | None = None  # a slider's description; None: the notebook's first slider
+    key: str = "ArrowRight"  # the key pressed on the focused slider handle, as a learner would
+    press: Press | None = None  # None: the quiz's first "check" is the button
+    quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
+    screenshot: str | None = None  # text inside the cell to photograph; None: the slider's (or first plot's) cell
+    interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
+
+
+DEFAULT = LabSpec()
+
+SPECS: dict[str, LabSpec] = {
+    "kv-cache": LabSpec(slider="tokens T",
+                        press=Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),
+                        screenshot="decode with KV cache"),
+    "mla": LabSpec(slider="latent width C", press=Press(label="numbers from my lab settings")),
+    "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
+    "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
+                         press=Press(selector=".widget-play button >> nth=0", timeout_s=20.0)),
+}
+
+
+def spec_for(stem: str) -> LabSpec:
+    """The spec of labs/<stem>.ipynb."""
+    return SPECS.get(stem, DEFAULT)

@@ -1,0 +1,197 @@
+"""Every notebook in labs/, opened in JupyterLab in a real Chromium, run as a learner runs it.
+
+For each lab: Run All from the menu, then no error output, no browser console error, every widget and
+plot on screen, one slider that changes a readout the kernel writes, one button that does what it says,
+and one quiz answer that gets feedback. What to touch in each lab is data, in lab_specs.py.
+
+    .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider
+    DANTINOX_SCREENSHOTS=1 .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider   # rewrite docs/screenshots
+
+Screenshots are always saved (pytest's temporary directory, printed on failure); with DANTINOX_SCREENSHOTS=1
+they replace the committed ones in docs/screenshots/ (1200 px wide, reduced to 256 colours).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+from lab_specs import spec_for
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb"))
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+RUN_ALL_TIMEOUT_S = 420  # the diffusion lab trains its model in a cell
+STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'  # tracebacks render here
+WIDGET_OUTPUT = ".jp-OutputArea-output:has(.jupyter-widgets)"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+KERNEL_TEXT = ".widget-html-content, .widget-htmlmath-content"  # HTML widgets: text only the kernel writes
+ALL_RAN = """() => {
+  const prompts = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+    .map(e => e.textContent.trim());
+  // finished, or stopped at an error (JupyterLab then leaves the cells after it unrun)
+  return prompts.some(t => /^\\[\\d+\\]:$/.test(t)) && !prompts.some(t => t.includes('*'));
+}"""
+
+
+def _menu(page, menu: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+
+
+def _accept_dialogs(page, seconds: float) -> None:
+    """A fresh JupyterLab may ask which kernel to start: take the one it proposes."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():
+            dialog.locator(".jp-mod-accept").first.click()
+            return
+        page.wait_for_timeout(200)
+
+
+def _kernel_text(cell) -> str:
+    return "\n".join(cell.locator(KERNEL_TEXT).all_inner_texts())
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+def _button(scope, label: str):
+    """An ipywidgets button by its text (an icon beside the text is allowed)."""
+    return scope.locator("button.widget-button", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$"))
+
+
+def _cell_with(page, inner):
+    return page.locator(".jp-CodeCell", has=inner).last  # .last: the innermost match, not a container
+
+
+def _save_screenshot(cell, stem: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.png"
+    cell.locator(".jp-Cell-outputWrapper").screenshot(path=path, animations="disabled")
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:  # 256 colours: a third of the bytes, no visible loss on flat UI colours
+            image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    except ImportError:
+        pass
+    return path
+
+
+def _move_slider(page, name: str, spec):
+    """Move a slider one step with the keyboard; some text the kernel writes in its cell must change."""
+    sliders = page.locator(".widget-slider")
+    if spec.slider is not None:
+        label = page.locator(".widget-label", has_text=re.compile(f"^{re.escape(spec.slider)}$"))
+        sliders = sliders.filter(has=label)
+    assert sliders.count() > 0, (f"{name}: no slider {spec.slider or ''} found; give the lab an "
+                                 f"entry in tests/browser/lab_specs.py")
+    slider = sliders.first
+    cell = _cell_with(page, slider)
+    before, shown = _kernel_text(cell), slider.locator(".widget-readout").inner_text()
+    slider.locator(".noUi-handle").focus()
+    page.keyboard.press(spec.key)
+    if slider.locator(".widget-readout").inner_text() == shown:  # already at that end: the other way
+        page.keyboard.press("ArrowLeft" if spec.key == "ArrowRight" else "ArrowRight")
+    _wait_for(lambda: _kernel_text(cell) != before, 30,
+              f"{name}: moving slider {spec.slider or '(first)'} changed no readout")
+    return cell
+
+
+def _answer_quiz(page, name: str) -> None:
+    """Pick the first option of the first multiple-choice question and press its check button."""
+    quiz_cell = page.locator(".jp-CodeCell", has=_button(page, "check"))
+    assert quiz_cell.count() > 0, f"{name}: no quiz found"
+    question = quiz_cell.first.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)").first
+    question.locator(".widget-radio-box label").first.click()
+    _button(question, "check").click()
+    _wait_for(lambda: re.search(r"Correct\.|Not quite\.", _kernel_text(question)), 30,
+              f"{name}: a quiz answer got no feedback")
+
+
+def _press(page, name: str, press) -> None:
+    """Click a button; its cell's kernel-written text must change, or match the spec's pattern."""
+    what = press.label or press.selector
+    button = (page.locator(press.selector) if press.selector else _button(page, press.label)).first
+    cell = _cell_with(page, button)
+    before = _kernel_text(cell)
+    button.click()
+    if press.expect == "changes":
+        _wait_for(lambda: _kernel_text(cell) != before, press.timeout_s, f"{name}: pressing {what} changed nothing")
+    else:
+        _wait_for(lambda: re.search(press.expect, _kernel_text(cell), re.S), press.timeout_s,
+                  f"{name}: after {what}, no text matching {press.expect!r}; shown:\n{_kernel_text(cell)[:1500]}")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp_path):
+    spec, source = spec_for(notebook.stem), notebook.read_text(encoding="utf-8")
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
+    try:
+        workspace = f"{notebook.stem}-{secrets.token_hex(4)}"  # fresh: no tabs restored from another test
+        page.goto(f"{jupyter.url}/lab/workspaces/{workspace}/tree/{notebook.name}?reset&token={jupyter.token}")
+        page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for()
+        _accept_dialogs(page, 3)
+        page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
+        _menu(page, "Edit", "Clear Outputs of All Cells")  # saved outputs would look like a finished run
+        _menu(page, "Run", "Run All Cells")
+        page.wait_for_function(ALL_RAN, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
+
+        errors = [t for t in page.locator(STDERR).all_inner_texts() if re.search(r"Traceback|\w+Error\b", t)]
+        assert not errors, f"{notebook.name}: error output after Run All:\n" + "\n".join(errors)[:3000]
+        prompts = page.locator(".jp-NotebookPanel .jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        unrun = [i for i, t in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", t.strip())]
+        assert not unrun, f"{notebook.name}: code cells {unrun} did not run"
+        widgets = page.locator(WIDGET_OUTPUT)
+        expected = sum(WIDGET_MIME in output.get("data", {}) for cell in json.loads(source)["cells"]
+                       for output in cell.get("outputs", []))  # as committed, after the lead's last run
+        assert widgets.count() >= expected, f"{notebook.name}: {widgets.count()} of {expected} widgets rendered"
+        if expected:
+            _wait_for(lambda: "Loading widget" not in " ".join(widgets.all_inner_texts()), 30,
+                      f"{notebook.name}: a widget never finished loading")
+            for i in range(widgets.count()):
+                box = widgets.nth(i).bounding_box()
+                assert box and box["height"] > 10, f"{notebook.name}: widget output {i} is empty on screen"
+            broken = [t for t in widgets.all_inner_texts() if "Error displaying widget" in t]
+            assert not broken, f"{notebook.name}: {broken[0][:300]}"
+        if "plotly" in source:
+            assert page.locator(".js-plotly-plot .main-svg").count() > 0, f"{notebook.name}: no plot drawn"
+
+        if spec.interactive:
+            slider_cell = _move_slider(page, notebook.name, spec)
+            if spec.quiz or spec.press is None:
+                _answer_quiz(page, notebook.name)
+            if spec.press is not None:
+                _press(page, notebook.name, spec.press)
+        else:
+            slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
+
+        shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True)) if spec.screenshot
+                else slider_cell)
+        folder = SCREENSHOTS if os.environ.get("DANTINOX_SCREENSHOTS") == "1" else tmp_path
+        _save_screenshot(shot, notebook.stem, folder)
+        assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
+    except Exception:
+        page.screenshot(path=tmp_path / "failure.png", full_page=True)
+        print(f"screenshot of the page at the failure: {tmp_path / 'failure.png'}")
+        raise
+    finally:
+        context.close()
+        jupyter.shut_down_kernels()
