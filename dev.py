@@ -3,6 +3,7 @@
 
     python3 dev.py lab     set up .venv if needed, then open JupyterLab on labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
+                           (under nbval, and in JupyterLab in a real Chromium: tests/browser)
 
 Set-up is idempotent: packages are reinstalled only when pyproject.toml changes.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -41,6 +43,21 @@ def setup() -> None:
     STAMP.write_text(_fingerprint())
 
 
+def browser() -> None:
+    """The browser tests need Chromium: found, or installed with apt-get as root, or one line saying what to do."""
+    find = [str(PY), str(ROOT / "tests" / "browser" / "chromium.py")]
+    found = subprocess.run(find, cwd=ROOT, capture_output=True, text=True)
+    if found.returncode and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("dev.py: installing Chromium for the browser tests (apt-get install chromium) ...", flush=True)
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], **quiet):
+            subprocess.call(["apt-get", "update", "-qq"], **quiet)  # a fresh image has no package lists yet
+            subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], **quiet)
+        found = subprocess.run(find, cwd=ROOT, capture_output=True, text=True)
+    if found.returncode:
+        sys.exit(f"dev.py: {found.stderr.strip()}")
+
+
 def _run(cmd: list[str], **kw) -> None:
     code = subprocess.call(cmd, cwd=ROOT, **kw)
     if code:
@@ -59,6 +76,7 @@ def lab(extra: list[str]) -> None:
 
 def test(extra: list[str]) -> None:
     setup()
+    browser()
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     _run([str(BIN / "ruff"), "check", "."], env=env)
     _run([str(BIN / "dantinox"), "content", "check", "content/entries"], env=env)
@@ -72,7 +90,7 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in {"lab", "test", "setup"}:
         print(__doc__.strip())
         sys.exit(2)
-    {"lab": lab, "test": test, "setup": lambda _: setup()}[sys.argv[1]](sys.argv[2:])
+    {"lab": lab, "test": test, "setup": lambda _: (setup(), browser())}[sys.argv[1]](sys.argv[2:])
 
 
 if __name__ == "__main__":
