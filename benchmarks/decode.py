@@ -25,8 +25,7 @@ from common import best_of
 from flax import nnx
 
 import dantinox
-from dantinox.generate import _prefill_jit, _step
-from dantinox.model import window_for
+from dantinox.generate import _prefill_jit, _step, window_for
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -93,6 +92,7 @@ _COMPILE_PROBE = """
 import time, numpy as np
 import dantinox
 from flax import nnx
+dantinox.enable_compilation_cache()
 m = dantinox.Transformer(dantinox.ModelConfig.preset("reference"), rngs=nnx.Rngs(0))
 p = np.zeros((1, 32), np.int32)
 t = time.perf_counter(); dantinox.generate(m, p, 1).block_until_ready(); first = time.perf_counter() - t
@@ -131,9 +131,9 @@ def ensure_peer_env() -> Path:
 
 def peer_grid(repeats: int) -> dict[str, float]:
     cfg = dantinox.ModelConfig.preset("reference")
-    spec = dict(vocab=cfg.vocab_size, d_model=cfg.d_model, mlp=cfg.mlp_hidden, layers=cfg.n_layers,
+    spec = dict(vocab=cfg.vocab_size, d_model=cfg.d_model, mlp=cfg.mlp_width, layers=cfg.n_layers,
                 heads=cfg.n_heads, head_size=cfg.head_size, max_context=cfg.max_context,
-                variants={v: dantinox.ModelConfig.preset("reference", **kw).kv_heads for v, kw in VARIANTS.items()},
+                variants={v: dantinox.ModelConfig.preset("reference", **kw).n_kv_heads for v, kw in VARIANTS.items()},
                 batches=list(BATCHES), prompt=PROMPT, new=NEW, repeats=repeats, threads=os.cpu_count())
     res = subprocess.run([str(ensure_peer_env()), str(HERE / "peer_hf.py"), json.dumps(spec)], check=True,
                          capture_output=True, text=True)
@@ -146,6 +146,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--uncached_new", type=int, default=512)
     args = ap.parse_args()
+    dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
 
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()}}
     result["decode_tok_s"] = decode_grid(args.repeats)

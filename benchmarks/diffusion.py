@@ -35,10 +35,11 @@ TRAIN = dict(preset="tiny", paradigm="diffusion", steps=1500, seq_len=128, batch
 def load_model(run_dir: Path, max_context: int) -> dantinox.Transformer:
     """The run's weights in a model whose max_context fits the longest generation (RoPE has no table)."""
     if not (run_dir / "weights.safetensors").exists():
+        from dantinox.cli import content_corpus
         from dantinox.train import train
 
         print(f"training {run_dir} ({TRAIN}) ...", flush=True)
-        train(run_dir, **TRAIN)
+        train(run_dir, corpus=content_corpus(), **TRAIN)
     cfg, trained = load_run(run_dir)
     if cfg.paradigm != "diffusion":
         raise SystemExit(f"run_dir: {run_dir} holds a {cfg.paradigm} model; expected paradigm='diffusion'")
@@ -53,11 +54,11 @@ def prompts(count: int, length: int) -> np.ndarray:
     return np.stack([data[i * 7:i * 7 + length] for i in range(count)])
 
 
-def generate_all(model, prompt_BP: np.ndarray, gen: int, block: int, threshold: float, cache: str):
+def generate_all(model, prompt_BP: np.ndarray, gen: int, block: int, threshold: float, cache_mode: str):
     """Each prompt alone (batch 1, as Fast-dLLM reports throughput); returns seconds and the results."""
     start, results = time.perf_counter(), []
     for row in prompt_BP:
-        results.append(diffusion.diffusion_generate(model, row[None], gen, block, threshold, cache))
+        results.append(diffusion.diffusion_generate(model, row[None], gen, block, threshold, cache_mode))
     return time.perf_counter() - start, results
 
 
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--block_size", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.9)
     args = ap.parse_args()
+    dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
     if not len(args.prompts) == len(args.rounds) == len(args.gen):
         raise SystemExit("--prompts, --rounds: give one count per --gen length")
 
@@ -103,7 +105,7 @@ def main() -> None:
     cfg = model.cfg
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()},
                     "model": {"run_dir": str(args.run_dir), **{k: getattr(cfg, k) for k in (
-                        "d_model", "n_layers", "n_heads", "kv_heads", "head_size", "mlp_hidden", "max_context",
+                        "d_model", "n_layers", "n_heads", "n_kv_heads", "head_size", "mlp_width", "max_context",
                         "dtype", "cache_dtype")}},
                     "settings": {"prompt_len": args.prompt_len, "block_size": args.block_size,
                                  "threshold": args.threshold, "batch": 1}, "runs": {}}

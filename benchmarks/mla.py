@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--skip-materialized-max-batch", action="store_true",
                     help="skip the slowest row (materialized MLA at its largest batch)")
     args = ap.parse_args()
+    dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
 
     models = {v: dantinox.Transformer(config(v), rngs=nnx.Rngs(0)) for v in VARIANTS}
     rows = {v: {"kv_elements_per_token_per_layer": m.cfg.kv_elements_per_token_per_layer,

@@ -17,6 +17,8 @@ from dantinox.checks import positive_int
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")
 PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
+QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 
 
@@ -44,6 +46,9 @@ class ModelConfig:
     q_latent_dim: int | None = None  # optional low-rank query compression width
     mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
     mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
+    # Sliding-window attention (dantinox/ring.py); see layer_windows for where the global layers go.
+    sliding_window: int | None = None  # W: a local layer attends to the current token and the W - 1 before it
+    window_pattern: str = "local"  # "local" (every layer) or "n:1" (n local layers per global one)
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
 
@@ -54,15 +59,18 @@ class ModelConfig:
             raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {self.attention!r}")
         if self.paradigm not in PARADIGMS:
             raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
-        for name in ("dtype", "cache_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise ValueError(f"{name}: expected one of {', '.join(DTYPES)}, got {getattr(self, name)!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.cache_dtype not in DTYPES and self.cache_dtype not in QUANT_CACHE_DTYPES:
+            raise ValueError(f"cache_dtype: expected one of {', '.join([*DTYPES, *QUANT_CACHE_DTYPES])}, "
+                             f"got {self.cache_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
         if self.rope_base <= 1:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
         self._check_kv_heads()
         self._check_mla()
+        self._check_window()
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
@@ -104,7 +112,47 @@ class ModelConfig:
         if self.mla_decode not in MLA_DECODE_PATHS:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
+    def _check_window(self) -> None:
+        if self.quantized_cache and (self.attention == "mla" or self.paradigm != "autoregressive"):
+            raise ValueError(f"cache_dtype: {self.cache_dtype!r} quantizes per-head keys and values of an "
+                             f"autoregressive model, got attention={self.attention!r}, paradigm={self.paradigm!r}")
+        if self.sliding_window is None:
+            if self.window_pattern != "local":
+                raise ValueError(f"window_pattern: only used with a sliding_window, got {self.window_pattern!r}")
+            return
+        positive_int("sliding_window", self.sliding_window)
+        head, _, tail = self.window_pattern.partition(":")
+        if self.window_pattern != "local" and not (head.isdigit() and int(head) >= 1 and tail == "1"):
+            raise ValueError(f"window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), "
+                             f"got {self.window_pattern!r}")
+        for name, value, allowed in (("attention", self.attention, ("mha", "gqa", "mqa")),
+                                     ("paradigm", self.paradigm, ("autoregressive",)),
+                                     ("cache_dtype", self.cache_dtype, tuple(DTYPES))):
+            if value not in allowed:
+                raise ValueError(f"sliding_window: works with {name} in {', '.join(allowed)}, got {value!r}")
+
     # Derived values.
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Per layer, its window W (a local layer) or None (a global layer, full causal attention).
+
+        "n:1" makes every (n + 1)-th layer global, counting from 1: layer i is global when (i + 1) % (n + 1) == 0.
+        That is how Gemma 2 alternates ("1:1": layers 0, 2, ... local; 1, 3, ... global) and Gemma 3 places one
+        global layer after five local ones ("5:1"), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
+        (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
+        """
+        if self.sliding_window is None:
+            return (None,) * self.n_layers
+        if self.window_pattern == "local":
+            return (self.sliding_window,) * self.n_layers
+        period = int(self.window_pattern.split(":")[0]) + 1
+        return tuple(None if (i + 1) % period == 0 else self.sliding_window for i in range(self.n_layers))
+
+    @property
+    def quantized_cache(self) -> bool:
+        """Whether the cache stores low-bit codes with scales (cache_dtype in QUANT_CACHE_DTYPES)."""
+        return self.cache_dtype in QUANT_CACHE_DTYPES
+
     @property
     def n_kv_heads(self) -> int:
         """K: KV heads the cache stores per layer (N for mha, and for mla's materialized heads; 1 for mqa)."""
@@ -123,10 +171,12 @@ class ModelConfig:
 
     @property
     def cache_jnp_dtype(self) -> Any:
-        return DTYPES[self.cache_dtype]
+        """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
+        return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
 
     @property
     def cache_itemsize(self) -> int:
+        """Bytes per cached element; a quantized cache also stores scales, counted by dantinox.quant.quant_cache_bytes."""
         return jnp.dtype(self.cache_jnp_dtype).itemsize
 
     @property
@@ -147,7 +197,8 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as given, numpy scalars as Python numbers (so the dict is JSON)."""
+        return {k: v.item() if hasattr(v, "item") else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

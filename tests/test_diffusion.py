@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from invariants import count_compiles
 
 import dantinox
 from dantinox import diffusion
@@ -68,7 +69,7 @@ def test_loss_refuses_an_autoregressive_model():
 
 @pytest.mark.parametrize("cache", diffusion.CACHE_MODES)
 def test_steps_decode_at_least_one_token_and_leave_no_mask(model, cache):
-    r = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.6, cache=cache)
+    r = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.6, cache_mode=cache)
     assert r.tokens.shape == (2, 32)
     np.testing.assert_array_equal(r.tokens[:, :8], PROMPT)
     assert not (r.tokens == MASK).any()
@@ -83,21 +84,21 @@ def test_steps_decode_at_least_one_token_and_leave_no_mask(model, cache):
 
 @pytest.mark.parametrize("cache", diffusion.CACHE_MODES)
 def test_nfe_counts_every_model_evaluation(model, cache):
-    r = diffusion.diffusion_generate(model, PROMPT[:1], 24, block_size=8, threshold=0.5, cache=cache)
+    r = diffusion.diffusion_generate(model, PROMPT[:1], 24, block_size=8, threshold=0.5, cache_mode=cache)
     assert r.nfe == len(r.step_block) == len(r.computed_tokens) == r.steps_per_block.sum()
     assert r.nfe == len(np.unique(r.unmasked_at))  # one token per step at least, so each step shows up
     assert 3 <= r.nfe <= 24
-    one_per_step = diffusion.diffusion_generate(model, PROMPT[:1], 24, block_size=8, threshold=1.0, cache=cache)
+    one_per_step = diffusion.diffusion_generate(model, PROMPT[:1], 24, block_size=8, threshold=1.0, cache_mode=cache)
     assert one_per_step.nfe == 24  # a probability never exceeds 1: only the forced token per step
     one_step_per_block = diffusion.diffusion_generate(model, PROMPT[:1], 24, block_size=8, threshold=1e-6,
-                                                      cache=cache)
+                                                      cache_mode=cache)
     assert one_step_per_block.nfe == 3
 
 
 def test_parallel_decoding_saves_evaluations(model):
-    strict = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=1.0, cache="none")
+    strict = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=1.0, cache_mode="none")
     # a briefly trained model is rarely sure of a byte; 0.05 is still 13x the uniform 1/259
-    loose = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.05, cache="none")
+    loose = diffusion.diffusion_generate(model, PROMPT, 24, block_size=8, threshold=0.05, cache_mode="none")
     assert loose.nfe < strict.nfe
 
 
@@ -106,7 +107,7 @@ def test_parallel_decoding_saves_evaluations(model):
                          ids=["block_of_one", "one_step_per_block"])
 def test_cached_modes_equal_none_when_every_step_refreshes(model, kw):
     """Every step is a block's first step, a full forward that also refreshes the cache: nothing is stale."""
-    runs = {c: diffusion.diffusion_generate(model, PROMPT, cache=c, **kw) for c in diffusion.CACHE_MODES}
+    runs = {c: diffusion.diffusion_generate(model, PROMPT, cache_mode=c, **kw) for c in diffusion.CACHE_MODES}
     for cache in ("prefix", "dual"):
         np.testing.assert_array_equal(runs[cache].tokens, runs["none"].tokens)
         np.testing.assert_array_equal(runs[cache].unmasked_at, runs["none"].unmasked_at)
@@ -125,7 +126,7 @@ def test_cached_step_on_an_unchanged_sequence_matches_full_forward(variant, cach
     tokens[:, 8:14] = np.array(encode("sat on"))  # first block decoded, second block partly decoded
     tokens[0, 17] = ord("x")
     full, _, _ = m(tokens, use_cache=True)  # the cached forward: K/V rounded to cache_dtype, like the cache
-    kv = diffusion.build_cache(m, tokens, block_start=16, block_size=8, cache=cache)
+    kv = diffusion.build_cache(m, tokens, block_start=16, block_size=8, cache_mode=cache)
     span = diffusion.span_logits(m, tokens, kv)
     assert span.shape == (2, 8 if cache == "dual" else 16, cfg.vocab_size)
     np.testing.assert_allclose(span, full[:, 16:16 + span.shape[1]], atol=2e-5, rtol=2e-5)
@@ -134,18 +135,18 @@ def test_cached_step_on_an_unchanged_sequence_matches_full_forward(variant, cach
 def test_stale_cache_changes_logits(model):
     """The approximation: after the block decodes a token, a cache built before it no longer matches."""
     tokens = np.concatenate([PROMPT, np.full((2, 24), MASK, np.int32)], axis=1)
-    kv = diffusion.build_cache(model, tokens, block_start=8, block_size=8, cache="dual")
+    kv = diffusion.build_cache(model, tokens, block_start=8, block_size=8, cache_mode="dual")
     tokens[:, 9] = ord("a")
     full, _, _ = model(tokens)
     stale = diffusion.span_logits(model, tokens, kv)
     assert float(jnp.abs(stale - full[:, 8:16]).max()) > 1e-3
 
 
-def test_cache_bytes_match_the_arrays(model):
+def test_derived_cache_bytes_match_the_arrays(model):
     cfg = model.cfg
     P, gen, bs = 8, 24, 8
     for cache in ("prefix", "dual"):
-        r = diffusion.diffusion_generate(model, PROMPT, gen, block_size=bs, threshold=0.7, cache=cache)
+        r = diffusion.diffusion_generate(model, PROMPT, gen, block_size=bs, threshold=0.7, cache_mode=cache)
         tokens = r.tokens.copy()
         for block in range(gen // bs):
             kv = diffusion.build_cache(model, tokens, P + block * bs, bs, cache)
@@ -161,11 +162,11 @@ def test_cache_bytes_match_the_arrays(model):
 
 
 def test_one_compile_serves_every_threshold(model):
-    diffusion.diffusion_generate(model, PROMPT, 16, block_size=8, threshold=0.9, cache="dual")
-    compiled = diffusion._decode_jit._cache_size()
-    for threshold in (0.3, 0.6, 1.0):
-        diffusion.diffusion_generate(model, PROMPT, 16, block_size=8, threshold=threshold, cache="dual")
-    assert diffusion._decode_jit._cache_size() == compiled
+    diffusion.diffusion_generate(model, PROMPT, 16, block_size=8, threshold=0.9, cache_mode="dual")
+    with count_compiles() as compiled:
+        for threshold in (0.3, 0.6, 1.0):
+            diffusion.diffusion_generate(model, PROMPT, 16, block_size=8, threshold=threshold, cache_mode="dual")
+    assert compiled == []
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -173,7 +174,7 @@ def test_one_compile_serves_every_threshold(model):
     (dict(gen_length=20), "gen_length: expected a multiple of block_size \\(8\\), got 20"),
     (dict(gen_length=0), "gen_length: expected a positive integer"),
     (dict(block_size=0), "block_size: expected a positive integer"),
-    (dict(cache="full"), "cache: expected one of none, prefix, dual, got 'full'"),
+    (dict(cache_mode="full"), "cache_mode: expected one of none, prefix, dual, got 'full'"),
     (dict(threshold=0.0), "threshold: expected a number in \\(0, 1\\], got 0.0"),
     (dict(threshold=1.5), "threshold: expected a number in \\(0, 1\\], got 1.5"),
     (dict(threshold=True), "threshold: expected a number in \\(0, 1\\]"),
@@ -181,18 +182,29 @@ def test_one_compile_serves_every_threshold(model):
     (dict(prompt_ids=[[1, 300]]), "prompt_ids: token ids must lie in"),
 ])
 def test_bad_arguments_raise_one_line_errors(model, kw, message):
-    args = dict(prompt_ids=PROMPT, gen_length=16, block_size=8, threshold=0.9, cache="dual") | kw
+    args = dict(prompt_ids=PROMPT, gen_length=16, block_size=8, threshold=0.9, cache_mode="dual") | kw
     with pytest.raises(ValueError, match=message) as err:
         diffusion.diffusion_generate(model, **args)
     assert "\n" not in str(err.value)
 
 
-def test_mla_decodes_without_a_cache_and_refuses_per_head_caches():
-    _, m = make(attention="mla", kv_latent_dim=16, rope_head_dim=8)
-    r = diffusion.diffusion_generate(m, PROMPT[:1], 8, block_size=4, cache="none")
-    assert not (r.tokens == MASK).any() and r.allocated_bytes == 0
-    with pytest.raises(ValueError, match="cache: 'dual' caches per-head keys/values"):
-        diffusion.diffusion_generate(m, PROMPT[:1], 8, block_size=4, cache="dual")
+@pytest.mark.parametrize("path", ["absorbed", "materialized"])
+def test_mla_decodes_in_every_cache_mode(path):
+    cfg, m = make(attention="mla", kv_latent_dim=16, rope_head_dim=8, mla_decode=path)
+    kw = dict(gen_length=8, block_size=4, threshold=1e-6)  # every step refreshes: all modes agree exactly
+    runs = {c: diffusion.diffusion_generate(m, PROMPT, cache_mode=c, **kw) for c in diffusion.CACHE_MODES}
+    for mode in ("prefix", "dual"):
+        np.testing.assert_array_equal(runs[mode].tokens, runs["none"].tokens)
+    assert not (runs["dual"].tokens == MASK).any()
+    P, T = PROMPT.shape[1], PROMPT.shape[1] + 8
+    assert runs["dual"].allocated_bytes == dantinox.kv_cache_bytes(cfg, 2, (T - 4) + (8 - 4))  # latent rows
+    tokens = np.concatenate([PROMPT, np.full((2, 8), MASK, np.int32)], axis=1)
+    full, _, _ = m(tokens, use_cache=True)
+    for mode in ("prefix", "dual"):
+        kv = diffusion.build_cache(m, tokens, block_start=P, block_size=4, cache_mode=mode)
+        assert isinstance(kv.prefix_kvs[0], dantinox.LatentCache)
+        span = diffusion.span_logits(m, tokens, kv)
+        np.testing.assert_allclose(span, full[:, P:P + span.shape[1]], atol=2e-5, rtol=2e-5)
 
 
 def test_generation_refuses_an_autoregressive_model():

@@ -33,7 +33,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, corpus):
     out = tmp_path_factory.mktemp("runs") / "r"
-    train(out, preset="test", steps=30, corpus=corpus, batch_size=8, seq_len=32, progress=False)
+    train(out, preset="test", steps=30, corpus=corpus.read_text(), batch_size=8, seq_len=32, progress=False)
     return out
 
 
@@ -108,6 +108,22 @@ def test_cli_generate_prints_text_and_rate(run_dir):
     assert res.returncode == 0 and "no cache" in res.stderr
 
 
+def test_cli_refuses_diffusion_options_on_an_autoregressive_run(run_dir):
+    for flag, value in (("--cache", "dual"), ("--block_size", "8"), ("--threshold", "0.5")):
+        res = run_cli("generate", "--run_dir", str(run_dir), "--prompt", "x", "--max_new_tokens", "8", flag, value)
+        assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+        assert res.stderr.strip().splitlines() == [
+            f"dantinox generate: error: {flag} applies to diffusion runs; {run_dir} holds a model with "
+            "paradigm='autoregressive'"]
+
+
+def test_the_cli_trains_on_the_text_of_the_concept_entries():
+    from dantinox.cli import content_corpus
+
+    text = content_corpus()
+    assert "KV cache" in text and len(text) > 10_000
+
+
 def test_cli_train_smoke(tmp_path, corpus):
     res = run_cli("train", "--run_dir", str(tmp_path / "r"), "--preset", "test", "--steps", "3", "--corpus",
                   str(corpus), "--seq_len", "16", "--batch_size", "2")
@@ -139,7 +155,8 @@ def test_cli_tables_match_readme():
 @pytest.fixture(scope="module")
 def diffusion_run_dir(tmp_path_factory, corpus):
     out = tmp_path_factory.mktemp("runs") / "d"
-    train(out, preset="test", steps=20, paradigm="diffusion", corpus=corpus, batch_size=8, seq_len=32, progress=False)
+    train(out, preset="test", steps=20, paradigm="diffusion", corpus=corpus.read_text(), batch_size=8, seq_len=32,
+          progress=False)
     return out
 
 

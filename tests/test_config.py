@@ -1,0 +1,78 @@
+"""ModelConfig and the argument checks every entry point shares (numpy integers accepted, bools refused)."""
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import dantinox
+from dantinox import diffusion
+from dantinox.rundir import load_run, save_run
+
+
+def test_inputs_stay_as_given_and_derived_values_are_properties():
+    ref = dantinox.ModelConfig.preset("reference")
+    four = ref.replace(n_heads=4)
+    assert four.kv_heads is None and four.n_kv_heads == 4 and four.groups == 1
+    assert ref.kv_heads is None and ref.n_kv_heads == 8
+    mqa = ref.replace(attention="mqa")
+    assert mqa.kv_heads is None and mqa.n_kv_heads == 1 and mqa.groups == 8
+    gqa = ref.replace(attention="gqa", kv_heads=2)
+    assert gqa.n_kv_heads == 2 and gqa.groups == 4
+    assert gqa.replace(attention="mha").kv_heads is None  # a kv_heads the new variant cannot use is dropped
+    assert ref.mlp_width == 768 and ref.replace(mlp_width=100).mlp_width == 100
+
+
+def test_numpy_integers_are_accepted_everywhere_and_bools_nowhere():
+    cfg = dantinox.ModelConfig.preset("test", n_layers=np.int64(2), max_context=np.int32(64))
+    assert json.loads(json.dumps(cfg.to_dict()))["n_layers"] == 2
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    prompt = np.zeros((1, 3), np.int32)
+    assert dantinox.tree_nbytes(dantinox.init_cache(cfg, np.int64(2), np.int32(5))) == dantinox.kv_cache_bytes(
+        cfg, 2, 5)
+    assert dantinox.generate(model, prompt, np.int64(2), top_k=np.int32(3), temperature=1.0).shape == (1, 5)
+    assert len(list(dantinox.stream(model, prompt, np.int64(4), chunk_tokens=np.int16(2)))) == 2
+    dlm = dantinox.Transformer(cfg.replace(paradigm="diffusion"), rngs=nnx.Rngs(0))
+    assert diffusion.diffusion_generate(dlm, prompt, np.int64(4), block_size=np.int32(2)).tokens.shape == (1, 7)
+    for call, name in [
+        (lambda: dantinox.ModelConfig.preset("test", n_layers=True), "n_layers"),
+        (lambda: dantinox.init_cache(cfg, True), "batch_size"),
+        (lambda: dantinox.generate(model, prompt, True), "max_new_tokens"),
+        (lambda: dantinox.generate(model, prompt, 2, temperature=1.0, top_k=True), "top_k"),
+        (lambda: next(dantinox.stream(model, prompt, 2, chunk_tokens=True)), "chunk_tokens"),
+        (lambda: diffusion.diffusion_generate(dlm, prompt, 4, block_size=True), "block_size"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name}: expected a positive integer|{name}: expected an integer"):
+            call()
+
+
+def test_run_directories_written_before_this_config_still_load(tmp_path):
+    cfg = dantinox.ModelConfig.preset("test")
+    save_run(tmp_path, dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
+    old = json.loads((tmp_path / "config.json").read_text())
+    old.update(kv_heads=4, mlp_width=None, d_model=32)  # how earlier versions wrote a derived K and width
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="has shape"):  # width 3 * d_model = 96, the weights hold 64
+        load_run(tmp_path)
+    old["mlp_width"] = 64
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    loaded, _ = load_run(tmp_path)
+    assert loaded.kv_heads == 4 and loaded.n_kv_heads == 4
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(attention="gqa"), "kv_heads: attention='gqa' needs kv_heads"),
+    (dict(attention="gqa", kv_heads=3), "divide n_heads"),
+    (dict(attention="mha", kv_heads=2), "must equal n_heads"),
+    (dict(attention="mqa", kv_heads=2), "must be 1"),
+    (dict(attention="xla"), "attention: expected one of"),
+    (dict(dtype="int8"), "dtype: expected one of"),
+    (dict(head_size=7), "head_size"),
+    (dict(n_layers=0), "n_layers: expected a positive integer"),
+    (dict(mlp_width=0), "mlp_width: expected a positive integer"),
+    (dict(kv_latent_dim=8), "only used with attention='mla'"),
+])
+def test_config_errors_name_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dantinox.ModelConfig.preset("test", **kw)
