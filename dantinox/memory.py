@@ -56,6 +56,31 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
     return cfg.n_layers * batch_size * tokens * cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize
 
 
+# Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the code's.
+# B (sequences) and T (tokens held: the cache's filled slots S) are arguments, not config fields.
+CONTENT_SYMBOLS = {
+    "L": ("L", "n_layers"),
+    "N": ("N", "n_heads"),
+    "H_kv": ("K", "n_kv_heads"),
+    "d_h": ("H", "head_size"),
+    "C": ("C", "kv_latent_dim"),
+    "R": ("R", "rope_head_dim"),
+    "bytes": ("bytes", "cache_itemsize"),
+}
+
+
+def formula_params(cfg: ModelConfig, batch: int | None = None, tokens: int | None = None,
+                   **extra: float) -> dict[str, float]:
+    """A config's values under the content's symbols (L, N, H_kv, d_h, bytes; C, R for MLA), plus B, T, extra."""
+    params = {symbol: getattr(cfg, field) for symbol, (_, field) in CONTENT_SYMBOLS.items()}
+    params = {k: v for k, v in params.items() if v is not None}
+    if batch is not None:
+        params["B"] = batch
+    if tokens is not None:
+        params["T"] = tokens
+    return {**params, **extra}
+
+
 @dataclass(frozen=True)
 class CacheMeasurement:
     """The bytes of a cache `init_cache` would allocate, and how they were obtained."""

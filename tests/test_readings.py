@@ -6,9 +6,8 @@ from compile_log import compile_log
 
 import content
 import dantinox
-from dantinox.memory import measure_cache
+from dantinox.memory import CONTENT_SYMBOLS, measure_cache
 from widgets.readings import (
-    SYMBOLS,
     evaluate_bytes,
     formula_params,
     read_kv_cache,
@@ -84,8 +83,8 @@ def test_every_symbol_the_lab_formulas_use_is_mapped(kv_entry, mla_entry):
     arguments = {"B", "T"}
     for entry in (kv_entry, mla_entry):
         for item in entry.science:
-            assert set(item.variables) <= set(SYMBOLS) | arguments, (entry.id, item.title)
-    assert [code for code, _ in SYMBOLS.values()] == ["L", "N", "K", "H", "C", "R", "bytes"]
+            assert set(item.variables) <= set(CONTENT_SYMBOLS) | arguments, (entry.id, item.title)
+    assert [code for code, _ in CONTENT_SYMBOLS.values()] == ["L", "N", "K", "H", "C", "R", "bytes"]
 
 
 def test_a_fractional_byte_count_is_refused_naming_the_item(mla_entry):

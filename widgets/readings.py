@@ -7,6 +7,8 @@
     r.formula_bytes, r.measured_bytes, r.source, r.residual      # 6 MiB, 6 MiB, "arrays", 0
 
 No widget is involved: the labs render these readings, and notebooks and benchmarks call them directly.
+Content symbols (H_kv, d_h, ...) come from a config through `dantinox.memory.formula_params`, the one map
+between the two alphabets (`CONTENT_SYMBOLS`).
 Bytes are measured by `dantinox.memory.measure_cache` (real arrays under the budget, else `jax.eval_shape`).
 """
 
@@ -18,41 +20,17 @@ from typing import Any
 
 import content
 import dantinox
-from dantinox.memory import CacheMeasurement, measure_cache
+from dantinox.memory import CacheMeasurement, formula_params, measure_cache
 
 # Bytes; a larger cache is sized from shapes instead of allocated. Allocating is dominated by the OS
 # zeroing fresh pages (benchmarks/lab_latency.py): 256 MiB keeps a slider move under 300 ms on 2 CPU cores.
 DEFAULT_BUDGET = 256 * 2**20
-
-# Content symbol -> (code letter, ModelConfig property): the one place the two alphabets meet.
-# B (sequences) and T (tokens held, the cache's filled slots S) are arguments, not config fields.
-SYMBOLS = {
-    "L": ("L", "n_layers"),
-    "N": ("N", "n_heads"),
-    "H_kv": ("K", "n_kv_heads"),
-    "d_h": ("H", "head_size"),
-    "C": ("C", "kv_latent_dim"),
-    "R": ("R", "rope_head_dim"),
-    "bytes": ("bytes", "cache_itemsize"),
-}
 
 KV_SIZE = "KV cache size"  # science item titles, in content/entries/kv-cache.yaml
 KV_PER_TOKEN = "KV cache per token"
 MLA_SIZE = "MLA latent cache size"  # in content/entries/multi-head-latent-attention.yaml
 MLA_EQUIVALENT_HEADS = "Equivalent GQA KV heads"
 MLA_FRACTION = "MLA cache relative to MHA"
-
-
-def formula_params(cfg: dantinox.ModelConfig, batch: int | None = None, tokens: int | None = None,
-                   **extra: float) -> dict[str, float]:
-    """A config's values under the content's symbols (L, N, H_kv, d_h, bytes; C, R for MLA), plus B, T, extra."""
-    params = {symbol: getattr(cfg, field) for symbol, (_, field) in SYMBOLS.items()}
-    params = {k: v for k, v in params.items() if v is not None}
-    if batch is not None:
-        params["B"] = batch
-    if tokens is not None:
-        params["T"] = tokens
-    return {**params, **extra}
 
 
 def evaluate(entry: Any, title: str, params: dict[str, float]) -> float:
