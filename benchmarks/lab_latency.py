@@ -14,9 +14,11 @@ on the reference model:
   arrays, X to Y       the largest caches under the budget, back and forth
 The peer of each scenario is the bare work measured in the same run: `tree_nbytes(cache_shapes(...))` or
 `tree_nbytes(init_cache(...))` for the same settings; the ratio is the lab's overhead over it. The reading
-column times `widgets.read_kv_cache` for the same settings (the pure function the lab renders, no widget), so
-lab / reading is the cost of the widget itself. JAX's compile log is watched during all moves: no model
-program may compile (only `init_cache`'s zero-fill, once per shape).
+column times `widgets.read_kv_cache` for the same settings right after the move (the pure function the lab
+renders, no widget; warm: the move has already traced that setting's shapes), so on revisits lab / reading is
+the cost of the widget itself, and on first visits it also holds the tracing and compiling of a new shape.
+JAX's compile log is watched during all moves: no model program may compile (only `init_cache`'s zero-fill,
+once per shape).
 Prints a table and writes benchmarks/results/lab_latency.json.
 """
 
@@ -187,7 +189,7 @@ def main() -> None:
     model_programs = [n for n in compiled if n not in FILL_PROGRAMS]
 
     rows = ["| scenario | cache bytes | lab median ms | lab p95 ms | lab max ms | goal ms | peer median ms | "
-            "lab / peer | reading median ms | lab / reading |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "lab / peer | reading (warm) median ms | lab / reading |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         span = f"{dantinox.format_bytes(r['bytes_min'])} – {dantinox.format_bytes(r['bytes_max'])}"
         rows.append(f"| {r['scenario']} | {span} | {r['lab']['median_ms']:.1f} | {r['lab']['p95_ms']:.1f} | "
