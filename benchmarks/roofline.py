@@ -62,11 +62,12 @@ def table(rows: list[dict], x_name: str) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--context", type=int, default=128, help="cache slots each decode step reads")
     args = ap.parse_args()
 
-    machine = roofline.measure_machine(repeats=5)
+    load_before = os.getloadavg()[0]  # timings on a shared machine: say how busy it was
+    machine = roofline.measure_machine(repeats=20)
     result: dict = {"machine": dict(cpus=os.cpu_count(), jax=jax.__version__, backend=jax.default_backend(),
                                     bandwidth_GBps=machine.bandwidth / 1e9, matmul_GFLOPs=machine.peak_flops / 1e9,
                                     critical_batch_f32=machine.critical_batch(), source=machine.source)}
@@ -80,12 +81,18 @@ def main() -> None:
         decode = sweep(machine, cfg, "decode", BATCHES, args.context, args.repeats)
         prefill = sweep(machine, cfg, "prefill", PROMPTS, args.context, args.repeats)
         crossover = roofline.crossover_batch(cfg, args.context, machine)
+        turns = f"B = {crossover}" if crossover else "no batch (the cache keeps it memory-bound)"
         result[label] = dict(decode=decode, prefill=prefill, measured_knee=knee(decode), crossover_batch=crossover)
         lines += ["", f"**Decode, reference model, {label}, {args.context} cache slots** — measured knee "
-                  f"B ≈ {knee(decode):.0f}; roofline turns compute-bound at B = {crossover}:", ""]
+                  f"B ≈ {knee(decode):.0f}; the roofline turns compute-bound at {turns}:", ""]
         lines += table(decode, "batch")
         lines += ["", f"**Prefill, reference model, {label}, batch 1:**", ""]
         lines += table(prefill, "prompt tokens")
+    load = (load_before, os.getloadavg()[0])
+    result["machine"]["load_average_1min"] = load
+    lines.insert(1, f"\nLoad average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end, on "
+                    f"{os.cpu_count()} cores: above the core count, other work shared the CPU and the times are "
+                    "upper bounds.")
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(exist_ok=True)
