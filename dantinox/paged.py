@@ -243,11 +243,17 @@ class BlockManager:
         Raises PoolExhausted, changing nothing, when the free list is too short.
         """
         table, length = self.tables.get(seq), self.lengths.get(seq, 0)
-        if n_tokens == 1 and table and length % self.block_size and self.refs[table[-1]] == 1:
-            self.fill[table[-1]] += 1  # the common decode step: one more token in a private, partly filled block
-            self._filled += 1
-            self.lengths[seq] = length + 1
-            return []
+        if n_tokens == 1 and table is not None:  # the decode step, a scheduler's hot path
+            if length % self.block_size and self.refs[table[-1]] == 1:  # room in a private last block
+                self.fill[table[-1]] += 1
+                self._filled, self.lengths[seq] = self._filled + 1, length + 1
+                return []
+            if not length % self.block_size and self.free:  # last block full (or none): a fresh one
+                block = self.free.popleft()
+                self.refs[block], self.fill[block] = 1, 1
+                self._held, self._filled, self.lengths[seq] = self._held + 1, self._filled + 1, length + 1
+                table.append(block)
+                return []
         self._known(seq)
         if type(n_tokens) is not int or n_tokens < 0:  # the hot path of a scheduler: check cheaply first
             positive_int("n_tokens", n_tokens, minimum=0)

@@ -27,6 +27,7 @@ The model is not run here: the lengths come from the trace; benchmarks/serving.p
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -163,6 +164,7 @@ class _Arena:
 
     def __init__(self, capacity: int):
         self.capacity, self.regions = capacity, {}
+        self.version = 0  # changes whenever a region is freed: a request that did not fit may fit now
 
     def holes(self) -> list[int]:
         edges, at = sorted(self.regions.values()), 0
@@ -185,6 +187,7 @@ class _Arena:
 
     def free(self, key: Hashable) -> None:
         del self.regions[key]
+        self.version += 1
 
 
 @functools.lru_cache(maxsize=64)
@@ -229,48 +232,53 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
     if n * need[worst.id] > arena.capacity:
         raise ValueError(f"budget_bytes: request {worst.id} reserves {n} x {need[worst.id]} slots of {token_bytes} B "
                          f"= {n * need[worst.id] * token_bytes} B, more than the budget of {budget} B")
-    pending, running, done_in_batch = list(trace), {}, []
+    pending, running, done_in_batch = list(trace), 0, []
+    ends: dict[int, list[Request]] = collections.defaultdict(list)  # step -> requests producing their last token
+    # sums over running requests, kept as they join and leave (no per-request loop per step):
+    # prompt tokens, tokens produced, final output lengths, slots reserved past the final length
+    prompt_sum = produced_sum = output_sum = over_sum = held_done = 0
     first, finish, rows, step = {}, {}, [], 0
+    blocked, tried = None, None  # the waiting request that did not fit, and the arena state it failed on
     while pending or running or done_in_batch:
         if step >= max_steps:
             raise ValueError(f"max_steps: the trace did not finish in {max_steps} steps")
         batch_open = policy == "contiguous" or not running
-        if policy == "static" and batch_open:
+        if policy == "static" and batch_open and done_in_batch:
             for r in done_in_batch:  # the whole batch has finished: its regions are released together
                 for s in range(n):
                     arena.free((r.id, s))
-            done_in_batch = []
-        blocked = None
-        while batch_open and pending and pending[0].arrival <= step:
+            done_in_batch, held_done = [], 0
+        if blocked is not None and (not batch_open or tried != (arena.version, blocked.id)):
+            blocked = None  # memory changed (or the batch closed): try again
+        while batch_open and blocked is None and pending and pending[0].arrival <= step:
             r = pending[0]
-            keys = [(r.id, s) for s in range(n)]
-            placed = [k for k in keys if arena.allocate(k, need[r.id])]
+            placed = [k for k in ((r.id, s) for s in range(n)) if arena.allocate(k, need[r.id])]
             if len(placed) < n:
                 for k in placed:
                     arena.free(k)
-                blocked = r
+                blocked, tried = r, (arena.version, r.id)
                 break
-            running[r.id], first[r.id] = (r, 0), step
             pending.pop(0)
-        produced_tokens = 0
-        for rid, (r, k) in list(running.items()):
-            running[rid] = (r, k + 1)
-            produced_tokens += n
-        tokens = sum(r.prompt + k for r, k in running.values()) * n
-        reserved = sum(r.output - k for r, k in running.values()) * n
-        internal = sum(need[r.id] - r.prompt - r.output for r, _ in running.values()) * n
-        internal += sum(need[r.id] for r in done_in_batch) * n
+            running += 1
+            first[r.id] = step
+            ends[step + r.output - 1].append(r)
+            prompt_sum, output_sum = prompt_sum + r.prompt, output_sum + r.output
+            over_sum += need[r.id] - r.prompt - r.output
+        produced_sum += running
         external = sum(h for h in arena.holes() if h < need[blocked.id]) if blocked is not None else 0
-        rows.append((tokens, reserved, internal, external, len(running) * n, produced_tokens))
-        for rid, (r, k) in list(running.items()):
-            if k == r.output:
-                del running[rid]
-                finish[rid] = step
-                if policy == "static":
-                    done_in_batch.append(r)
-                else:
-                    for s in range(n):
-                        arena.free((rid, s))
+        rows.append(((prompt_sum + produced_sum) * n, (output_sum - produced_sum) * n,
+                     (over_sum + held_done) * n, external, running * n, running * n))
+        for r in ends.pop(step, ()):
+            running -= 1
+            finish[r.id] = step
+            prompt_sum, produced_sum, output_sum = prompt_sum - r.prompt, produced_sum - r.output, output_sum - r.output
+            over_sum -= need[r.id] - r.prompt - r.output
+            if policy == "static":
+                done_in_batch.append(r)
+                held_done += need[r.id]
+            else:
+                for s in range(n):
+                    arena.free((r.id, s))
         step += 1
     return _result(policy, budget, token_bytes, rows, trace, first, finish)
 
@@ -299,7 +307,8 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps) -> S
             raise ValueError(f"max_steps: the trace did not finish in {max_steps} steps")
         for rid in list(running):  # every running sample takes one more slot; preempt the newest when short
             while rid in running:
-                if sum(pool.blocks_needed((rid, s), 1) for s in range(n)) <= pool.num_free:
+                # one token takes at most one block per sample (a fresh block or a copy)
+                if pool.num_free >= n or sum(pool.blocks_needed((rid, s), 1) for s in range(n)) <= pool.num_free:
                     for s in range(n):
                         pool.append((rid, s), 1)
                     break
