@@ -192,7 +192,9 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
     if cache_layout not in ("contiguous", "paged"):
         raise ValueError(f"cache_layout: expected 'contiguous' or 'paged', got {cache_layout!r}")
-    if cache_layout == "paged" and use_cache:
+    if cache_layout == "paged":
+        if not use_cache:
+            raise ValueError("cache_layout: 'paged' is a layout of the KV cache; it needs use_cache=True")
         if mesh is not None:
             raise ValueError("mesh: the paged cache runs on one device; use cache_layout='contiguous' with a mesh")
         from dantinox.paged import paged_generate  # paged.py drives this module's decode step

@@ -91,6 +91,8 @@ def test_generate_refuses_bad_layout_arguments():
     prompt = token_ids(1, 4)
     with pytest.raises(ValueError, match="cache_layout: expected 'contiguous' or 'paged', got 'pages'"):
         dantinox.generate(model, prompt, 4, cache_layout="pages")
+    with pytest.raises(ValueError, match="cache_layout: 'paged' is a layout of the KV cache; it needs use_cache=True"):
+        dantinox.generate(model, prompt, 4, use_cache=False, cache_layout="paged")
     with pytest.raises(ValueError, match="block_size: expected a positive integer, got 0"):
         dantinox.generate(model, prompt, 4, cache_layout="paged", block_size=0)
     _, local = make(sliding_window=8)
