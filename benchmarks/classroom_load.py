@@ -1,7 +1,7 @@
 """Classroom service under a class's load: request latency and throughput through the JupyterHub proxy.
 
-    .venv/bin/python benchmarks/classroom.py                  # about a minute on 2 CPU cores
-    .venv/bin/python benchmarks/classroom.py --learners 50 --attempts 100 --repeats 2
+    .venv/bin/python benchmarks/classroom_load.py                  # about a minute on 2 CPU cores
+    .venv/bin/python benchmarks/classroom_load.py --learners 50 --attempts 100 --repeats 2
 
 Starts a real JupyterHub (dummy authenticator, the pure-Python configurable-http-proxy) with the classroom
 service, makes `--learners` hub users with service-scoped tokens, and has every learner post `--attempts`
