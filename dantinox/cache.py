@@ -23,6 +23,8 @@ import numpy as np
 
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.quant import QuantCache
+from dantinox.ring import RingCache
 
 
 class LayerCache(NamedTuple):
@@ -68,9 +70,13 @@ class LatentCache(NamedTuple):
 KVCache = tuple  # one layout value per layer, e.g. tuple[LayerCache, ...]
 
 
-def layout_for(cfg: ModelConfig) -> type:
-    """The cache layout a config's attention writes."""
-    return LatentCache if cfg.attention == "mla" else LayerCache
+def layout_for(cfg: ModelConfig, layer: int = 0) -> type:
+    """The cache layout that layer `layer` of a config writes: latent, ring buffer (local layer), quantized or float."""
+    if cfg.attention == "mla":
+        return LatentCache
+    if cfg.layer_windows[layer] is not None:
+        return RingCache.of(cfg.layer_windows[layer])
+    return QuantCache if cfg.quantized_cache else LayerCache
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
@@ -82,8 +88,7 @@ def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> 
     length = cfg.max_context if length is None else positive_int("length", length)
     if length > cfg.max_context:
         raise ValueError(f"length: a cache holds at most max_context={cfg.max_context} tokens, got {length}")
-    layout = layout_for(cfg)
-    return tuple(layout.zeros(cfg, batch_size, length) for _ in range(cfg.n_layers))
+    return tuple(layout_for(cfg, i).zeros(cfg, batch_size, length) for i in range(cfg.n_layers))
 
 
 def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
@@ -97,8 +102,11 @@ def _map_slots(layer: Any, fn) -> Any:
 
 
 def resize_cache(cache: KVCache, length: int, at_end: bool = False) -> KVCache:
-    """The same cache with `length` slots per layer, cut or zero-padded at the end (at_end=False) or the start."""
-    def fit(a: jax.Array, axis: int) -> jax.Array:
+    """The same cache with `length` slots per layer, cut or zero-padded at the end (at_end=False) or the start.
+
+    A ring-buffer layer gets min(length, W) slots, as init_cache gives it.
+    """
+    def fit(a: jax.Array, axis: int, length: int) -> jax.Array:
         old = a.shape[axis]
         if length <= old:
             return jax.lax.slice_in_dim(a, old - length if at_end else 0, old if at_end else length, axis=axis)
@@ -106,7 +114,8 @@ def resize_cache(cache: KVCache, length: int, at_end: bool = False) -> KVCache:
         widths[axis] = (length - old, 0) if at_end else (0, length - old)
         return jnp.pad(a, widths)
 
-    return tuple(_map_slots(layer, fit) for layer in cache)
+    return tuple(_map_slots(layer, lambda a, axis, n=min(length, getattr(layer, "WINDOW", length)): fit(a, axis, n))
+                 for layer in cache)
 
 
 def grow_cache(cache: KVCache, length: int) -> KVCache:
@@ -132,10 +141,19 @@ def tree_nbytes(tree) -> int:
     return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
 
 
+def _slots(layer: Any) -> int:
+    return layer[0].shape[layer.SEQ_AXIS]
+
+
+def _wraps(layer: Any) -> bool:
+    """A ring buffer with all W slots: it takes any position, overwriting the one W back."""
+    return _slots(layer) == getattr(layer, "WINDOW", None)
+
+
 def cache_length(cache: KVCache) -> int:
-    """S: how many token slots each layer of the cache has."""
-    first = cache[0]
-    return first[0].shape[first.SEQ_AXIS]
+    """S: how many token positions the cache holds: the slots of its layers (full ring buffers, which wrap, aside)."""
+    growing = [_slots(layer) for layer in cache if not _wraps(layer)]
+    return min(growing) if growing else _slots(cache[0])
 
 
 def filled_slots(cache: KVCache) -> int:
@@ -160,8 +178,8 @@ def check_cache(cfg: ModelConfig, cache: KVCache, batch: int) -> None:
     if not isinstance(cache, tuple | list) or len(cache) != cfg.n_layers:
         raise ValueError(f"kv_caches: expected a tuple of {cfg.n_layers} per-layer caches from "
                          f"dantinox.init_cache, got {type(cache).__name__}")
-    layout = layout_for(cfg)
     for layer, got in enumerate(cache):
+        layout = layout_for(cfg, layer)
         if type(got) is not layout:
             raise ValueError(f"kv_caches[{layer}]: expected {layout.__name__} for attention={cfg.attention!r}, "
                              f"got {type(got).__name__}")
@@ -183,6 +201,6 @@ def check_write(cache: KVCache, cache_index: int, n_tokens: int) -> None:
     length = cache_length(cache)
     if cache_index < 0:
         raise ValueError(f"cache_index: must be >= 0, got {cache_index}")
-    if cache_index + n_tokens > length:
+    if cache_index + n_tokens > length and not all(_wraps(layer) for layer in cache):
         raise ValueError(f"cache_index: writing {n_tokens} token(s) at position {cache_index} needs "
                          f"{cache_index + n_tokens} slots, but the cache holds {length} (max_context)")

@@ -51,29 +51,38 @@ def apply_rope(x: jax.Array, positions_T: jax.Array, base: float) -> jax.Array:
 
 
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-           kv_len: jax.Array | int, causal: bool, scale: float | None = None) -> jax.Array:
+           kv_len: jax.Array | int, causal: bool, scale: float | None = None, window: int | None = None,
+           k_pos_S: jax.Array | None = None) -> jax.Array:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
     Key slots at or past `kv_len` are masked. `scale` defaults to 1/sqrt(query width); V may be
-    narrower than Q and K (MLA's absorbed path).
+    narrower than Q and K (MLA's absorbed path). A local layer passes its `window` W (keys more than
+    W - 1 positions back are masked) and, for a ring buffer, the position of each key `k_pos_S`
+    (negative: an empty slot); by default slot s holds position s.
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32),
                               k_BKSH.astype(jnp.float32)) * scale
-    k_pos_S = jnp.arange(k_BKSH.shape[2])
-    mask_TS = (k_pos_S < kv_len)[None, :]  # slots past the filled length hold no token
+    k_pos_S = jnp.arange(k_BKSH.shape[2]) if k_pos_S is None else k_pos_S
+    mask_TS = ((k_pos_S >= 0) & (k_pos_S < kv_len))[None, :]  # slots past the filled length hold no token
     if causal:
         mask_TS = mask_TS & (k_pos_S[None, :] <= q_pos_T[:, None])
+    if window is not None:  # the band: the current token and the W - 1 before it
+        mask_TS = mask_TS & (q_pos_T[:, None] - k_pos_S[None, :] < window)
     scores_BKGTS = jnp.where(mask_TS, scores_BKGTS, NEG_INF)  # mask before the softmax
     probs = jax.nn.softmax(scores_BKGTS, axis=-1)
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH.astype(jnp.float32))
 
 
 class Attention(nnx.Module):
-    """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum."""
+    """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum.
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    With a `window` W the layer is local (sliding-window attention) and caches into a ring buffer.
+    """
+
+    def __init__(self, cfg: ModelConfig, window: int | None = None, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.window = window
         n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
@@ -89,10 +98,19 @@ class Attention(nnx.Module):
         k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
         v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         if cache is None:
-            out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal)
-        else:
+            out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal, window=self.window)
+        elif self.window is None:
             cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
             out_BTKGH = attend(q_BTKGH, *cache.read(), pos_T, kv_len, cfg.causal)
+        else:  # ring buffer: attend over what it held before this write plus the T new keys, then write
+            k_old, v_old = cache.read()
+            keep = k_old.dtype  # round the new keys as the cache stores them
+            k_BKSH = jnp.concatenate([k_old, k_BKTH.astype(keep)], axis=2)
+            v_BKSH = jnp.concatenate([v_old, v_BKTH.astype(keep)], axis=2)
+            k_pos_S = jnp.concatenate([cache.slot_positions(pos_T[0]), pos_T])
+            out_BTKGH = attend(q_BTKGH, k_BKSH, v_BKSH, pos_T, kv_len, cfg.causal, window=self.window,
+                               k_pos_S=k_pos_S)
+            cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
         return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 
 
@@ -194,9 +212,10 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, window: int | None = None, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
-        self.attn = LatentAttention(cfg, rngs=rngs) if cfg.attention == "mla" else Attention(cfg, rngs=rngs)
+        self.attn = (LatentAttention(cfg, rngs=rngs) if cfg.attention == "mla"
+                     else Attention(cfg, window, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
@@ -217,7 +236,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
+        self.blocks = nnx.List([Block(cfg, window, rngs=rngs) for window in cfg.layer_windows])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 

@@ -1,0 +1,108 @@
+"""Quantized KV cache: bytes with scales equal the content formula; rounding and logit error stay bounded."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from invariants import token_ids
+
+import content
+import dantinox
+from dantinox import quality
+from dantinox.quant import QuantCache, dequantize, quantize
+
+RUN = quality.HELDOUT.parent.parent.parent / "runs" / "tiny"
+FORMATS = ["int8", "fp8_e4m3"]
+
+
+@pytest.mark.parametrize("cache_dtype", FORMATS)
+@pytest.mark.parametrize("attention,kv_heads", [("mha", None), ("gqa", 2), ("mqa", None)])
+@pytest.mark.parametrize("batch,tokens", [(1, 1), (3, 40), (2, 64)])
+def test_bytes_with_scales_equal_the_quantization_formula(cache_dtype, attention, kv_heads, batch, tokens):
+    cfg = dantinox.ModelConfig.preset("test", attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+    cache = dantinox.init_cache(cfg, batch, tokens)
+    assert all(type(layer) is QuantCache for layer in cache)
+    formula = content.evaluate(content.load_entry("kv-cache-quantization"), "Quantized KV cache size",
+                               L=cfg.n_layers, B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size,
+                               q=8, z=4, G=cfg.head_size)  # one float32 scale per head of one token
+    assert dantinox.tree_nbytes(cache) == formula
+    entry_id, title, variables = quality.formula_for(cfg, batch, tokens)
+    assert content.evaluate(content.load_entry(entry_id), title, **variables) == formula
+
+
+def test_int8_rounding_is_within_half_a_step_per_token_and_head():
+    x = np.random.RandomState(0).randn(2, 3, 5, 16).astype(np.float32) * np.array([0.01, 1, 100])[None, :, None, None]
+    codes, scale = quantize(jnp.asarray(x), "int8")
+    assert codes.dtype == jnp.int8 and scale.shape == (2, 3, 5)
+    np.testing.assert_allclose(scale, np.abs(x).max(-1) / 127, rtol=1e-6)  # each head of each token its own scale
+    err = np.abs(np.asarray(dequantize(codes, scale)) - x)
+    assert (err <= scale[..., None] / 2 * (1 + 1e-5)).all()
+    assert np.asarray(codes).max() == 127 or np.asarray(codes).min() == -127  # the range is used
+
+
+def test_fp8_rounding_error_is_relative():
+    x = np.random.RandomState(1).randn(4, 2, 6, 32).astype(np.float32)
+    codes, scale = quantize(jnp.asarray(x), "fp8_e4m3")
+    assert codes.dtype == jnp.float8_e4m3fn
+    err = np.abs(np.asarray(dequantize(codes, scale)) - x)
+    # 3 mantissa bits: half a step is 2^-4 of the value; below e4m3's normal range (2^-6) the step is fixed
+    bound = np.maximum(np.abs(x) * 2.0**-4, scale[..., None] * 2.0**-10) * (1 + 1e-5)
+    assert (err <= bound).all()
+    assert np.isfinite(np.asarray(dequantize(codes, scale))).all()  # clipped at 448, never NaN
+
+
+def test_all_zero_vectors_stay_zero():
+    codes, scale = quantize(jnp.zeros((1, 1, 2, 8)), "int8")
+    assert not np.asarray(codes).any() and not np.asarray(scale).any()
+
+
+@pytest.mark.parametrize("cache_dtype", FORMATS)
+def test_step_by_step_decode_equals_one_pass_through_the_cache(cache_dtype):
+    """Per-token scales: a token's codes never depend on later tokens, so decoding equals the one-pass logits."""
+    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype=cache_dtype)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    x = token_ids(2, 20)
+    one_pass = quality.cached_logits(model, x)
+    logits, cache, _ = model(x[:, :4], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2, 32))
+    steps = [logits]
+    for t in range(4, 20):
+        logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
+        steps.append(logits)
+    np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, axis=1)), one_pass, atol=1e-4, rtol=1e-4)
+    assert cache[0].k.dtype == cfg.cache_jnp_dtype and cache[0].k_scale.dtype == jnp.float32
+
+
+def test_generate_grows_a_quantized_cache_across_key_windows():
+    cfg = dantinox.ModelConfig.preset("test", max_context=200, cache_dtype="int8")
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    out = dantinox.generate(model, token_ids(1, 5), max_new_tokens=140)  # passes the 128-slot window
+    assert out.shape == (1, 145)
+
+
+@pytest.mark.parametrize("cache_dtype,max_error,min_agreement", [("int8", 2.0, 0.97), ("fp8_e4m3", 8.0, 0.9)])
+def test_logit_error_against_the_float_cache_on_the_trained_model(cache_dtype, max_error, min_agreement):
+    """Bounds with room over what benchmarks/memory_savers.py measures (int8: 0.91, fp8: 4.6; logits reach ~17)."""
+    _, model = dantinox.load_run(RUN)
+    ids = quality.heldout_chunks(quality.HELDOUT.read_text(encoding="utf-8"), 256)[:8]
+    reference = quality.cached_logits(model, ids)
+    logits = quality.cached_logits(quality.with_cache_dtype(model, cache_dtype), ids)
+    assert 0 < quality.max_logit_error(logits, reference) < max_error
+    assert quality.agreement(logits, reference) > min_agreement
+    assert abs(quality.bits_per_byte(logits, ids) - quality.bits_per_byte(reference, ids)) < 0.05
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(cache_dtype="int4"), "cache_dtype: expected one of float32, bfloat16, float16, int8, fp8_e4m3"),
+    (dict(cache_dtype="int8", attention="mla", kv_latent_dim=8, rope_head_dim=4), "cache_dtype: 'int8' quantizes"),
+    (dict(cache_dtype="fp8_e4m3", paradigm="diffusion"), "cache_dtype: 'fp8_e4m3' quantizes"),
+])
+def test_config_errors_name_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dantinox.ModelConfig.preset("test", **kw)
+
+
+def test_a_float_cache_is_refused_where_int8_is_expected():
+    cfg = dantinox.ModelConfig.preset("test", cache_dtype="int8")
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"kv_caches\[0\]: expected QuantCache"):
+        model(token_ids(1, 3), use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(cache_dtype="float32"), 1))

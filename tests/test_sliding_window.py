@@ -1,0 +1,149 @@
+"""Sliding-window layers: ring-buffer bytes equal the content formula, logits equal a full-cache band-mask reference."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from invariants import token_ids
+
+import content
+import dantinox
+from dantinox.model import attend
+from dantinox.ring import RingCache, ring_slots_held
+
+PATTERNS = ["local", "1:1", "2:1", "5:1"]
+
+
+def make(window=5, pattern="1:1", **kw):
+    cfg = dantinox.ModelConfig.preset("test", n_layers=4, sliding_window=window, window_pattern=pattern, **kw)
+    return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("tokens", [1, 7, 8, 9, 64])
+@pytest.mark.parametrize("kv_heads,cache_dtype", [(None, "float32"), (2, "bfloat16")])
+def test_ring_buffer_bytes_equal_the_per_layer_formula(pattern, tokens, kv_heads, cache_dtype):
+    attention = "mha" if kv_heads is None else "gqa"
+    cfg = dantinox.ModelConfig.preset("test", n_layers=6, sliding_window=8, window_pattern=pattern,
+                                      attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+    cache = dantinox.init_cache(cfg, 3, tokens)
+    local = sum(w is not None for w in cfg.layer_windows)
+    entry = content.load_entry("sliding-window-attention")
+    formula = content.evaluate(entry, "Hybrid sliding-window cache size", L_g=cfg.n_layers - local, L_l=local,
+                               B=3, T=tokens, W=8, H_kv=cfg.n_kv_heads, d_h=cfg.head_size, bytes=cfg.cache_itemsize)
+    assert dantinox.tree_nbytes(cache) == formula
+    if pattern == "local":  # every layer local: the entry's plain sliding-window formula agrees too
+        assert formula == content.evaluate(entry, "Sliding-window cache size", L=6, B=3, T=tokens, W=8,
+                                           H_kv=cfg.n_kv_heads, d_h=cfg.head_size, bytes=cfg.cache_itemsize)
+
+
+def test_patterns_place_global_layers_as_gemma_does():
+    layers = lambda pattern, n: dantinox.ModelConfig.preset(  # noqa: E731
+        "test", n_layers=n, sliding_window=4, window_pattern=pattern).layer_windows
+    assert layers("local", 4) == (4, 4, 4, 4)
+    assert layers("1:1", 4) == (4, None, 4, None)  # Gemma 2: local first, then alternating
+    assert layers("5:1", 12) == (4,) * 5 + (None,) + (4,) * 5 + (None,)  # Gemma 3: every sixth layer global
+    assert dantinox.ModelConfig.preset("test", n_layers=3).layer_windows == (None, None, None)
+
+
+def np_band_reference(model, tokens_T):
+    """Numpy forward keeping every position's keys and values (a full cache) and masking outside the band."""
+    cfg = model.cfg
+    P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
+    N, K, H, T = cfg.n_heads, cfg.n_kv_heads, cfg.head_size, len(tokens_T)
+    pos = np.arange(T)
+    norm = lambda x, s: x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * P(s)  # noqa: E731
+
+    def rope(x):
+        half = H // 2
+        ang = pos[:, None] * cfg.rope_base ** (-np.arange(half) / half)
+        c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        return np.concatenate([x[..., :half] * c - x[..., half:] * s, x[..., half:] * c + x[..., :half] * s], -1)
+
+    x = P(model.embed.embedding)[tokens_T]
+    for block, window in zip(model.blocks, cfg.layer_windows, strict=True):
+        q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel), [N * H, (N + K) * H], -1)
+        q, k, v = rope(q.reshape(T, N, H)), rope(k.reshape(T, K, H)), v.reshape(T, K, H)
+        band = pos[None, :] <= pos[:, None]
+        if window is not None:
+            band &= pos[:, None] - pos[None, :] < window
+        out = np.zeros((T, N, H))
+        for n in range(N):
+            scores = np.where(band, q[:, n] @ k[:, n // (N // K)].T / np.sqrt(H), -np.inf)
+            w = np.exp(scores - scores.max(-1, keepdims=True))
+            out[:, n] = (w / w.sum(-1, keepdims=True)) @ v[:, n // (N // K)]
+        x = x + out.reshape(T, N * H) @ P(block.attn.wo.kernel)
+        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.kernel), 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.kernel)
+    return norm(x, model.norm.scale) @ P(model.embed.embedding).T / np.sqrt(cfg.d_model)
+
+
+@pytest.mark.parametrize("pattern", ["local", "1:1"])
+@pytest.mark.parametrize("prefill", [3, 12])  # shorter than W, and longer (the ring keeps its last W)
+def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, prefill):
+    cfg, model = make(window=5, pattern=pattern, attention="gqa", kv_heads=2)
+    x = token_ids(2, 23)  # 23 positions: the 5-slot ring wraps four times
+    logits, cache, _ = model(x[:, :prefill], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2, 32))
+    steps = [logits]
+    for t in range(prefill, x.shape[1]):
+        logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
+        steps.append(logits)
+    cached = np.asarray(jnp.concatenate(steps, axis=1))
+    assert [layer.k.shape[2] for layer in cache] == [5 if w else 32 for w in cfg.layer_windows]
+    for b in range(2):
+        np.testing.assert_allclose(cached[b], np_band_reference(model, x[b]), atol=2e-4, rtol=2e-4)
+    np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)  # no-cache forward too
+
+
+def test_window_changes_logits_only_past_w():
+    cfg, windowed = make(window=6, pattern="local")
+    full = dantinox.Transformer(cfg.replace(sliding_window=None), rngs=nnx.Rngs(0))  # same init, same weights
+    x = token_ids(1, 20)
+    a, b = np.asarray(windowed(x)[0]), np.asarray(full(x)[0])
+    np.testing.assert_allclose(a[:, :6], b[:, :6], atol=1e-5)  # the first W positions see the same keys
+    assert np.abs(a[:, 6:] - b[:, 6:]).max(axis=-1).min() > 1e-4  # every later position lost a key
+
+
+def test_ring_slots_hold_the_latest_positions_and_their_keys():
+    cfg, model = make(window=4, pattern="local")
+    x = token_ids(1, 11)
+    _, cache, _ = model(x, use_cache=True, kv_caches=dantinox.init_cache(cfg, 1, 16))
+    ring = cache[0]
+    assert type(ring) is RingCache.of(4) and ring.k.shape[2] == 4
+    held = np.asarray(ring.slot_positions(11))
+    assert held.tolist() == ring_slots_held(4, 11) == [8, 9, 10, 7]  # position p in slot p mod 4
+    assert ring_slots_held(4, 2) == [0, 1, None, None]
+    _, full_cache, _ = dantinox.Transformer(cfg.replace(sliding_window=None), rngs=nnx.Rngs(0))(
+        x, use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(sliding_window=None), 1, 16))
+    np.testing.assert_allclose(ring.k[0, :, :, :], full_cache[0].k[0][:, held], atol=1e-6)
+
+
+def test_greedy_decode_identical_with_and_without_cache():
+    cfg, model = make(window=5, pattern="1:1")
+    prompt = token_ids(2, 7)
+    with_cache = dantinox.generate(model, prompt, max_new_tokens=30, use_cache=True)
+    without = dantinox.generate(model, prompt, max_new_tokens=30, use_cache=False)
+    np.testing.assert_array_equal(with_cache, without)
+
+
+def test_band_mask_in_attend_matches_numpy():
+    rs = np.random.RandomState(1)
+    q, k, v = rs.randn(1, 6, 1, 1, 4), rs.randn(1, 1, 6, 4), rs.randn(1, 1, 6, 4)
+    got = np.asarray(attend(q, k, v, jnp.arange(6), 6, True, window=3))[0, :, 0, 0]
+    for t in range(6):
+        keys = range(max(0, t - 2), t + 1)  # itself and the two before it
+        s = np.array([q[0, t, 0, 0] @ k[0, 0, j] for j in keys]) / 2.0
+        w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        np.testing.assert_allclose(got[t], sum(wi * v[0, 0, j] for wi, j in zip(w, keys, strict=True)), atol=1e-5)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(window_pattern="1:1"), "window_pattern: only used with a sliding_window"),
+    (dict(sliding_window=4, window_pattern="1:2"), "window_pattern: expected 'local' or 'n:1'"),
+    (dict(sliding_window=0), "sliding_window"),
+    (dict(sliding_window=4, attention="mla", kv_latent_dim=8, rope_head_dim=4), "sliding_window: works with attention"),
+    (dict(sliding_window=4, paradigm="diffusion"), "sliding_window: works with paradigm"),
+])
+def test_config_errors_name_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dantinox.ModelConfig.preset("test", **kw)
