@@ -1,8 +1,8 @@
 """What the browser test does in each lab, as data: the slider to move, the button to press, what must follow.
 
 A notebook in labs/ with no entry here gets DEFAULT: its first slider must change a readout the kernel
-writes, and its first quiz question must give feedback. A lab where that is not enough (no slider, or a
-button worth pressing) gets its own entry.
+writes, and its first quiz question (whose "check" is then the button pressed) must give feedback. A lab
+where that does not fit (no slider, no quiz, or a button worth pressing) gets its own entry.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Press:
 class LabSpec:
     slider: str | None = None  # a slider's description; None: the notebook's first slider
     key: str = "ArrowRight"  # the key pressed on the focused slider handle, as a learner would
-    press: Press | None = None  # None: the quiz's first "check" is the button
+    press: Press | None = None  # None: the quiz's "check" is the lab's button
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
     screenshot: str | None = None  # text inside the cell to photograph; None: the slider's (or first plot's) cell
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
@@ -38,6 +38,7 @@ SPECS: dict[str, LabSpec] = {
                         screenshot="decode with KV cache"),
     "mla": LabSpec(slider="latent width C", press=Press(label="numbers from my lab settings")),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
+    "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          press=Press(selector=".widget-play button >> nth=0", timeout_s=20.0)),
 }

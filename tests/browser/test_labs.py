@@ -72,8 +72,10 @@ def _button(scope, label: str):
     return scope.locator("button.widget-button", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$"))
 
 
-def _cell_with(page, inner):
-    return page.locator(".jp-CodeCell", has=inner).last  # .last: the innermost match, not a container
+def _cell_with(page, element):
+    """The notebook cell that holds `element` (a locator resolving to one element)."""
+    index = element.evaluate("e => [...document.querySelectorAll('.jp-CodeCell')].indexOf(e.closest('.jp-CodeCell'))")
+    return page.locator(".jp-CodeCell").nth(index)
 
 
 def _save_screenshot(cell, stem: str, folder: Path) -> Path:
@@ -112,9 +114,9 @@ def _move_slider(page, name: str, spec):
 
 def _answer_quiz(page, name: str) -> None:
     """Pick the first option of the first multiple-choice question and press its check button."""
-    quiz_cell = page.locator(".jp-CodeCell", has=_button(page, "check"))
-    assert quiz_cell.count() > 0, f"{name}: no quiz found"
-    question = quiz_cell.first.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)").first
+    questions = page.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)").filter(visible=True)
+    assert questions.count() > 0, f"{name}: no multiple-choice quiz question on screen"
+    question = questions.first
     question.locator(".widget-radio-box label").first.click()
     _button(question, "check").click()
     _wait_for(lambda: re.search(r"Correct\.|Not quite\.", _kernel_text(question)), 30,
@@ -176,14 +178,14 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
 
         if spec.interactive:
             slider_cell = _move_slider(page, notebook.name, spec)
-            if spec.quiz or spec.press is None:
+            if spec.quiz:
                 _answer_quiz(page, notebook.name)
             if spec.press is not None:
                 _press(page, notebook.name, spec.press)
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 
-        shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True)) if spec.screenshot
+        shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True).first) if spec.screenshot
                 else slider_cell)
         folder = SCREENSHOTS if os.environ.get("DANTINOX_SCREENSHOTS") == "1" else tmp_path
         _save_screenshot(shot, notebook.stem, folder)
