@@ -302,7 +302,7 @@ def diffusion_generate(model: Transformer, prompt_ids: Any, gen_length: int, blo
                         block_size=block_size, cache_mode=cache_mode)
     B, P = prompt.shape
     T, nfe = P + gen_length, int(state.step)
-    step_block = np.asarray(state.step_block[:nfe])
+    step_block = np.asarray(state.step_block)[:nfe]  # slice on the host: no program per NFE
     start = P + step_block * block_size
     refresh = np.r_[True, step_block[1:] != step_block[:-1]]
     computed = {"none": np.full(nfe, T), "prefix": np.where(refresh, T, T - start),
