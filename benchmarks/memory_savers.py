@@ -16,7 +16,8 @@ corpus, so on new text their bits per byte are high; the differences between con
 
 Runs: GQA, MQA and MLA C=64 are runs/tiny-gqa, tiny-mqa, tiny-mla (runs/train_lab_runs.py); MLA C=32 and the
 sliding-window models are runs/train_memory_savers.py. All use runs/tiny's size, recipe and steps (1,500), so
-each architecture is compared after the same training. Quantized caches reuse a run's weights unchanged.
+each architecture is compared after the same training. Quantized caches reuse a run's weights unchanged; the
+"not retrained" rows impose a window on runs/tiny's MHA weights at inference, to show what retraining buys.
 Writes benchmarks/data/memory_savers.json (read by labs/memory-savers.ipynb) and prints a markdown table.
 """
 
@@ -38,21 +39,24 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "memory_savers.json"
 TOKENS = 256  # one held-out row: the tiny preset's max_context
 
-# (label, family, run directory, cache_dtype)
+# (label, family, run directory, config changes applied to the run's weights)
 CONFIGS = [
-    ("MHA fp32", "baseline", "tiny", "float32"),
-    ("MHA bf16", "quantized", "tiny", "bfloat16"),
-    ("MHA int8", "quantized", "tiny", "int8"),
-    ("MHA fp8 e4m3", "quantized", "tiny", "fp8_e4m3"),
-    ("GQA K=2", "heads", "tiny-gqa", "float32"),
-    ("MQA K=1", "heads", "tiny-mqa", "float32"),
-    ("MLA C=64 R=16", "latent", "tiny-mla", "float32"),
-    ("MLA C=32 R=16", "latent", "tiny-mla-c32", "float32"),
-    ("SWA W=64 local", "window", "tiny-swa64-local", "float32"),
-    ("SWA W=64 1:1", "window", "tiny-swa64-1to1", "float32"),
-    ("SWA W=16 local", "window", "tiny-swa16-local", "float32"),
-    ("SWA W=16 1:1", "window", "tiny-swa16-1to1", "float32"),
-    ("GQA K=2 + int8", "combined", "tiny-gqa", "int8"),
+    ("MHA fp32", "baseline", "tiny", {}),
+    ("MHA bf16", "quantized", "tiny", dict(cache_dtype="bfloat16")),
+    ("MHA int8", "quantized", "tiny", dict(cache_dtype="int8")),
+    ("MHA fp8 e4m3", "quantized", "tiny", dict(cache_dtype="fp8_e4m3")),
+    ("GQA K=2", "heads", "tiny-gqa", {}),
+    ("MQA K=1", "heads", "tiny-mqa", {}),
+    ("MLA C=64 R=16", "latent", "tiny-mla", {}),
+    ("MLA C=32 R=16", "latent", "tiny-mla-c32", {}),
+    ("SWA W=64 local", "window", "tiny-swa64-local", {}),
+    ("SWA W=64 1:1", "window", "tiny-swa64-1to1", {}),
+    ("SWA W=16 local", "window", "tiny-swa16-local", {}),
+    ("SWA W=16 1:1", "window", "tiny-swa16-1to1", {}),
+    ("GQA K=2 + int8", "combined", "tiny-gqa", dict(cache_dtype="int8")),
+    # The same windows imposed on the MHA weights at inference only: what skipping the retraining costs.
+    *[(f"SWA W={w} {p}, MHA weights (not retrained)", "window, not retrained", "tiny",
+       dict(sliding_window=w, window_pattern=p)) for w in (64, 16) for p in ("local", "1:1")],
 ]
 
 
@@ -69,18 +73,18 @@ def run(runs_dir: Path = ROOT / "runs") -> dict:
     ids = quality.heldout_chunks(quality.HELDOUT.read_text(encoding="utf-8"), TOKENS)
     float_logits: dict[str, np.ndarray] = {}
     rows, missing = [], []
-    for label, family, run_name, cache_dtype in CONFIGS:
+    for label, family, run_name, changes in CONFIGS:
         if not (runs_dir / run_name / "weights.safetensors").is_file():
             missing.append(dict(label=label, run=f"runs/{run_name}"))
             print(f"skipped {label}: runs/{run_name} is not trained", file=sys.stderr)
             continue
         _, model = dantinox.load_run(runs_dir / run_name)
         if run_name not in float_logits:
-            float_logits[run_name] = quality.cached_logits(quality.with_cache_dtype(model, "float32"), ids)
-        model = quality.with_cache_dtype(model, cache_dtype)
+            float_logits[run_name] = quality.cached_logits(model, ids)  # every shipped run has a float32 cache
+        model = quality.with_changes(model, **changes)
         logits = quality.cached_logits(model, ids)
         own = float_logits[run_name]
-        row = dict(label=label, family=family, run=f"runs/{run_name}", cache_dtype=cache_dtype,
+        row = dict(label=label, family=family, run=f"runs/{run_name}", cache_dtype=model.cfg.cache_dtype,
                    config=model.cfg.to_dict(), **measure_bytes(model.cfg),
                    bits_per_byte=quality.bits_per_byte(logits, ids),
                    agreement_vs_mha=quality.agreement(logits, float_logits["tiny"]),

@@ -72,9 +72,10 @@ def max_logit_error(logits: np.ndarray, reference: np.ndarray) -> float:
     return float(np.max(np.abs(np.asarray(logits, np.float32) - np.asarray(reference, np.float32))))
 
 
-def with_cache_dtype(model: Transformer, cache_dtype: str) -> Transformer:
-    """The same weights with another cache_dtype (e.g. "int8"): a new model object sharing the parameter arrays."""
-    cfg = model.cfg.replace(cache_dtype=cache_dtype)
+def with_changes(model: Transformer, **changes) -> Transformer:
+    """The same weights under a config with `changes` that keep the parameter shapes (cache_dtype="int8",
+    sliding_window=16): a new model object sharing the parameter arrays."""
+    cfg = model.cfg.replace(**changes)
     twin = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     nnx.update(twin, nnx.state(model))
     return twin

@@ -1,0 +1,100 @@
+"""The memory-savers measurements, the quality metrics and the lab widget (headless)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import content
+import dantinox
+from dantinox import quality
+from widgets.memory_savers_lab import MEASUREMENTS, MemorySaversLab, load_measurements, quantize_key, ring_table
+
+DATA = load_measurements()
+
+
+def test_every_family_was_measured():
+    families = {r["family"] for r in DATA["rows"]}
+    assert {"baseline", "quantized", "heads", "latent", "window", "combined"} <= families
+
+
+@pytest.mark.parametrize("row", DATA["rows"], ids=lambda r: r["label"])
+def test_stored_bytes_are_the_arrays_and_the_formula_of_todays_code(row):
+    cfg = dantinox.ModelConfig.from_dict(row["config"])
+    measured = dantinox.tree_nbytes(dantinox.init_cache(cfg, 1, DATA["tokens"]))
+    entry_id, title, variables = quality.formula_for(cfg, 1, DATA["tokens"])
+    assert row["bytes"] == measured == content.evaluate(content.load_entry(entry_id), title, **variables)
+    assert row["bytes_per_token"] == measured / DATA["tokens"]
+
+
+def test_quality_numbers_are_consistent():
+    base = next(r for r in DATA["rows"] if r["family"] == "baseline")
+    assert base["agreement_vs_mha"] == 1.0 and base["max_logit_error"] == 0.0
+    for r in DATA["rows"]:
+        assert math.isclose(r["delta_bits_per_byte"], r["bits_per_byte"] - base["bits_per_byte"], abs_tol=1e-12)
+        assert 0 < r["bits_per_byte"] < 9 and 0 <= r["agreement_vs_mha"] <= 1
+    quantized = [r for r in DATA["rows"] if r["cache_dtype"] in ("int8", "fp8_e4m3")]
+    assert quantized and all(0 < r["max_logit_error"] and r["agreement_vs_own_float"] < 1 for r in quantized)
+
+
+def test_metrics_on_known_logits():
+    ids = np.array([[1, 2, 3]])
+    uniform = np.zeros((1, 3, 259), np.float32)
+    assert math.isclose(quality.bits_per_byte(uniform, ids), math.log2(259), rel_tol=1e-6)
+    sure = np.full((1, 3, 259), -50.0, np.float32)
+    sure[0, 0, 2] = sure[0, 1, 3] = 50.0
+    assert quality.bits_per_byte(sure, ids) < 1e-6
+    assert quality.agreement(sure, sure) == 1.0 and quality.agreement(sure, uniform) == pytest.approx(1 / 3)
+    assert quality.max_logit_error(sure, uniform) == 50.0
+
+
+def test_heldout_chunks_and_errors():
+    rows = quality.heldout_chunks("abcdefghij", 4)
+    assert rows.tolist() == [[97, 98, 99, 100], [101, 102, 103, 104]]
+    with pytest.raises(ValueError, match="text: needs at least 8 bytes"):
+        quality.heldout_chunks("short", 8)
+    text = quality.HELDOUT.read_text(encoding="utf-8")
+    assert quality.heldout_chunks(text, 256).shape[0] == DATA["heldout_rows"]
+
+
+def test_lab_highlights_the_selection_and_shows_its_numbers():
+    lab = MemorySaversLab(selection="MHA int8")
+    assert lab.error == ""
+    for label in ("GQA K=2", "MHA fp8 e4m3"):
+        lab.update(selection=label)
+        row = next(r for r in DATA["rows"] if r["label"] == label)
+        ring = lab.figure.data[-1]  # the red ring marks the learner's selection
+        assert ring.x == (row["bytes_per_token"],) and ring.y == (row["delta_bits_per_byte"],)
+        assert f"{row['bits_per_byte']:.4f}" in lab.readout_html.value
+    assert f"on {DATA['date']}" in lab.figure.layout.title.text
+    lab.update(window=4, written=9)
+    assert "holds positions 5–8" in lab.ring_html.value and "overwrites slot 1" in lab.ring_html.value
+    lab.update(head=1, token=3)
+    q = lab.reading.quant
+    np.testing.assert_allclose(q.key, lab.keys_KTH[1, 3])
+    assert 0 < q.max_error <= q.scale / 2 * (1 + 1e-5)
+    with pytest.raises(ValueError, match="written: expected an integer in"):
+        lab.update(written=500)
+    with pytest.raises(ValueError, match="selection: expected one of"):
+        lab.update(selection="MHA int3")
+
+
+def test_quantize_key_restores_codes_times_scale():
+    q = quantize_key(np.array([0.5, -1.0, 0.25, 0.0], np.float32))
+    assert q.scale == pytest.approx(1 / 127) and q.codes.tolist() == [64.0, -127.0, 32.0, 0.0]
+    np.testing.assert_allclose(q.restored, q.codes * q.scale)
+
+
+def test_ring_table_before_the_buffer_fills():
+    assert "holds positions 0–2" in ring_table(8, 3) and ring_table(8, 3).count("empty") == 5
+
+
+def test_load_measurements_errors_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match="not found; run `python benchmarks/memory_savers.py`"):
+        load_measurements(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"date": "x", "tokens": 256, "rows": [{"label": "a"}]}))
+    with pytest.raises(ValueError, match=r"bad.json: rows\[0\] lacks family"):
+        load_measurements(bad)
+    assert MEASUREMENTS.is_file()

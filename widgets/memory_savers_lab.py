@@ -1,0 +1,211 @@
+"""The memory-savers lab: every cache-shrinking configuration on one bytes-vs-quality chart, a ring buffer, int8.
+
+    lab = MemorySaversLab()                     # reads benchmarks/data/memory_savers.json
+    lab.update(selection="MHA int8")            # highlight one configuration; lab.reading.row holds its numbers
+    lab.update(window=8, written=21)            # which positions a local layer's ring buffer holds
+    lab.update(head=1, token=40)                # one real key vector before and after int8
+
+The frontier points are measured by benchmarks/memory_savers.py (bytes from the cache arrays, quality on
+held-out text) and stored as JSON, so the lab neither retrains nor re-measures. The ring view follows
+dantinox.ring's slot rule (derived); the quantization view quantizes a key from runs/tiny's real cache
+(measured) with dantinox.quant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import jax.numpy as jnp
+import numpy as np
+import plotly.graph_objects as go
+import traitlets
+
+import dantinox
+from dantinox import quality
+from dantinox.quant import dequantize, quantize
+from dantinox.ring import ring_slots_held
+from widgets._controls import Lab
+from widgets._html import badge, esc, readout_table
+
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "memory_savers.json"
+ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
+              "delta_bits_per_byte", "agreement_vs_mha", "agreement_vs_own_float", "max_logit_error")
+COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "latent": "#6a1b9a",
+          "window": "#ef6c00", "window, not retrained": "#ffcc80", "combined": "#c62828"}
+
+
+def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
+    """The benchmark's JSON, checked: a missing file or field is one line naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: not found; run `python benchmarks/memory_savers.py` to measure")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    for key in ("date", "tokens", "rows"):
+        if key not in data:
+            raise ValueError(f"{path}: field '{key}' is missing")
+    for i, row in enumerate(data["rows"]):
+        missing = [f for f in ROW_FIELDS if f not in row]
+        if missing:
+            raise ValueError(f"{path}: rows[{i}] lacks {', '.join(missing)}")
+    return data
+
+
+def frontier_figure(data: dict[str, Any], selected: str | None = None) -> go.Figure:
+    """Cache bytes per token (log x) against the bits-per-byte change vs float MHA; `selected` ringed in red."""
+    fig = go.Figure()
+    for family, color in COLORS.items():
+        rows = [r for r in data["rows"] if r["family"] == family]
+        if rows:
+            fig.add_trace(go.Scatter(
+                x=[r["bytes_per_token"] for r in rows], y=[r["delta_bits_per_byte"] for r in rows],
+                mode="markers+text", text=[r["label"] for r in rows], textposition="top center", name=family,
+                marker=dict(size=11, color=color),
+                hovertemplate="%{text}<br>%{x:,.0f} B/token<br>Δ %{y:+.4f} bits/byte<extra></extra>"))
+    chosen = [r for r in data["rows"] if r["label"] == selected]
+    fig.add_trace(go.Scatter(x=[r["bytes_per_token"] for r in chosen], y=[r["delta_bits_per_byte"] for r in chosen],
+                             mode="markers", name="your selection", hoverinfo="skip",
+                             marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(color="#d50000", width=3))))
+    fig.update_layout(
+        title=f"Cache bytes vs quality (measured by benchmarks/memory_savers.py on {data['date']})",
+        xaxis=dict(title=f"KV cache bytes per token at {data['tokens']} tokens (log)", type="log"),
+        yaxis=dict(title="bits per byte − float MHA's (held-out text; lower is better)"),
+        height=460, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def ring_table(window: int, written: int) -> str:
+    """HTML: the W slots of a local layer after `written` tokens, each with the position it holds (derived)."""
+    held = ring_slots_held(window, written)
+    newest = (written - 1) % window if written else None
+    cells = []
+    for slot, pos in enumerate(held):
+        style = "background:#ffe0b2;font-weight:bold" if slot == newest else "background:#f5f5f5"
+        cells.append(f"<td style='{style};border:1px solid #bbb;padding:4px 8px;text-align:center'>"
+                     f"slot {slot}<br>{'empty' if pos is None else f'pos {pos}'}</td>")
+    sees = f"positions {max(0, written - window)}–{written - 1}" if written else "nothing yet"
+    return (f"<div>After {written} tokens a layer with W = {window} holds {sees} "
+            f"{badge('derived', 'slot = position mod W')}; the next token overwrites slot {written % window}.</div>"
+            f"<table style='border-collapse:collapse'><tr>{''.join(cells)}</tr></table>")
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyQuantization:
+    """One cached key vector [H] before and after quantization, with its scale (measured)."""
+
+    key: np.ndarray
+    codes: np.ndarray
+    scale: float
+    restored: np.ndarray
+
+    @property
+    def max_error(self) -> float:
+        return float(np.abs(self.restored - self.key).max())
+
+
+def quantize_key(key_H: np.ndarray, cache_dtype: str = "int8") -> KeyQuantization:
+    """Quantize one key vector as the cache does (one scale for the head of one token) and restore it."""
+    codes, scale = quantize(jnp.asarray(key_H, jnp.float32)[None, None, None], cache_dtype)
+    restored = dequantize(codes, scale)
+    return KeyQuantization(np.asarray(key_H, np.float32), np.asarray(codes.astype(jnp.float32))[0, 0, 0],
+                           float(scale[0, 0, 0]), np.asarray(restored)[0, 0, 0])
+
+
+def trained_keys(run_dir: str | Path, text: str, layer: int = 0) -> np.ndarray:
+    """Keys [K, T, H] that a trained run's float cache holds for the first row of `text` (after RoPE)."""
+    _, model = dantinox.load_run(run_dir)
+    model = quality.with_changes(model, cache_dtype="float32")
+    ids = quality.heldout_chunks(text, model.cfg.max_context)[:1]
+    _, cache, _ = model(ids, use_cache=True, kv_caches=dantinox.init_cache(model.cfg, 1))
+    return np.asarray(cache[layer].k[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySaversReading:
+    row: dict[str, Any]
+    window: int
+    written: int
+    quant: KeyQuantization
+
+
+class MemorySaversLab(Lab):
+    """The frontier with the learner's selection, a ring-buffer view and an int8 view of a real key."""
+
+    CONTROLS = ("selection", "window", "written", "head", "token")
+    reading = traitlets.Instance(MemorySaversReading, allow_none=True)
+
+    def __init__(self, measurements: str | Path = MEASUREMENTS, run_dir: str | Path | None = None,
+                 selection: str = "MHA int8"):
+        self.data = load_measurements(measurements)
+        run_dir = Path(run_dir) if run_dir else MEASUREMENTS.parent.parent.parent / "runs" / "tiny"
+        self.keys_KTH = trained_keys(run_dir, quality.HELDOUT.read_text(encoding="utf-8"))
+        labels = [r["label"] for r in self.data["rows"]]
+        style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
+        self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
+        self.window = widgets.IntSlider(min=2, max=16, value=8, description="window W", style=style, layout=layout)
+        self.written = widgets.IntSlider(min=0, max=48, value=13, description="tokens decoded", style=style,
+                                         layout=layout)
+        K, T, _ = self.keys_KTH.shape
+        self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
+        self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
+                                       layout=layout)
+        self.figure = go.FigureWidget(frontier_figure(self.data))
+        self.readout_html, self.ring_html, status = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.quant_html = widgets.HTML()
+        self.quant_figure = go.FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
+        super().__init__([self.selection, status, self.figure, self.readout_html,
+                          widgets.HTML("<h4>Ring buffer of a local layer</h4>"), self.window, self.written,
+                          self.ring_html, widgets.HTML("<h4>A key vector before and after int8</h4>"),
+                          self.head, self.token, self.quant_html, self.quant_figure], status)
+        self.observe_controls(self.selection, self.window, self.written, self.head, self.token)
+        if selection not in labels:
+            raise ValueError(f"selection: expected one of {', '.join(labels)}, got {selection!r}")
+        self.update(selection=selection)
+
+    def _read(self) -> MemorySaversReading:
+        row = next(r for r in self.data["rows"] if r["label"] == self.selection.value)
+        quant = quantize_key(self.keys_KTH[self.head.value, self.token.value])
+        return MemorySaversReading(row, self.window.value, self.written.value, quant)
+
+    def _render(self, r: MemorySaversReading) -> None:
+        self.status_html.value = ""
+        row = r.row
+        fresh = frontier_figure(self.data, row["label"])
+        with self.figure.batch_update():
+            self.figure.data[-1].x, self.figure.data[-1].y = fresh.data[-1].x, fresh.data[-1].y
+        ref = f"same weights, float32 cache ({row['run']})"
+        self.readout_html.value = f"<b>{esc(row['label'])}</b> ({esc(row['run'])})" + readout_table([
+            ("cache bytes per token, from the arrays", f"{row['bytes_per_token']:,.1f} B",
+             badge("measured", "init_cache, 256 tokens")),
+            ("the same from the content formula", f"{row['formula_bytes'] / self.data['tokens']:,.1f} B",
+             badge("derived", row.get("formula", "content formula"))),
+            ("bits per byte on held-out text", f"{row['bits_per_byte']:.4f}", badge("measured")),
+            ("change vs float MHA", f"{row['delta_bits_per_byte']:+.4f}", badge("measured")),
+            ("next-token agreement with float MHA", f"{row['agreement_vs_mha']:.2%}", badge("measured")),
+            (f"agreement with the {ref}", f"{row['agreement_vs_own_float']:.2%}", badge("measured")),
+            (f"largest logit error vs the {ref}", f"{row['max_logit_error']:.3f}", badge("measured")),
+        ])
+        self.ring_html.value = ring_table(r.window, r.written)
+        q = r.quant
+        self.quant_html.value = readout_table([
+            ("scale = max |key| / 127 (one per token and head)", f"{q.scale:.5f}",
+             badge("measured", "runs/tiny, layer 0")),
+            ("largest |error| over the head's channels", f"{q.max_error:.5f}", badge("measured")),
+            ("bound: half a step, scale / 2", f"{q.scale / 2:.5f}", badge("derived")),
+        ])
+        channels = list(range(len(q.key)))
+        with self.quant_figure.batch_update():
+            self.quant_figure.data = []
+            self.quant_figure.add_bar(x=channels, y=q.key, name="key (float32)", marker_color="#90a4ae")
+            self.quant_figure.add_scatter(x=channels, y=q.restored, mode="markers", name="int8 code × scale",
+                                          marker=dict(color="#1565c0", size=7))
+            self.quant_figure.add_bar(x=channels, y=q.restored - q.key, name="error", marker_color="#c62828")
+            self.quant_figure.layout.title = (f"key of head {self.head.value} at position {self.token.value} "
+                                              f"(measured from runs/tiny's cache)")
+            self.quant_figure.layout.xaxis.title = "channel"
