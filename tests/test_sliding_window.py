@@ -8,6 +8,7 @@ from invariants import token_ids
 
 import content
 import dantinox
+from dantinox import quality
 from dantinox.model import attend
 from dantinox.ring import RingCache, ring_slots_held
 
@@ -147,3 +148,11 @@ def test_band_mask_in_attend_matches_numpy():
 def test_config_errors_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
         dantinox.ModelConfig.preset("test", **kw)
+
+
+def test_trained_window_run_decodes_identically_with_and_without_cache():
+    """runs/tiny-swa16-local (trained with W = 16 in every layer): 80 greedy tokens, far past W, both ways."""
+    gen = dantinox.Generator(quality.HELDOUT.parent.parent.parent / "runs" / "tiny-swa16-local")
+    assert gen.cfg.layer_windows == (16,) * 4
+    prompt = "The KV cache of a sliding-window layer"
+    assert gen.generate(prompt, max_new_tokens=80) == gen.generate(prompt, max_new_tokens=80, use_cache=False)
