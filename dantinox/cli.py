@@ -47,7 +47,9 @@ def _train(args: argparse.Namespace) -> int:
     else:
         text = Path(args.corpus).read_text(encoding="utf-8")
     train(args.run_dir, corpus=text, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
-          seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len)
+          seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
+          **({} if args.sliding_window is None else dict(sliding_window=args.sliding_window,
+                                                          window_pattern=args.window_pattern)))
     print(f"wrote {args.run_dir}")
     return 0
 
@@ -129,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch_size", type=int, default=16)
     t.add_argument("--seq_len", type=int, default=128)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: none)")
+    t.add_argument("--window_pattern", default="local", help="'local' or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
     t.set_defaults(func=_train)
 
     g = sub.add_parser("generate", help="continue a prompt with a trained run directory")

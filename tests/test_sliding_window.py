@@ -156,3 +156,18 @@ def test_trained_window_run_decodes_identically_with_and_without_cache():
     assert gen.cfg.layer_windows == (16,) * 4
     prompt = "The KV cache of a sliding-window layer"
     assert gen.generate(prompt, max_new_tokens=80) == gen.generate(prompt, max_new_tokens=80, use_cache=False)
+
+
+def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
+    from dantinox.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a sliding window keeps the last W keys. " * 20)
+    run = tmp_path / "run"
+    assert main(["train", "--run_dir", str(run), "--steps", "3", "--seq_len", "32", "--corpus", str(corpus),
+                 "--sliding_window", "8", "--window_pattern", "1:1"]) == 0
+    assert dantinox.load_run(run)[0].layer_windows == (8, None, 8, None)
+    assert main(["train", "--run_dir", str(tmp_path / "bad"), "--steps", "1", "--corpus", str(corpus),
+                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "dantinox train: error: window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), got '3:2'")
