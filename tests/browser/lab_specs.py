@@ -18,13 +18,14 @@ class Press:
     selector: str = ""  # when the button has no text (the Play widget's icons)
     expect: str = "changes"  # a regex the cell's kernel-written text must match afterwards, or "changes"
     timeout_s: float = 120.0  # decoding compiles first; the rest answers in well under a second
+    # A button the kernel disables while it works (decode) is waited for until it is enabled again.
 
 
 @dataclasses.dataclass(frozen=True)
 class LabSpec:
     slider: str | None = None  # a slider's description; None: the notebook's first slider
     key: str = "ArrowRight"  # the key pressed on the focused slider handle, as a learner would
-    press: Press | None = None  # None: the quiz's "check" is the lab's button
+    presses: tuple[Press, ...] = ()  # in order; none: the quiz's "check" is the lab's button
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
     screenshot: str | None = None  # text inside the cell to photograph; None: the slider's (or first plot's) cell
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
@@ -34,13 +35,14 @@ DEFAULT = LabSpec()
 
 SPECS: dict[str, LabSpec] = {
     "kv-cache": LabSpec(slider="tokens T",
-                        press=Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),
+                        presses=(Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),
+                                 Press(label="decode without cache", expect=r"ms without the cache and")),
                         screenshot="decode with KV cache"),
-    "mla": LabSpec(slider="latent width C", press=Press(label="numbers from my lab settings")),
+    "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),)),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
     "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
-                         press=Press(selector=".widget-play button >> nth=0", timeout_s=20.0)),
+                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
 }
 
 

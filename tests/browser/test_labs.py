@@ -135,6 +135,7 @@ def _press(page, name: str, press) -> None:
     else:
         _wait_for(lambda: re.search(press.expect, _kernel_text(cell), re.S), press.timeout_s,
                   f"{name}: after {what}, no text matching {press.expect!r}; shown:\n{_kernel_text(cell)[:1500]}")
+    _wait_for(button.is_enabled, press.timeout_s, f"{name}: {what} stayed disabled (its work never ended)")
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -151,6 +152,7 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
         page.goto(f"{jupyter.url}/lab/workspaces/{workspace}/tree/{notebook.name}?reset&token={jupyter.token}")
         page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for()
         _accept_dialogs(page, 3)
+        page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # fold the file browser away
         page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
         _menu(page, "Edit", "Clear Outputs of All Cells")  # saved outputs would look like a finished run
         _menu(page, "Run", "Run All Cells")
@@ -180,8 +182,8 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
             slider_cell = _move_slider(page, notebook.name, spec)
             if spec.quiz:
                 _answer_quiz(page, notebook.name)
-            if spec.press is not None:
-                _press(page, notebook.name, spec.press)
+            for press in spec.presses:
+                _press(page, notebook.name, press)
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 
