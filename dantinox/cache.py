@@ -114,8 +114,11 @@ def resize_cache(cache: KVCache, length: int, at_end: bool = False) -> KVCache:
         widths[axis] = (length - old, 0) if at_end else (0, length - old)
         return jnp.pad(a, widths)
 
-    return tuple(_map_slots(layer, lambda a, axis, n=min(length, getattr(layer, "WINDOW", length)): fit(a, axis, n))
-                 for layer in cache)
+    def fit_layer(layer: Any) -> Any:
+        n = min(length, getattr(layer, "WINDOW", length))  # a ring buffer keeps at most W slots
+        return _map_slots(layer, lambda a, axis: fit(a, axis, n))
+
+    return tuple(fit_layer(layer) for layer in cache)
 
 
 def grow_cache(cache: KVCache, length: int) -> KVCache:

@@ -176,7 +176,7 @@ class ModelConfig:
 
     @property
     def cache_itemsize(self) -> int:
-        """Bytes per cached element; a quantized cache also stores scales, counted by dantinox.quant.quant_cache_bytes."""
+        """Bytes per cached element (per code for a quantized cache, which also stores float32 scales)."""
         return jnp.dtype(self.cache_jnp_dtype).itemsize
 
     @property
