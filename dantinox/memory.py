@@ -7,11 +7,13 @@ import os
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 from flax import nnx
 
 from dantinox.cache import cache_shapes, init_cache, tree_nbytes
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.quant import SCALE_BYTES
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,20 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
 
 
 def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
-    """The formula: L · 2 · B · T · K · H · bytes (MLA: L · B · T · (C + R) · bytes).
+    """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
+    slots = T, or min(T, W) for a sliding-window layer's ring buffer; elements per token = 2 · K · H, or
+    C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V.
     `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
     """
     tokens = cfg.max_context if tokens is None else tokens
     for name, value in (("batch_size", batch_size), ("tokens", tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
             raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
-    return cfg.n_layers * batch_size * tokens * cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize
+    scales = 2 * cfg.n_kv_heads * SCALE_BYTES if cfg.quantized_cache else 0
+    per_slot = cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize + scales
+    slots = sum(tokens if window is None else min(tokens, window) for window in cfg.layer_windows)
+    return int(batch_size) * slots * per_slot
 
 
 # Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the code's.

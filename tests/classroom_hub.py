@@ -7,6 +7,7 @@ The classroom service is registered as an external service so a test can kill -9
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import secrets
@@ -239,4 +240,6 @@ def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None,
         client.close()
         return results
 
-    return asyncio.run(main())
+    # a fresh loop in a worker thread: another suite's fixture (Playwright's sync API) may own this thread's loop
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()

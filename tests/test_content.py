@@ -255,6 +255,9 @@ INDEPENDENT = {
     "Requests in flight": lambda v: v["X"] * v["R"],
     "Sliding-window cache size": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"]) * v["H_kv"] * v["d_h"]
     * v["bytes"],
+    "Hybrid sliding-window cache size": lambda v: sum(  # layer by layer: global layers first, then window layers
+        2 * v["B"] * (v["T"] if layer < v["L_g"] else min(v["T"], v["W"])) * v["H_kv"] * v["d_h"] * v["bytes"]
+        for layer in range(int(v["L_g"] + v["L_l"]))),
     "Theoretical attention span": lambda v: v["L"] * v["W"],
     "Cache reduction from the window": lambda v: v["T"] / min(v["T"], v["W"]),
     "Hybrid cache relative to full attention": lambda v: (v["L_g"] * v["T"] + v["L_l"] * min(v["T"], v["W"]))

@@ -196,6 +196,18 @@ def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
     assert layer.k.dtype == jnp.dtype(cache_dtype)
 
 
+@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_dtype="fp8_e4m3", attention="gqa", kv_heads=2),
+                                    dict(sliding_window=8), dict(sliding_window=8, window_pattern="1:1"),
+                                    dict(sliding_window=5, window_pattern="3:1", attention="mqa"),
+                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8)],
+                         ids=["int8", "fp8-gqa", "window-local", "window-1:1", "window-3:1-mqa", "mla"])
+def test_every_layout_allocates_what_kv_cache_bytes_says(layout):
+    cfg = dantinox.ModelConfig.preset("test", **layout)
+    for batch, length in ((1, 3), (2, 8), (3, 17)):  # below, at and past the window
+        assert dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length)) == \
+            dantinox.kv_cache_bytes(cfg, batch, length), (batch, length)
+
+
 @pytest.mark.parametrize("kv_heads", [1, 2, 4, 8])
 def test_reference_formula_by_hand(kv_heads):
     cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=kv_heads, cache_dtype="bfloat16")
