@@ -86,3 +86,13 @@ def test_compilation_cache_defaults_to_home(monkeypatch):
 
     monkeypatch.delenv("DANTINOX_JAX_CACHE_DIR", raising=False)
     assert compilation_cache_dir() == Path.home() / ".cache" / "jax_xla" / "dantinox"
+
+
+def test_no_script_folder_shadows_a_project_package():
+    # a script run as `python benchmarks/x.py` puts its folder first on sys.path: benchmarks/classroom.py once
+    # hid the classroom package from every benchmark
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert {"content", "dantinox", "widgets", "classroom"} <= packages
+    for folder in ("benchmarks", "runs", "labs", "tests"):
+        clashes = sorted(p.name for p in (ROOT / folder).glob("*.py") if p.stem in packages)
+        assert not clashes, f"{folder}/ holds {clashes}, which shadow the project's packages"
