@@ -83,7 +83,15 @@ def test(extra: list[str]) -> None:
     # One pytest run covers the unit tests and every lab notebook (nbval), so CI reads one summary line.
     nb_args = ["--nbval", "--nbval-sanitize-with", "labs/sanitize.cfg", "--nbval-current-env"]
     _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
-          *nb_args, "-p", "no:cacheprovider", *extra], env=env)
+          *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
+
+
+def _workers() -> list[str]:
+    """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
+
+    Much of the suite waits on kernels, browsers and servers, so even two cores run two files at once to profit.
+    """
+    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile"]
 
 
 def main() -> None:

@@ -30,7 +30,11 @@ def check_ids(vocab_size: int, ids: Any, name: str = "ids") -> jax.Array:
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= vocab_size:
             raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got values in [{lo}, {hi}]")
-    return jnp.asarray(arr, jnp.int32)
+    if isinstance(arr, jax.core.Tracer):
+        return arr.astype(jnp.int32)
+    # a host copy first: the transfer and the computations after it are dispatched asynchronously, and must
+    # not see ids the caller changes after the call returns
+    return jnp.asarray(np.array(arr, np.int32, copy=True))
 
 
 def concrete_index(cache_index: Any) -> int:

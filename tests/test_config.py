@@ -76,3 +76,12 @@ def test_run_directories_written_before_this_config_still_load(tmp_path):
 def test_config_errors_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
         dantinox.ModelConfig.preset("test", **kw)
+
+
+def test_ids_are_copied_so_later_changes_by_the_caller_cannot_reach_a_dispatched_computation():
+    from dantinox.checks import check_ids
+
+    ids = np.arange(12, dtype=np.int32).reshape(2, 6)
+    checked = check_ids(259, ids)
+    ids[:] = 0  # the caller reuses its buffer, as a decoding loop does
+    np.testing.assert_array_equal(np.asarray(checked), np.arange(12).reshape(2, 6))
