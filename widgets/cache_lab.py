@@ -36,6 +36,16 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+def fit_kv_heads(control: widgets.Dropdown, attention: str, n_heads: int) -> None:
+    """Offer only the KV-head counts a variant allows: N for MHA, 1 for MQA, the other divisors of N for GQA."""
+    options = {"mha": [n_heads], "mqa": [1]}.get(attention) or \
+        [k for k in divisors(n_heads) if 1 < k < n_heads] or divisors(n_heads)
+    current = control.value
+    control.options = options
+    control.value = current if current in options else options[0]
+    control.disabled = len(options) == 1
+
+
 def measured_how(source: str) -> str:
     """The measured badge's detail: real arrays, or their shapes above the budget."""
     return ("tree_nbytes of the allocated arrays (then freed)" if source == "arrays" else
@@ -107,18 +117,7 @@ class CacheLab(Lab):
         self._fit_kv_heads()
 
     def _fit_kv_heads(self) -> None:
-        """Offer only head counts the variant allows: N for MHA, 1 for MQA, the other divisors of N for GQA."""
-        n = self._n_heads
-        if self.attention.value == "mha":
-            options = [n]
-        elif self.attention.value == "mqa":
-            options = [1]
-        else:
-            options = [k for k in divisors(n) if 1 < k < n] or divisors(n)
-        current = self.kv_heads.value
-        self.kv_heads.options = options
-        self.kv_heads.value = current if current in options else options[0]
-        self.kv_heads.disabled = len(options) == 1
+        fit_kv_heads(self.kv_heads, self.attention.value, self._n_heads)
 
     def _on_preset(self, _change) -> None:
         with self.batched():

@@ -24,7 +24,7 @@ from dantinox import roofline
 from dantinox.config import DTYPES
 from widgets._controls import Lab, describe
 from widgets._html import badge, error_box, esc, note_box
-from widgets.cache_lab import divisors
+from widgets.cache_lab import fit_kv_heads
 from widgets.roofline_reading import RooflineReading, Sweep, read_decode, read_prefill, roofline_reading
 
 BATCH_GRID = np.unique(np.round(2 ** np.linspace(0, 8, 41)).astype(int)).tolist()  # 1 … 256
@@ -81,13 +81,7 @@ class RooflineLab(Lab):
 
     # Controls -----------------------------------------------------------------------------------
     def _fit_kv_heads(self) -> None:
-        n = self.base.n_heads
-        options = {"mha": [n], "mqa": [1]}.get(self.attention.value) or \
-            [k for k in divisors(n) if 1 < k < n] or divisors(n)
-        current = self.kv_heads.value
-        self.kv_heads.options = options
-        self.kv_heads.value = current if current in options else options[0]
-        self.kv_heads.disabled = len(options) == 1
+        fit_kv_heads(self.kv_heads, self.attention.value, self.base.n_heads)
 
     def _on_attention(self, _change) -> None:
         with self.batched():
