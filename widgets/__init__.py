@@ -17,6 +17,7 @@ from widgets.diffusion_lab import DiffusionLab
 from widgets.formula_explorer import ExplorerReading, FormulaExplorer, read_formula
 from widgets.generate import DecodeRun, GeneratePanel
 from widgets.memory_savers_lab import MemorySaversLab, load_measurements
+from widgets.mesh_lab import MeshLab, read_mesh
 from widgets.mla_lab import MlaLab, decode_path_agreement
 from widgets.plot import CachePlot, attention_variants
 from widgets.quiz import Quiz, summarise
@@ -28,4 +29,5 @@ __all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExp
            "CacheReading", "CacheSize", "ConceptCard", "DecodeRun", "DiffusionLab",
            "GeneratePanel", "MlaLab", "MlaReading", "Quiz", "attention_variants", "decode_path_agreement",
            "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise",
-           "ServingLab", "ServingReading", "block_table_html", "read_serving", "MemorySaversLab", "load_measurements"]
+           "ServingLab", "ServingReading", "block_table_html", "read_serving", "MemorySaversLab", "load_measurements",
+           "MeshLab", "read_mesh"]
