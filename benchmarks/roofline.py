@@ -90,9 +90,11 @@ def main() -> None:
         lines += table(prefill, "prompt tokens")
     load = (load_before, os.getloadavg()[0])
     result["machine"]["load_average_1min"] = load
+    busy = max(load) > (os.cpu_count() or 1)  # the run itself keeps about the core count busy
+    verdict = ("above the core count: other work shared the CPU and the times are upper bounds" if busy else
+               "not above the core count: the run had the CPU to itself")
     lines.insert(1, f"\nLoad average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end, on "
-                    f"{os.cpu_count()} cores: above the core count, other work shared the CPU and the times are "
-                    "upper bounds.")
+                    f"{os.cpu_count()} cores: {verdict}.")
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(exist_ok=True)
