@@ -52,7 +52,9 @@ def train(run_dir: str | Path, *, corpus: str, preset: str = "tiny", steps: int 
         loss_fn, window = causal_lm_loss, seq_len + 1
 
     model = Transformer(cfg, rngs=nnx.Rngs(seed))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10 + 1), steps,
+    warmup = min(100, steps // 10 + 1)
+    # optax needs a decay phase after the warmup: a run of one step decays over one step it never takes
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, max(steps, warmup + 1),
                                                   learning_rate / 10)
     optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, 0.01)),
                               wrt=nnx.Param)
