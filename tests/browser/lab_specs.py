@@ -43,6 +43,12 @@ SPECS: dict[str, LabSpec] = {
     "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
+    # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
+    "concepts": LabSpec(slider="T [tokens]",
+                        presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),)),
+    "memory-savers": LabSpec(slider="tokens decoded"),  # the ring-buffer view: which slots a local layer holds
+    "roofline": LabSpec(slider="batch B", presses=(Press(label="time this model here", timeout_s=240.0),)),
+    "serving": LabSpec(slider="block size (tokens)"),  # re-serves the trace: waste bar and block tables follow
 }
 
 
