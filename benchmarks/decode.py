@@ -6,26 +6,39 @@
 Prints a markdown table and writes benchmarks/results/decode.json. The peer runs in its own virtual
 environment (benchmarks/.peer-venv, created on first use with torch==2.13.0 and transformers) so the
 project's environment never holds torch.
+
+"% of roofline" is the roofline time of the whole generate() call, the prefill plus every decode step
+at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
+bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
+the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
+the one-token attention arrangement (dantinox/model.py, _attend_one_token) against the general one, and
+the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from common import best_of
 from flax import nnx
 
 import dantinox
-from dantinox.generate import _prefill_jit, _step, window_for
+import dantinox.model
+from dantinox.cache import init_cache
+from dantinox.generate import VECTOR_512, _prefill_jit, _step, window_for
+from dantinox.roofline import _decode_loop, decode_cost, measure_machine, prefill_cost
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -52,6 +65,88 @@ def decode_grid(repeats: int) -> dict[str, float]:
             p = prompt(batch)
             seconds = best_of(lambda: dantinox.generate(model, p, NEW), repeats)  # noqa: B023
             out[f"{variant}/{batch}"] = batch * NEW / seconds
+    return out
+
+
+def roofline_seconds(variant: str, batch: int, machine) -> float:
+    """The roofline of one generate() call of the grid: the prefill, then each step over the slots it has filled."""
+    cfg = model_for(variant).cfg
+    steps = sum(decode_cost(cfg, batch, index + 1).time(machine) for index in range(PROMPT, PROMPT + NEW))
+    return prefill_cost(cfg, batch, PROMPT).time(machine) + steps
+
+
+def _general_arrangement(q_BKGH, k_BKSH, v_BKSH, mask_S, scale):
+    """attend's general arrangement (queries as [B, T, K, G, H]) for one token."""
+    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BKGH[:, None], k_BKSH) * scale
+    probs = jax.nn.softmax(jnp.where(mask_S, scores, dantinox.model.NEG_INF), axis=-1)
+    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)[:, 0]
+
+
+def _forced_attend(arrangement: str):
+    """dantinox.model.attend for the reference model's decode steps, with one arrangement whatever G is."""
+    one_token = dantinox.model._attend_one_token if arrangement == "one-token" else _general_arrangement
+
+    def attend(q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len, causal, scale=None, window=None, k_pos_S=None):
+        assert q_BTKGH.shape[1] == 1 and window is None and k_pos_S is None  # decode steps of the reference model
+        slots_S = jnp.arange(k_BKSH.shape[2])
+        mask_S = (slots_S < kv_len) & (slots_S <= q_pos_T[0]) if causal else slots_S < kv_len
+        return one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH.astype(jnp.float32),
+                         v_BKSH.astype(jnp.float32), mask_S, q_BTKGH.shape[-1] ** -0.5)[:, None]
+
+    return attend
+
+
+@contextlib.contextmanager
+def _arrangement(name: str | None):
+    """Trace the model's attention with arrangement `name` ("one-token" or "general"; None: as dantinox chooses)."""
+    keep = dantinox.model.attend
+    if name is not None:
+        dantinox.model.attend = _forced_attend(name)
+    try:
+        yield
+    finally:
+        dantinox.model.attend = keep
+
+
+def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int = 7) -> dict[str, float]:
+    """Milliseconds per decode step for each side {name: (arrangement, XLA options)}, timed interleaved.
+
+    Each side is its own compiled loop (traced under its arrangement); a step is (t(24) - t(4)) / 20
+    steps of that loop, each length the best of `rounds`, the sides taking turns round by round.
+    """
+    model = model_for(variant)
+    graphdef, params = nnx.split(model)
+    caches, tokens = init_cache(model.cfg, batch, context), jnp.zeros((batch,), jnp.int32)
+    index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
+    loops = {}
+    for name, (arrangement, options) in sides.items():
+        # a fresh function per side: jax caches traces by function, and each side must be traced on its own
+        loops[name] = jax.jit(lambda *a: _decode_loop(*a), static_argnums=0, compiler_options=options)  # noqa: PLW0108
+        with _arrangement(arrangement):  # traced (and compiled) here, under this arrangement
+            jax.block_until_ready(loops[name](graphdef, params, tokens, caches, jnp.int32(4), index))
+    best = {(name, n): float("inf") for name in sides for n in (4, 24)}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            for n in (4, 24):
+                start = time.perf_counter()
+                jax.block_until_ready(loop(graphdef, params, tokens, caches, jnp.int32(n), index))
+                best[name, n] = min(best[name, n], time.perf_counter() - start)
+    return {name: 1e3 * (best[name, 24] - best[name, 4]) / 20 for name in sides}
+
+
+def ab_tables() -> dict:
+    """The two A/B tables: attention arrangement (GQA and MHA) and the batch-1 XLA option (MHA)."""
+    out = {"arrangement": {}, "vector_512": {}}
+    for variant in VARIANTS:
+        for batch in BATCHES:
+            for context in (128, 384):
+                opts = VECTOR_512 if batch == 1 else None  # as generate compiles it
+                out["arrangement"][f"{variant}/{batch}/{context}"] = ab_step_ms(
+                    variant, batch, context, {"one-token": ("one-token", opts), "general": ("general", opts)})
+    for batch in BATCHES:
+        for context in (128, 384):
+            out["vector_512"][f"MHA/{batch}/{context}"] = ab_step_ms(
+                "MHA", batch, context, {"512-bit": (None, VECTOR_512), "default": (None, None)})
     return out
 
 
@@ -149,24 +244,50 @@ def main() -> None:
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
 
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()}}
+    machine = measure_machine()
+    result["machine"].update(bandwidth_B_s=machine.bandwidth, matmul_flop_s=machine.peak_flops)
     result["decode_tok_s"] = decode_grid(args.repeats)
+    result["roofline_s"] = {key: roofline_seconds(key.split("/")[0], int(key.split("/")[1]), machine)
+                            for key in result["decode_tok_s"]}
     if args.peer:
         result["peer_tok_s"] = peer_grid(args.repeats)
+    result["ab_step_ms"] = ab_tables()
     result["cache_vs_no_cache"] = cached_vs_uncached(args.uncached_new)
     result["step_ms"] = {str(mc): step_times((64, 1024), mc) for mc in (1088, 4096)}
     result["compile"] = compile_times()
 
     lines = [f"Reference model (12 layers, d_model 256, 8 heads, head 32, f32), prompt {PROMPT}, {NEW} new tokens, "
-             f"{os.cpu_count()} CPU cores, best of {args.repeats}:", "",
-             "| variant | batch | dantinox tok/s |" + (" HF Llama tok/s | ratio |" if args.peer else ""),
-             "|---|---|---|" + ("---|---|" if args.peer else "")]
+             f"{os.cpu_count()} CPU cores, best of {args.repeats}; this machine measured in the same run at "
+             f"{machine.bandwidth / 1e9:.1f} GB/s streaming read and {machine.peak_flops / 1e9:.0f} GFLOP/s f32 "
+             f"matmul:", "",
+             "| variant | batch | dantinox tok/s | % of roofline |"
+             + (" HF Llama tok/s | ratio |" if args.peer else ""),
+             "|---|---|---|---|" + ("---|---|" if args.peer else "")]
     for key, ours in result["decode_tok_s"].items():
         variant, batch = key.split("/")
-        row = f"| {variant} | {batch} | {ours:,.0f} |"
+        share = result["roofline_s"][key] / (int(batch) * NEW / ours)
+        row = f"| {variant} | {batch} | {ours:,.0f} | {share:.0%} |"
         if args.peer:
             theirs = result["peer_tok_s"][key]
             row += f" {theirs:,.0f} | {ours / theirs:.2f}× |"
         lines.append(row)
+    lines += ["", "Attention arrangement for one new token, ms per decode step (interleaved A/B):", "",
+              "| variant | batch | cache slots | one-token | general | general / one-token | dantinox uses |",
+              "|---|---|---|---|---|---|---|"]
+    for key, t in result["ab_step_ms"]["arrangement"].items():
+        variant, batch, context = key.split("/")
+        grouped = model_for(variant).cfg.groups > 1 and int(batch) > 1  # model.attend: T = 1, G > 1 and B > 1
+        used = "one-token" if grouped else "general"
+        lines.append(f"| {variant} | {batch} | {context} | {t['one-token']:.2f} | {t['general']:.2f} | "
+                     f"{t['general'] / t['one-token']:.2f}× | {used} |")
+    lines += ["", "XLA option `xla_cpu_prefer_vector_width=512`, MHA, ms per decode step (interleaved A/B; "
+              "generate uses it at batch 1 only):", "",
+              "| batch | cache slots | 512-bit | default | default / 512-bit |",
+              "|---|---|---|---|---|"]
+    for key, t in result["ab_step_ms"]["vector_512"].items():
+        _, batch, context = key.split("/")
+        lines.append(f"| {batch} | {context} | {t['512-bit']:.2f} | {t['default']:.2f} | "
+                     f"{t['default'] / t['512-bit']:.2f}× |")
     cv = result["cache_vs_no_cache"]
     lines += ["", f"KV cache vs recompute, MHA batch 1, {cv['new_tokens']} new tokens: {cv['cached_tok_s']:,.0f} vs "
               f"{cv['uncached_tok_s']:,.1f} tok/s = **{cv['speedup']:.1f}×**", "",

@@ -9,6 +9,7 @@ length while every program has static shapes and no branches.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -106,7 +107,8 @@ def _step(graphdef, params, state: DecodeState, temperature, top_k: int | None, 
     """
     model = nnx.merge(graphdef, params)
     rng, key = jax.random.split(state.rng)
-    token_B = sample(state.logits, key, temperature, top_k)
+    with jax.named_scope("sample"):
+        token_B = sample(state.logits, key, temperature, top_k)
     tokens = jax.lax.dynamic_update_slice(state.tokens, token_B[:, None], (0, state.index))
     if use_cache:
         logits_B1V, caches = model.forward(token_B[:, None], state.caches, state.index)
@@ -126,10 +128,29 @@ def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_
 _STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "window"))
 _prefill_jit = jax.jit(_prefill, static_argnums=(0,), static_argnames=("use_cache", "cache_length"))
 _grow_jit = jax.jit(grow_cache, static_argnums=(1,))
-# One program per (batch, window), reused for any prompt, length and stop. generate donates the state,
-# so the cache is updated in place; stream does not, since it hands each chunk's cache to the caller.
-_decode_segment = jax.jit(_decode, donate_argnums=(2,), **_STATIC)
-_decode_chunk = jax.jit(_decode, **_STATIC)
+
+# XLA:CPU runs a batch-1 step's matrix-vector products ~20 % faster when it may use 512-bit vectors;
+# from batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
+# (benchmarks/decode.py, the A/B in its docstring). Other backends ignore CPU options, so none are set.
+VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
+
+
+def compiler_options(batch: int) -> dict[str, str] | None:
+    """The XLA options dantinox compiles a decode program for `batch` sequences with (None: the defaults)."""
+    return VECTOR_512 if batch == 1 and jax.default_backend() == "cpu" else None
+
+
+@functools.cache
+def _decode_jit(donate: bool, vector_512: bool):
+    return jax.jit(_decode, donate_argnums=(2,) if donate else (), compiler_options=VECTOR_512 if vector_512 else None,
+                   **_STATIC)
+
+
+def decode_program(batch: int, donate: bool):
+    """The compiled decode loop for `batch` sequences: one program per (batch, window), reused for any prompt,
+    length and stop. generate donates the state, so the cache is updated in place; stream does not, since
+    it hands each chunk's cache to the caller."""
+    return _decode_jit(donate, compiler_options(batch) is not None)
 
 
 def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temperature: Any,
@@ -201,7 +222,8 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
 
         return paged_generate(model, prompt, end, temperature, top_k, seed, block_size)
     graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
-    state = _advance(_decode_segment, graphdef, params, state, prompt.shape[1], end, temp, top_k, use_cache)
+    decode = decode_program(prompt.shape[0], donate=True)
+    state = _advance(decode, graphdef, params, state, prompt.shape[1], end, temp, top_k, use_cache)
     return state.tokens[:, :end]
 
 
@@ -241,11 +263,11 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     if _compile_counter is None:
         _compile_counter = _CompileCounter()
     graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
-    index = prompt.shape[1]
+    index, decode = prompt.shape[1], decode_program(prompt.shape[0], donate=False)
     while index < end:
         stop = min(index + chunk, end)
         compiles, start = _compile_counter.here(), time.perf_counter()
-        state = jax.block_until_ready(_advance(_decode_chunk, graphdef, params, state, index, stop, temp, top_k,
+        state = jax.block_until_ready(_advance(decode, graphdef, params, state, index, stop, temp, top_k,
                                                use_cache))
         seconds = time.perf_counter() - start
         yield StreamEvent(np.asarray(state.tokens[:, index:stop]), state.caches, stop, seconds,

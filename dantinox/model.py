@@ -33,6 +33,7 @@ class RMSNorm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((dim,), dtype))
         self.eps = eps
 
+    @jax.named_scope("norm")
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)  # normalise in f32 whatever the activation dtype
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
@@ -61,17 +62,34 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     (negative: an empty slot); by default slot s holds position s.
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
-    scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32),
-                              k_BKSH.astype(jnp.float32)) * scale
+    B, T, _, G, _ = q_BTKGH.shape
     k_pos_S = jnp.arange(k_BKSH.shape[2]) if k_pos_S is None else k_pos_S
     mask_TS = ((k_pos_S >= 0) & (k_pos_S < kv_len))[None, :]  # slots past the filled length hold no token
     if causal:
         mask_TS = mask_TS & (k_pos_S[None, :] <= q_pos_T[:, None])
     if window is not None:  # the band: the current token and the W - 1 before it
         mask_TS = mask_TS & (q_pos_T[:, None] - k_pos_S[None, :] < window)
+    k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
+    if T == 1 and G > 1 and B > 1:  # a batch decoding with grouped heads: see _attend_one_token
+        return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_TS[0], scale)[:, None]
+    scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
     scores_BKGTS = jnp.where(mask_TS, scores_BKGTS, NEG_INF)  # mask before the softmax
     probs = jax.nn.softmax(scores_BKGTS, axis=-1)
-    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH.astype(jnp.float32))
+    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
+
+
+def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_S: jax.Array,
+                      scale: float) -> jax.Array:
+    """One new token per sequence: the G query heads of each KV head are the rows of one small matmul.
+
+    The same numbers as the general path, arranged so that XLA:CPU runs both products as library
+    matmuls over [G, S] blocks; the general arrangement copies the probabilities into a transposed
+    layout per layer. Measured (`benchmarks/decode.py`, "attention arrangement" rows): GQA decode steps
+    at batch 8 are faster this way; at batch 1 and with G = 1 (MHA) the general path is, so they keep it.
+    """
+    scores_BKGS = jnp.einsum("BKGH,BKSH->BKGS", q_BKGH, k_BKSH) * scale
+    probs_BKGS = jax.nn.softmax(jnp.where(mask_S, scores_BKGS, NEG_INF), axis=-1)
+    return jnp.einsum("BKSH,BKGS->BKHG", v_BKSH, probs_BKGS).transpose(0, 1, 3, 2)  # [B, K, G, H]
 
 
 class Attention(nnx.Module):
@@ -93,25 +111,32 @@ class Attention(nnx.Module):
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         K, G, H = cfg.n_kv_heads, cfg.groups, cfg.head_size
-        q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-        q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_T, cfg.rope_base)
-        k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
-        v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
+        with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
+            q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
+            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_T, cfg.rope_base)
+            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
+            v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         if cache is None:
-            out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal, window=self.window)
+            with jax.named_scope("attend"):
+                out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal, window=self.window)
         elif self.window is None:
-            cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
-            out_BTKGH = attend(q_BTKGH, *cache.read(), pos_T, kv_len, cfg.causal)
+            with jax.named_scope("cache_write"):
+                cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
+            with jax.named_scope("attend"):
+                out_BTKGH = attend(q_BTKGH, *cache.read(), pos_T, kv_len, cfg.causal)
         else:  # ring buffer: attend over what it held before this write plus the T new keys, then write
-            k_old, v_old = cache.read()
-            keep = k_old.dtype  # round the new keys as the cache stores them
-            k_BKSH = jnp.concatenate([k_old, k_BKTH.astype(keep)], axis=2)
-            v_BKSH = jnp.concatenate([v_old, v_BKTH.astype(keep)], axis=2)
-            k_pos_S = jnp.concatenate([cache.slot_positions(pos_T[0]), pos_T])
-            out_BTKGH = attend(q_BTKGH, k_BKSH, v_BKSH, pos_T, kv_len, cfg.causal, window=self.window,
-                               k_pos_S=k_pos_S)
-            cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
-        return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
+            with jax.named_scope("attend"):
+                k_old, v_old = cache.read()
+                keep = k_old.dtype  # round the new keys as the cache stores them
+                k_BKSH = jnp.concatenate([k_old, k_BKTH.astype(keep)], axis=2)
+                v_BKSH = jnp.concatenate([v_old, v_BKTH.astype(keep)], axis=2)
+                k_pos_S = jnp.concatenate([cache.slot_positions(pos_T[0]), pos_T])
+                out_BTKGH = attend(q_BTKGH, k_BKSH, v_BKSH, pos_T, kv_len, cfg.causal, window=self.window,
+                                   k_pos_S=k_pos_S)
+            with jax.named_scope("cache_write"):
+                cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
+        with jax.named_scope("out_proj"):
+            return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 
 
 class LatentAttention(nnx.Module):
@@ -206,6 +231,7 @@ class MLP(nnx.Module):
         self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
         self.down = _dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
+    @jax.named_scope("mlp")
     def __call__(self, x: jax.Array) -> jax.Array:
         gate, up = jnp.split(self.gate_up(x), 2, axis=-1)
         return self.down(jax.nn.silu(gate) * up)
@@ -271,13 +297,15 @@ class Transformer(nnx.Module):
         T = ids_BT.shape[1]
         pos_T = cache_index + jnp.arange(T, dtype=jnp.int32)
         kv_len = cache_index + T if kv_len is None else kv_len
-        x = self.embed(ids_BT)
+        with jax.named_scope("embed"):
+            x = self.embed(ids_BT)
         new_caches = []
         for i, block in enumerate(self.blocks):
             x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], kv_len)
             new_caches.append(layer_cache)
         return self.logits(self.norm(x)), (None if kv_caches is None else tuple(new_caches))
 
+    @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:
         x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax
         if self.head is None:

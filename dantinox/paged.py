@@ -148,9 +148,10 @@ _prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnums=(3,))
 
 def _decode_windows(model, graphdef, params, state, manager: BlockManager, seqs: list, end: int, temp, top_k):
     """Decode to `end` one key window at a time, taking each window's blocks from the pool just before it."""
-    from dantinox.generate import _decode_segment, window_for
+    from dantinox.generate import decode_program, window_for
 
     index, bs = int(state.index), manager.block_size
+    decode = decode_program(len(seqs), donate=True)
     while index < end:
         window = window_for(model.cfg.max_context, index + 1)  # the step at index i writes slot i
         for seq in seqs:
@@ -158,7 +159,7 @@ def _decode_windows(model, graphdef, params, state, manager: BlockManager, seqs:
             state = state._replace(caches=copy_blocks(state.caches, copies))
         table = manager.table_array(seqs, blocks_for(window, bs))
         state = state._replace(caches=with_table(state.caches, table))
-        state = _decode_segment(graphdef, params, state, temp, end, top_k=top_k, use_cache=True, window=window)
+        state = decode(graphdef, params, state, temp, end, top_k=top_k, use_cache=True, window=window)
         index = min(end, window)
     return state
 

@@ -14,6 +14,7 @@ scores included, are not counted. Only mha, gqa and mqa models are covered.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from flax import nnx
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.generate import compiler_options
 from dantinox.memory import DEVICE_PRESETS, kv_cache_bytes
 
 # Datasheet devices: the DEVICE_PRESETS name (capacity) and the prefill-and-decode spec holding F and BW.
@@ -220,7 +222,6 @@ def datasheet_machines() -> list[Machine]:
     return out
 
 
-@partial(jax.jit, static_argnums=0)
 def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
     """`steps` greedy decode steps, each writing slot `index` and attending over every slot of `caches`."""
     model = nnx.merge(graphdef, params)
@@ -231,6 +232,12 @@ def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
         return jnp.argmax(logits_B1V[:, 0], axis=-1).astype(jnp.int32), caches
 
     return jax.lax.fori_loop(0, steps, step, (tokens_B, caches))
+
+
+@functools.cache
+def _decode_loop_jit(batch: int):
+    """_decode_loop compiled as generate compiles its decode loops for `batch` sequences (same XLA options)."""
+    return jax.jit(_decode_loop, static_argnums=0, compiler_options=compiler_options(batch))
 
 
 @partial(jax.jit, static_argnums=0)
@@ -268,7 +275,7 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
     index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
 
     def run(steps: int) -> Callable[[], object]:
-        return lambda: _decode_loop(graphdef, params, tokens, caches, jnp.int32(steps), index)
+        return lambda: _decode_loop_jit(batch)(graphdef, params, tokens, caches, jnp.int32(steps), index)
 
     jax.block_until_ready(run(short)())  # compiles
     for _ in range(attempts):

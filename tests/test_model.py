@@ -10,7 +10,7 @@ from flax import nnx
 from invariants import assert_cached_steps_match_full_forward, count_compiles, token_ids
 
 import dantinox
-from dantinox.generate import _decode_segment, _prefill_jit
+from dantinox.generate import _prefill_jit, decode_program
 
 VARIANTS = [dict(attention="mha"), dict(attention="gqa", kv_heads=2), dict(attention="mqa")]
 
@@ -103,7 +103,7 @@ def test_decode_loop_updates_the_donated_cache_in_place():
     _, model = make(max_context=256)
     graphdef, params = nnx.split(model)
     state = _prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), 40, 0, use_cache=True, cache_length=128)
-    out = _decode_segment(graphdef, params, state, None, 40, top_k=None, use_cache=True, window=128)
+    out = decode_program(2, donate=True)(graphdef, params, state, None, 40, top_k=None, use_cache=True, window=128)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.caches))
     assert int(out.index) == 40 and dantinox.filled_slots(out.caches) == 40
 

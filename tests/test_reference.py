@@ -40,12 +40,13 @@ def np_attention(q_TNH, k_SKH, v_SKH, causal, q_pos_T=None, kv_len=None):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_attend_matches_a_numpy_reference(causal):
+@pytest.mark.parametrize("B, T, G", [(2, 3, 3), (2, 1, 3), (2, 1, 1), (1, 1, 3)])  # (2, 1, 3): the one-token path
+def test_attend_matches_a_numpy_reference(causal, B, T, G):
     rs = np.random.RandomState(0)
-    B, T, S, K, G, H = 2, 3, 7, 2, 3, 4
+    S, K, H = 7, 2, 4
     q_BTKGH = rs.randn(B, T, K, G, H).astype(np.float32)
     k_BKSH, v_BKSH = rs.randn(2, B, K, S, H).astype(np.float32)
-    q_pos_T, kv_len = np.array([3, 4, 5]), 6  # three new tokens after three cached; slot 6 is unfilled
+    q_pos_T, kv_len = np.arange(6 - T, 6), 6  # T new tokens after 6 - T cached; slot 6 is unfilled
     got = attend(q_BTKGH, k_BKSH, v_BKSH, jnp.asarray(q_pos_T), kv_len, causal)
     for b in range(B):
         want = np_attention(q_BTKGH[b].reshape(T, K * G, H), k_BKSH[b].transpose(1, 0, 2),
