@@ -44,12 +44,13 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 PEER_VENV = HERE / ".peer-venv"
 VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
+MORE_VARIANTS = {**VARIANTS, "MQA": dict(attention="mqa")}  # the attention-arrangement A/B also covers K = 1
 BATCHES = (1, 8)
 PROMPT, NEW = 32, 256
 
 
 def model_for(variant: str, **kw) -> dantinox.Transformer:
-    cfg = dantinox.ModelConfig.preset("reference", **VARIANTS[variant], **kw)
+    cfg = dantinox.ModelConfig.preset("reference", **MORE_VARIANTS[variant], **kw)
     return dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 
 
@@ -135,9 +136,9 @@ def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int 
 
 
 def ab_tables() -> dict:
-    """The two A/B tables: attention arrangement (GQA and MHA) and the batch-1 XLA option (MHA)."""
+    """The two A/B tables: attention arrangement (MHA, GQA, MQA) and the batch-1 XLA option (MHA)."""
     out = {"arrangement": {}, "vector_512": {}}
-    for variant in VARIANTS:
+    for variant in MORE_VARIANTS:
         for batch in BATCHES:
             for context in (128, 384):
                 opts = VECTOR_512 if batch == 1 else None  # as generate compiles it
@@ -276,8 +277,8 @@ def main() -> None:
               "|---|---|---|---|---|---|---|"]
     for key, t in result["ab_step_ms"]["arrangement"].items():
         variant, batch, context = key.split("/")
-        grouped = model_for(variant).cfg.groups > 1 and int(batch) > 1  # model.attend: T = 1, G > 1 and B > 1
-        used = "one-token" if grouped else "general"
+        cfg = model_for(variant).cfg
+        used = "one-token" if int(batch) > 1 and cfg.n_kv_heads > 1 and cfg.groups > 1 else "general"  # as attend
         lines.append(f"| {variant} | {batch} | {context} | {t['one-token']:.2f} | {t['general']:.2f} | "
                      f"{t['general'] / t['one-token']:.2f}× | {used} |")
     lines += ["", "XLA option `xla_cpu_prefer_vector_width=512`, MHA, ms per decode step (interleaved A/B; "

@@ -1,14 +1,14 @@
-"""Where a decode step's time goes: per-op timings from XLA's own profiler, grouped by the model's named scopes.
+"""Where a decode step's time goes: per-op timings from XLA's own profiler, sorted by what each op does.
 
     .venv/bin/python benchmarks/decode_profile.py                 # MHA and GQA (K=2), batch 1 and 8, 384 slots
     .venv/bin/python benchmarks/decode_profile.py --context 128
 
-Runs the compiled decode loop under `jax.profiler.trace`, reads the per-op events back from the Perfetto
-trace, and maps every op to its scope in the model (norm, qkv, cache_write, attend, out_proj, mlp, embed,
-logits; dantinox/model.py names them) through the compiled HLO's metadata. Each scope is shown with the
-bytes it must read (weights or cache) and the bandwidth that implies, against the streaming-read bandwidth
-measured in the same run. Profiling adds a little to every op; the step time without it is printed too.
-Prints a markdown table and writes benchmarks/results/decode_profile.json.
+Runs the compiled decode loop (the one dantinox.roofline times, compiled with generate's options) under
+`jax.profiler.trace`, reads the per-op events back from the Perfetto trace, and sorts every op into
+weight matmuls, attention over the cache, the cache write, and the rest, through the model's named
+scopes (dantinox/model.py) in the compiled HLO's metadata. The matmuls and the attention are shown with
+the bytes they must read and the bandwidth that implies, against the streaming-read bandwidth measured
+in the same run. Prints a markdown table and writes benchmarks/results/decode_profile.json.
 """
 
 from __future__ import annotations
@@ -27,34 +27,56 @@ from flax import nnx
 
 import dantinox
 from dantinox.cache import init_cache
-from dantinox.roofline import _decode_loop_jit, decode_step_seconds, measure_bandwidth
+from dantinox.roofline import _decode_loop_jit, decode_step_seconds, measure_bandwidth, weight_count
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
-SCOPES = ("norm", "qkv", "cache_write", "attend", "out_proj", "mlp", "embed", "logits")
+SCOPES = ("norm", "qkv", "cache_write", "attend", "out_proj", "mlp", "embed", "logits", "sample")
+CATEGORIES = ("weight matmuls", "attention over the cache", "cache write", "norms, RoPE, SwiGLU, residual, sampling")
+SKIP = ("while", "conditional", "call", "parameter", "get-tuple-element", "tuple", "constant")
 STEPS = 40
 
 
-def scope_of(op_name: str) -> str:
+def scope_of(op_name: str) -> str | None:
     """The model scope an HLO op came from, from its metadata op_name (e.g. .../while/body/mlp/dot_general)."""
-    parts = op_name.split("/")
-    return next((p for p in reversed(parts) if p in SCOPES), "other")
+    return next((part for part in reversed(op_name.split("/")) if part in SCOPES), None)
 
 
-def op_scopes(hlo_text: str) -> dict[str, str]:
-    """HLO instruction name -> scope, for every instruction of a compiled module that carries an op_name."""
+def categorize(hlo_text: str, slots: int) -> dict[str, str]:
+    """HLO instruction name -> one of CATEGORIES, for the ops of a compiled decode loop.
+
+    XLA keeps the op_name (and so the model scope) on most ops but drops it from some it rewrites; those
+    are placed by shape: an op with a dimension of `slots` in its output or an operand works on the cache,
+    any other dot on weights.
+    Loop control (the while op itself, tuples, parameters) is left out.
+    """
+    instructions = re.findall(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w\-]+)\((.*)$", hlo_text, re.MULTILINE)
+    shapes = {name: shape for name, shape, _, _ in instructions}
+    on_cache = re.compile(rf"[\[,]{slots}[,\]]")
     out = {}
-    for m in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name=\"([^\"]+)\"", hlo_text, re.MULTILINE):
-        out[m.group(1)] = scope_of(m.group(2))
+    for name, shape, kind, rest in instructions:
+        if kind in SKIP:
+            continue
+        op_name = re.search(r'op_name="([^"]+)"', rest)
+        scope = scope_of(op_name.group(1)) if op_name else None
+        operands = re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
+        reads_cache = any(on_cache.search(s) for s in [shape, *(shapes.get(o, "") for o in operands)])
+        is_dot = kind == "dot" or (name.startswith("ynn_fusion") and op_name is not None
+                                   and op_name.group(1).endswith("dot_general"))
+        if scope == "attend" or (scope is None and reads_cache):
+            out[name] = CATEGORIES[1]
+        elif scope == "cache_write":
+            out[name] = CATEGORIES[2]
+        elif is_dot:
+            out[name] = CATEGORIES[0]
+        else:
+            out[name] = CATEGORIES[3]
     return out
 
 
 def read_bytes(cfg: dantinox.ModelConfig, batch: int, context: int) -> dict[str, int]:
-    """Bytes each scope must read per step: its weights, or the cache for attend."""
-    D, N, K, H, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width
-    f32, L = 4, cfg.n_layers
-    return {"qkv": L * D * (N + 2 * K) * H * f32, "out_proj": L * N * H * D * f32, "mlp": L * 3 * D * F * f32,
-            "attend": dantinox.kv_cache_bytes(cfg, batch, context), "logits": cfg.vocab_size * D * f32}
+    """Bytes a category must read per step: every weight for the matmuls, the whole cache for attention."""
+    return {CATEGORIES[0]: weight_count(cfg) * 4, CATEGORIES[1]: dantinox.kv_cache_bytes(cfg, batch, context)}
 
 
 def profile(variant: str, batch: int, context: int) -> dict:
@@ -64,7 +86,7 @@ def profile(variant: str, batch: int, context: int) -> dict:
     caches, tokens, index = init_cache(cfg, batch, context), jnp.zeros((batch,), jnp.int32), jnp.int32(context - 1)
     loop = _decode_loop_jit(batch)
     args = (graphdef, params, tokens, caches, jnp.int32(STEPS), index)
-    scopes = op_scopes(loop.lower(*args).compile().as_text())
+    category = categorize(loop.lower(*args).compile().as_text(), context)
     jax.block_until_ready(loop(*args))
     with tempfile.TemporaryDirectory() as out:
         with jax.profiler.trace(out, create_perfetto_trace=True):
@@ -73,9 +95,9 @@ def profile(variant: str, batch: int, context: int) -> dict:
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     micros = collections.Counter()
     for e in events:
-        op = e.get("args", {}).get("hlo_op")
-        if e.get("ph") == "X" and op in scopes and "_decode_loop" in e["args"].get("hlo_module", ""):
-            micros[scopes[op]] += e["dur"] / STEPS
+        args_ = e.get("args", {})
+        if e.get("ph") == "X" and args_.get("hlo_op") in category and "_decode_loop" in args_.get("hlo_module", ""):
+            micros[category[args_["hlo_op"]]] += e["dur"] / STEPS
     return {"step_ms": 1e3 * decode_step_seconds(model, batch, context), "us_per_step": dict(micros),
             "read_bytes": read_bytes(cfg, batch, context)}
 
@@ -86,27 +108,26 @@ def main() -> None:
     args = ap.parse_args()
     dantinox.enable_compilation_cache()
     bandwidth = measure_bandwidth()
-    result = {"machine": {"cpus": jax.device_count(), "jax": jax.__version__, "bandwidth_B_s": bandwidth},
-              "context": args.context, "profiles": {}}
+    result = {"machine": {"jax": jax.__version__, "bandwidth_B_s": bandwidth}, "context": args.context, "profiles": {}}
     lines = [f"Reference model, one decode step over {args.context} cache slots; per-op time from XLA's profiler "
-             f"(jax {jax.__version__}, cpu), streaming read measured at {bandwidth / 1e9:.1f} GB/s in this run.", "",
-             "| variant | batch | step (no profiler) | " + " | ".join(SCOPES[:6]) + " | other |",
-             "|---|---|---|" + "---|" * 7]
+             f"(jax {jax.__version__}, cpu); streaming read measured at {bandwidth / 1e9:.1f} GB/s in this run.", "",
+             "| variant | batch | step (no profiler) | ops, profiled | " + " | ".join(CATEGORIES) + " |",
+             "|---|---|---|---|" + "---|" * len(CATEGORIES)]
     for variant in VARIANTS:
         for batch in (1, 8):
             r = profile(variant, batch, args.context)
             result["profiles"][f"{variant}/{batch}"] = r
             cells = []
-            for scope in (*SCOPES[:6], "other"):
-                us = r["us_per_step"].get(scope, 0.0) + (sum(r["us_per_step"].get(s, 0.0) for s in SCOPES[6:])
-                                                        if scope == "other" else 0.0)
-                cell = f"{us:,.0f} µs"
-                if scope in r["read_bytes"] and us > 0:
-                    cell += f" ({r['read_bytes'][scope] / (us * 1e-6) / 1e9:.0f} GB/s)"
+            for cat in CATEGORIES:
+                us = r["us_per_step"].get(cat, 0.0)
+                cell = f"{us / 1e3:.2f} ms"
+                if cat in r["read_bytes"] and us > 0:
+                    cell += f" ({r['read_bytes'][cat] / (us * 1e-6) / 1e9:.0f} GB/s)"
                 cells.append(cell)
-            lines.append(f"| {variant} | {batch} | {r['step_ms']:.2f} ms | " + " | ".join(cells) + " |")
-    lines += ["", "µs per step summed over the 12 layers; (GB/s) = the weights (or, for attend, the cache) that scope "
-              "must read, divided by its time."]
+            total = sum(r["us_per_step"].values()) / 1e3
+            lines.append(f"| {variant} | {batch} | {r['step_ms']:.2f} ms | {total:.2f} ms | {' | '.join(cells)} |")
+    lines += ["", "Per step, all 12 layers. (GB/s): the bytes the category must read (every weight; the whole cache) "
+              "over its time. The profiler adds a little to every op, so the ops may sum to more than the step."]
     table = "\n".join(lines)
     print(table)
     result["table"] = table

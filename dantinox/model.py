@@ -62,7 +62,7 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     (negative: an empty slot); by default slot s holds position s.
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
-    B, T, _, G, _ = q_BTKGH.shape
+    B, T, K, G, _ = q_BTKGH.shape
     k_pos_S = jnp.arange(k_BKSH.shape[2]) if k_pos_S is None else k_pos_S
     mask_TS = ((k_pos_S >= 0) & (k_pos_S < kv_len))[None, :]  # slots past the filled length hold no token
     if causal:
@@ -70,7 +70,7 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     if window is not None:  # the band: the current token and the W - 1 before it
         mask_TS = mask_TS & (q_pos_T[:, None] - k_pos_S[None, :] < window)
     k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
-    if T == 1 and G > 1 and B > 1:  # a batch decoding with grouped heads: see _attend_one_token
+    if T == 1 and B > 1 and K > 1 and G > 1:  # a batch decoding GQA: see _attend_one_token
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_TS[0], scale)[:, None]
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
     scores_BKGTS = jnp.where(mask_TS, scores_BKGTS, NEG_INF)  # mask before the softmax
@@ -84,8 +84,9 @@ def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, m
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
     matmuls over [G, S] blocks; the general arrangement copies the probabilities into a transposed
-    layout per layer. Measured (`benchmarks/decode.py`, "attention arrangement" rows): GQA decode steps
-    at batch 8 are faster this way; at batch 1 and with G = 1 (MHA) the general path is, so they keep it.
+    layout per layer. Measured (`benchmarks/decode.py`, "attention arrangement" rows), this way is faster
+    for GQA (K > 1 and G > 1) at batch 2 and more, and slower at batch 1, for MHA (G = 1) and for one
+    shared KV head (MQA, MLA's absorbed path), which all keep the general path.
     """
     scores_BKGS = jnp.einsum("BKGH,BKSH->BKGS", q_BKGH, k_BKSH) * scale
     probs_BKGS = jax.nn.softmax(jnp.where(mask_S, scores_BKGS, NEG_INF), axis=-1)

@@ -311,3 +311,14 @@ def test_bfloat16_cache_stays_close_to_float32():
     logits, cache, _ = model16(x, use_cache=True, kv_caches=cache, cache_index=0)
     assert cache[0].k.dtype == jnp.bfloat16
     np.testing.assert_allclose(logits, full, atol=0.1)
+
+
+def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu():
+    """generate and the roofline timing compile a batch-1 decode loop with VECTOR_512, any other batch with the
+    defaults (benchmarks/decode.py measures both sides)."""
+    from dantinox.generate import VECTOR_512, compiler_options
+
+    assert jax.default_backend() == "cpu"
+    assert compiler_options(1) == VECTOR_512 and compiler_options(2) is None and compiler_options(8) is None
+    assert decode_program(1, donate=True) is not decode_program(2, donate=True)
+    assert decode_program(2, donate=True) is decode_program(8, donate=True)

@@ -40,10 +40,11 @@ def np_attention(q_TNH, k_SKH, v_SKH, causal, q_pos_T=None, kv_len=None):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("B, T, G", [(2, 3, 3), (2, 1, 3), (2, 1, 1), (1, 1, 3)])  # (2, 1, 3): the one-token path
-def test_attend_matches_a_numpy_reference(causal, B, T, G):
+@pytest.mark.parametrize("B, T, K, G", [(2, 3, 2, 3), (2, 1, 2, 3), (2, 1, 2, 1), (2, 1, 1, 3), (1, 1, 2, 3)])
+def test_attend_matches_a_numpy_reference(causal, B, T, K, G):
+    """(2, 1, 2, 3) is a batch decoding GQA, which takes attend's one-token arrangement; the others do not."""
     rs = np.random.RandomState(0)
-    S, K, H = 7, 2, 4
+    S, H = 7, 4
     q_BTKGH = rs.randn(B, T, K, G, H).astype(np.float32)
     k_BKSH, v_BKSH = rs.randn(2, B, K, S, H).astype(np.float32)
     q_pos_T, kv_len = np.arange(6 - T, 6), 6  # T new tokens after 6 - T cached; slot 6 is unfilled
