@@ -1,7 +1,7 @@
 """Where a decode step's time goes: per-op timings from XLA's own profiler, sorted by what each op does.
 
     .venv/bin/python benchmarks/decode_profile.py                 # MHA and GQA (K=2), batch 1 and 8, 384 slots
-    .venv/bin/python benchmarks/decode_profile.py --context 128
+    .venv/bin/python benchmarks/decode_profile.py --context 128 --cache-dtype bfloat16
 
 Runs the compiled decode loop (the one dantinox.roofline times, compiled with generate's options) under
 `jax.profiler.trace`, reads the per-op events back from the Perfetto trace, and sorts every op into
@@ -79,8 +79,8 @@ def read_bytes(cfg: dantinox.ModelConfig, batch: int, context: int) -> dict[str,
     return {CATEGORIES[0]: weight_count(cfg) * 4, CATEGORIES[1]: dantinox.kv_cache_bytes(cfg, batch, context)}
 
 
-def profile(variant: str, batch: int, context: int) -> dict:
-    cfg = dantinox.ModelConfig.preset("reference", **VARIANTS[variant])
+def profile(variant: str, batch: int, context: int, cache_dtype: str) -> dict:
+    cfg = dantinox.ModelConfig.preset("reference", **VARIANTS[variant], cache_dtype=cache_dtype)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     caches, tokens, index = init_cache(cfg, batch, context), jnp.zeros((batch,), jnp.int32), jnp.int32(context - 1)
@@ -105,17 +105,20 @@ def profile(variant: str, batch: int, context: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=384, help="cache slots each step attends over")
+    ap.add_argument("--cache-dtype", default="float32", help="cache storage (compute stays float32)")
     args = ap.parse_args()
     dantinox.enable_compilation_cache()
     bandwidth = measure_bandwidth()
-    result = {"machine": {"jax": jax.__version__, "bandwidth_B_s": bandwidth}, "context": args.context, "profiles": {}}
-    lines = [f"Reference model, one decode step over {args.context} cache slots; per-op time from XLA's profiler "
+    result = {"machine": {"jax": jax.__version__, "bandwidth_B_s": bandwidth}, "context": args.context,
+              "cache_dtype": args.cache_dtype, "profiles": {}}
+    lines = [f"Reference model ({args.cache_dtype} cache), one decode step over {args.context} cache slots; "
+             "per-op time from XLA's profiler "
              f"(jax {jax.__version__}, cpu); streaming read measured at {bandwidth / 1e9:.1f} GB/s in this run.", "",
              "| variant | batch | step (no profiler) | ops, profiled | " + " | ".join(CATEGORIES) + " |",
              "|---|---|---|---|" + "---|" * len(CATEGORIES)]
     for variant in VARIANTS:
         for batch in (1, 8):
-            r = profile(variant, batch, args.context)
+            r = profile(variant, batch, args.context, args.cache_dtype)
             result["profiles"][f"{variant}/{batch}"] = r
             cells = []
             for cat in CATEGORIES:
@@ -132,7 +135,9 @@ def main() -> None:
     print(table)
     result["table"] = table
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "decode_profile.json").write_text(json.dumps(result, indent=2))
+    name = "decode_profile.json" if (args.context, args.cache_dtype) == (384, "float32") else \
+        f"decode_profile_{args.context}_{args.cache_dtype}.json"
+    (HERE / "results" / name).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
