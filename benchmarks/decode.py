@@ -38,7 +38,7 @@ import dantinox
 import dantinox.model
 from dantinox.cache import init_cache
 from dantinox.generate import VECTOR_512, _prefill_jit, _step, window_for
-from dantinox.roofline import _decode_loop, decode_cost, measure_machine, prefill_cost
+from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -67,13 +67,6 @@ def decode_grid(repeats: int) -> dict[str, float]:
             seconds = best_of(lambda: dantinox.generate(model, p, NEW), repeats)  # noqa: B023
             out[f"{variant}/{batch}"] = batch * NEW / seconds
     return out
-
-
-def roofline_seconds(variant: str, batch: int, machine) -> float:
-    """The roofline of one generate() call of the grid: the prefill, then each step over the slots it has filled."""
-    cfg = model_for(variant).cfg
-    steps = sum(decode_cost(cfg, batch, index + 1).time(machine) for index in range(PROMPT, PROMPT + NEW))
-    return prefill_cost(cfg, batch, PROMPT).time(machine) + steps
 
 
 def _general_arrangement(q_BKGH, k_BKSH, v_BKSH, mask_S, scale):
@@ -248,8 +241,8 @@ def main() -> None:
     machine = measure_machine()
     result["machine"].update(bandwidth_B_s=machine.bandwidth, matmul_flop_s=machine.peak_flops)
     result["decode_tok_s"] = decode_grid(args.repeats)
-    result["roofline_s"] = {key: roofline_seconds(key.split("/")[0], int(key.split("/")[1]), machine)
-                            for key in result["decode_tok_s"]}
+    result["roofline_s"] = {key: generate_seconds(model_for(key.split("/")[0]).cfg, int(key.split("/")[1]), PROMPT,
+                                                  NEW, machine) for key in result["decode_tok_s"]}
     if args.peer:
         result["peer_tok_s"] = peer_grid(args.repeats)
     result["ab_step_ms"] = ab_tables()

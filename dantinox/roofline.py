@@ -156,6 +156,14 @@ def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
         attention_flops=_attention_flops(cfg, batch * prompt, prompt))
 
 
+def generate_seconds(cfg: ModelConfig, batch: int, prompt: int, new_tokens: int, machine: Machine) -> float:
+    """The roofline of one generate() call: the prefill of `prompt` tokens, then `new_tokens` decode steps,
+    each over the slots it has filled (prompt + 1, ..., prompt + new_tokens), the least any cache layout reads."""
+    new_tokens = positive_int("new_tokens", new_tokens, minimum=0)
+    steps = sum(decode_cost(cfg, batch, filled).time(machine) for filled in range(prompt + 1, prompt + new_tokens + 1))
+    return prefill_cost(cfg, batch, prompt).time(machine) + steps
+
+
 def crossover_batch(cfg: ModelConfig, context: int, machine: Machine, limit: int = 1 << 20) -> int | None:
     """Smallest decode batch whose step is compute-bound on `machine`, or None if none up to `limit` is."""
     if decode_cost(cfg, limit, context).bound(machine) == "memory":

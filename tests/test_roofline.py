@@ -67,6 +67,17 @@ def test_roofline_is_the_larger_of_memory_and_compute_time():
     assert roofline.crossover_batch(MHA, 16, dataclasses.replace(TOY, peak_flops=1e20)) is None
 
 
+def test_generate_roofline_is_the_prefill_then_each_step_over_its_filled_slots():
+    """benchmarks/decode.py's "% of roofline" divides this by a measured generate() call."""
+    memory_bound = dataclasses.replace(TOY, peak_flops=1e30)  # every part then costs its bytes / bandwidth
+    got = roofline.generate_seconds(MHA, batch=2, prompt=5, new_tokens=3, machine=memory_bound)
+    weights, per_slot = 28_928 * 4, 2 * 2 * 2 * 4 * 8 * 4  # L · B · (K and V) · K · H · 4 bytes per filled slot
+    prefill = weights + 2 * 5 * per_slot  # reads back and writes its 5 slots
+    steps = sum(weights + filled * per_slot + per_slot for filled in (6, 7, 8))  # read the filled slots, write one
+    assert got == pytest.approx((prefill + steps) / 2e9, rel=1e-12)
+    assert roofline.generate_seconds(MHA, 2, 5, 0, memory_bound) == pytest.approx(prefill / 2e9, rel=1e-12)
+
+
 def test_critical_batch_is_flops_over_bandwidth(entry):
     bf16 = roofline.Machine("x", bandwidth=3.35e12, peak_flops=9.89e14, compute_dtype="bfloat16", kind="derived",
                             source="", memory_bytes=1)
@@ -90,6 +101,7 @@ def test_datasheet_machines_come_from_content(entry):
 @pytest.mark.parametrize("call, message", [
     (lambda: roofline.decode_cost(MHA, 0, 16), "batch: expected a positive integer"),
     (lambda: roofline.prefill_cost(MHA, 1, -3), "prompt: expected a positive integer"),
+    (lambda: roofline.generate_seconds(MHA, 1, 4, -1, TOY), "new_tokens: expected"),
     (lambda: roofline.decode_cost(dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=8,
                                                               rope_head_dim=4), 1, 8), "attention: the roofline"),
     (lambda: roofline.decode_step_seconds(dantinox.Transformer(MHA, rngs=nnx.Rngs(0)), 1, 65),
