@@ -160,3 +160,34 @@ def test_lab_renders_and_responds(entry):
     assert [p.x for p in lab.reading.prefill_points] == [8]
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
+
+
+def test_profile_sorts_a_decode_step_into_categories_that_cover_it():
+    from dantinox.profile import ATTENTION, CATEGORIES, WEIGHTS, categorize, profile_decode_step
+
+    model = dantinox.Transformer(GQA, rngs=nnx.Rngs(0))
+    p = profile_decode_step(model, batch=2, context=48, steps=5)
+    assert set(p.seconds) == set(CATEGORIES) and p.seconds[WEIGHTS] > 0 and p.seconds[ATTENTION] > 0
+    assert sum(t > 0 for t in p.seconds.values()) >= 3 and p.total == sum(p.seconds.values())
+    assert p.read_bytes == {WEIGHTS: 26_880 * 4, ATTENTION: dantinox.kv_cache_bytes(GQA, 2, 48)}
+    assert p.bandwidth(WEIGHTS) == p.read_bytes[WEIGHTS] / p.seconds[WEIGHTS] and p.bandwidth(CATEGORIES[3]) is None
+    hlo = """  %dot.1 = f32[2,96]{1,0} dot(%x, %w), metadata={op_name="jit(f)/while/body/mlp/dot_general"}
+  %dot.2 = f32[2,2,4,48]{3,2,1,0} dot(%q, %k), lhs_batch_dims={0,1}
+  %fusion.3 = f32[2,2,48,8]{3,2,1,0} fusion(%k, %new), metadata={op_name="jit(f)/while/body/cache_write/dus"}
+  %add.4 = f32[2,32]{1,0} add(%a, %b), metadata={op_name="jit(f)/while/body/add"}
+  %while.5 = (f32[2]) while(%t), condition=%c, body=%b"""
+    assert categorize(hlo, 48) == {"dot.1": WEIGHTS, "dot.2": ATTENTION, "fusion.3": CATEGORIES[2],
+                                   "add.4": CATEGORIES[3]}  # the while op is loop control, left out
+    with pytest.raises(ValueError, match="context: expected at most max_context=64"):
+        profile_decode_step(model, 1, 65)
+
+
+def test_lab_profiles_the_step_of_its_current_setting(entry):
+    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=16, batches=(1, 2), prompts=(8,), repeats=1)
+    assert "press <b>where does a step's time go?</b>" in lab.profile_html.value
+    profile = lab.profile_step()
+    assert lab.error == "" and profile.batch == 2 and profile.context == 16
+    assert "weight matmuls" in lab.profile_html.value and "attention over the cache" in lab.profile_html.value
+    assert "measured" in lab.profile_html.value and "GB/s" in lab.profile_html.value
+    lab.batch.value = 4  # another setting: the profile of B=2 is not shown as if it were this one's
+    assert "press" in lab.profile_html.value

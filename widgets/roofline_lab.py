@@ -6,7 +6,8 @@
     lab.batch.value = 32                           # any control, as a learner would move it
     lab.reading.devices[1].bound                   # "memory" on an A100 at this batch
 
-Sliders change only derived curves (instant); the button times the current model on this machine.
+Sliders change only derived curves (instant); one button times the current model on this machine, the
+other profiles one of its decode steps at the current batch and context (where the time goes).
 """
 
 from __future__ import annotations
@@ -22,10 +23,18 @@ from plotly.subplots import make_subplots
 import dantinox
 from dantinox import roofline
 from dantinox.config import DTYPES
+from dantinox.profile import CATEGORIES, StepProfile
 from widgets._controls import Lab, describe
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
-from widgets.roofline_reading import RooflineReading, Sweep, read_decode, read_prefill, roofline_reading
+from widgets.roofline_reading import (
+    RooflineReading,
+    Sweep,
+    read_decode,
+    read_prefill,
+    read_step_profile,
+    roofline_reading,
+)
 
 BATCH_GRID = np.unique(np.round(2 ** np.linspace(0, 8, 41)).astype(int)).tolist()  # 1 … 256
 
@@ -65,16 +74,22 @@ class RooflineLab(Lab):
                                             layout=layout)
         self.measure_button = widgets.Button(description="time this model here", icon="stopwatch",
                                              layout=widgets.Layout(width="220px"))
-        self.readout_html, self.devices_html = widgets.HTML(), widgets.HTML()
+        self.profile_button = widgets.Button(description="where does a step's time go?", icon="search",
+                                             layout=widgets.Layout(width="260px"))
+        self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.profile: StepProfile | None = None
+        self._profiled: tuple | None = None  # (config, batch, context) of self.profile
         self.figure = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
-        controls = [self.batch, self.context, self.attention, self.kv_heads, self.cache_dtype, self.measure_button]
-        super().__init__([*controls, status := widgets.HTML(), self.figure, self.readout_html, self.devices_html],
-                         status)
+        buttons = widgets.HBox([self.measure_button, self.profile_button])
+        controls = [self.batch, self.context, self.attention, self.kv_heads, self.cache_dtype, buttons]
+        super().__init__([*controls, status := widgets.HTML(), self.figure, self.readout_html, self.profile_html,
+                          self.devices_html], status)
         self.attention.observe(self._on_attention, names="value")
         self.observe_controls(self.batch, self.context, self.kv_heads, self.cache_dtype)
         self.measure_button.on_click(lambda _: self.measure())
+        self.profile_button.on_click(lambda _: self.profile_step())
         with self.batched():
             self._fit_kv_heads()
         self.update(batch=batch, context=context, attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
@@ -113,6 +128,20 @@ class RooflineLab(Lab):
             self.status_html.value = error_box(self.error)
             return None
         return self.refresh()
+
+    def profile_step(self) -> StepProfile | None:
+        """Profile one decode step of the current model at the current batch and context (XLA's profiler)."""
+        cfg, batch, context = self.config(), self.batch.value, self.context.value
+        self.status_html.value = note_box(f"Profiling decode steps at B = {batch}, {context} cache slots on this "
+                                          "machine (compiles first) …")
+        try:
+            self.profile, self._profiled = read_step_profile(cfg, batch, context), (cfg, batch, context)
+        except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
+            self.error = describe(err)
+            self.status_html.value = error_box(self.error)
+            return None
+        self.refresh()
+        return self.profile
 
     # Reading and drawing ------------------------------------------------------------------------
     def _read(self) -> RooflineReading:
@@ -170,6 +199,33 @@ class RooflineLab(Lab):
                 f"{cfg.attention.upper()} (K={cfg.n_kv_heads}), {cfg.cache_dtype} cache, {r.context} slots — "
                 f"lines derived from the config and the measured machine; dots measured here")
         self._render_readouts(r)
+        self._render_profile(r)
+
+    def _render_profile(self, r: RooflineReading) -> None:
+        p = self.profile
+        if p is None or self._profiled != (r.cfg, r.batch, r.context):  # only a profile of exactly this setting
+            self.profile_html.value = ("<b>Where a step's time goes</b>: press <b>where does a step's time go?</b> to "
+                                       "profile this setting.")
+            return
+        m, c = self.machine, r.decode_cost
+        floor = {CATEGORIES[0]: c.weight_bytes, CATEGORIES[1]: c.cache_read_bytes}
+        rows = []
+        for cat in CATEGORIES:
+            seconds = p.seconds[cat]
+            rate = p.bandwidth(cat)
+            floor_ms = _ms(floor[cat] / m.bandwidth) if cat in floor else "—"
+            rows.append(f"<tr><td>{esc(cat)}</td><td style='text-align:right'>{_ms(seconds)}</td>"
+                        f"<td style='text-align:right'>{100 * seconds / p.total:.0f}%</td>"
+                        f"<td style='text-align:right'>{'—' if rate is None else f'{rate / 1e9:,.1f} GB/s'}</td>"
+                        f"<td style='text-align:right'>{floor_ms}</td></tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("ops", "time per step", "share", "bytes it must read / time",
+                                                  "its bytes / measured bandwidth"))
+        self.profile_html.value = (
+            f"<b>Where a step's time goes</b> at B={r.batch}, {r.context} cache slots "
+            f"{badge('measured', 'XLA profiler: per-op times of the compiled decode loop, this machine')} "
+            f"<table><tr>{head}</tr>{''.join(rows)}</table><small>The last column is derived (roofline bytes over "
+            f"the measured {m.bandwidth / 1e9:,.1f} GB/s). Ops sorted by the model's named scopes; the profiler "
+            f"adds a little to each op, so the total ({_ms(p.total)}) can exceed the timed step.</small>")
 
     def _render_readouts(self, r: RooflineReading) -> None:
         m, c = self.machine, r.decode_cost

@@ -4,6 +4,7 @@
     decode = read_decode(cfg, context=128, batches=(1, 16, 64))  # measured step times (cached per setting)
     reading = roofline_reading(entry, cfg, batch=8, context=128, machine=machine, decode=decode)
     reading.decode_points[0].percent_of_roofline
+    split = read_step_profile(cfg, batch=8, context=128)          # measured: where one step's time goes (cached)
 
 Timings are cached per (config, context, batches): moving a slider that only changes the derived
 curves recomputes arithmetic, never a timing.
@@ -21,6 +22,7 @@ from flax import nnx
 import content
 import dantinox
 from dantinox import roofline
+from dantinox.profile import StepProfile, profile_decode_step
 
 CRITICAL_TITLE = "Critical batch size"
 FLOOR_TITLE = "Decode step time lower bound"
@@ -110,6 +112,12 @@ def read_prefill(cfg: dantinox.ModelConfig, prompts: tuple[int, ...], batch: int
     model = _model(cfg)
     times = tuple(roofline.prefill_seconds(model, batch, p, repeats=repeats) for p in prompts)
     return Sweep("prefill", cfg, batch, tuple(prompts), times, repeats)
+
+
+@functools.lru_cache(maxsize=16)
+def read_step_profile(cfg: dantinox.ModelConfig, batch: int, context: int) -> StepProfile:
+    """One decode step's time by category (weight matmuls, attention, cache write, the rest), XLA's profiler."""
+    return profile_decode_step(_model(cfg), batch, context)
 
 
 def points(sweep: Sweep, machine: roofline.Machine) -> tuple[MeasuredPoint, ...]:

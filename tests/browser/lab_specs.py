@@ -47,7 +47,9 @@ SPECS: dict[str, LabSpec] = {
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),)),
     "memory-savers": LabSpec(slider="tokens decoded"),  # the ring-buffer view: which slots a local layer holds
-    "roofline": LabSpec(slider="batch B", presses=(Press(label="time this model here", timeout_s=240.0),)),
+    "roofline": LabSpec(slider="batch B", presses=(
+        Press(label="time this model here", timeout_s=240.0),
+        Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0))),
     "serving": LabSpec(slider="block size (tokens)"),  # re-serves the trace: waste bar and block tables follow
 }
 

@@ -1,0 +1,120 @@
+"""Where one decode step's time goes: XLA's own per-op timings, sorted by what each op does.
+
+    p = profile_decode_step(model, batch=8, context=384)
+    p.seconds["attention over the cache"]      # measured: that category's ops, per step, all layers
+    p.read_bytes["weight matmuls"]             # what the category must read per step (every weight)
+
+The compiled decode loop (the one dantinox.roofline times, with generate's XLA options) runs under
+`jax.profiler.trace`; the per-op events come back from the Perfetto trace and each op is sorted through
+the model's named scopes (`jax.named_scope` in dantinox/model.py) found in the compiled HLO's metadata.
+XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
+profiler adds a little to every op, so the categories may sum to more than an unprofiled step.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from dantinox.cache import init_cache
+from dantinox.checks import positive_int
+from dantinox.memory import kv_cache_bytes
+from dantinox.roofline import _check_fits, _check_variant, _decode_loop_jit, weight_count
+
+WEIGHTS, ATTENTION, CACHE_WRITE, OTHER = ("weight matmuls", "attention over the cache", "cache write",
+                                          "norms, RoPE, SwiGLU, residual, sampling")
+CATEGORIES = (WEIGHTS, ATTENTION, CACHE_WRITE, OTHER)
+SCOPES = ("norm", "qkv", "cache_write", "attend", "out_proj", "mlp", "embed", "logits", "sample")
+_NOT_WORK = ("while", "conditional", "call", "parameter", "get-tuple-element", "tuple", "constant")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w\-]+)\((.*)$", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepProfile:
+    """Measured seconds per decode step for each category, and the bytes the roofline says it must read."""
+
+    batch: int
+    context: int
+    seconds: dict[str, float]  # category -> seconds per step (all layers), measured under the profiler
+    read_bytes: dict[str, int]  # WEIGHTS -> every weight, ATTENTION -> the whole cache
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    def bandwidth(self, category: str) -> float | None:
+        """Bytes the category must read over its measured time (B/s), or None if it reads none."""
+        if category not in self.read_bytes or not self.seconds.get(category):
+            return None
+        return self.read_bytes[category] / self.seconds[category]
+
+
+def _scope(op_name: str) -> str | None:
+    return next((part for part in reversed(op_name.split("/")) if part in SCOPES), None)
+
+
+def categorize(hlo_text: str, slots: int) -> dict[str, str]:
+    """HLO instruction name -> one of CATEGORIES, for the ops of a compiled decode loop.
+
+    An op goes by its model scope (attend, cache_write; the matmuls of qkv, out_proj, mlp and logits) when
+    XLA kept it. Without one, an op whose output or an operand has a dimension of `slots` works on the
+    cache; any other dot multiplies weights. Loop control (the while op, tuples, parameters) is left out.
+    """
+    instructions = _INSTRUCTION.findall(hlo_text)
+    shapes = {name: shape for name, shape, _, _ in instructions}
+    on_cache = re.compile(rf"[\[,]{slots}[,\]]")
+    out = {}
+    for name, shape, kind, rest in instructions:
+        if kind in _NOT_WORK:
+            continue
+        op_name = re.search(r'op_name="([^"]+)"', rest)
+        scope = _scope(op_name.group(1)) if op_name else None
+        operands = re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
+        reads_cache = any(on_cache.search(s) for s in (shape, *(shapes.get(o, "") for o in operands)))
+        is_dot = kind == "dot" or (name.startswith("ynn_fusion") and op_name is not None
+                                   and op_name.group(1).endswith("dot_general"))
+        if scope == "attend" or (scope is None and reads_cache):
+            out[name] = ATTENTION
+        elif scope == "cache_write":
+            out[name] = CACHE_WRITE
+        elif is_dot:
+            out[name] = WEIGHTS
+        else:
+            out[name] = OTHER
+    return out
+
+
+def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int = 20) -> StepProfile:
+    """Profile `steps` decode steps of `model` over a cache of `context` slots; seconds per step by category."""
+    cfg = model.cfg
+    _check_variant(cfg)
+    batch, context, steps = positive_int("batch", batch), _check_fits(cfg, "context", context), \
+        positive_int("steps", steps)
+    graphdef, params = nnx.split(model)
+    args = (graphdef, params, jnp.zeros((batch,), jnp.int32), init_cache(cfg, batch, context), jnp.int32(steps),
+            jnp.int32(context - 1))  # every step writes the last slot and reads all of them
+    loop = _decode_loop_jit(batch)
+    category = categorize(loop.lower(*args).compile().as_text(), context)
+    jax.block_until_ready(loop(*args))  # compiled and warm before the profiled call
+    with tempfile.TemporaryDirectory() as out:
+        with jax.profiler.trace(out, create_perfetto_trace=True):
+            jax.block_until_ready(loop(*args))
+        trace = json.load(gzip.open(next(Path(out).rglob("*perfetto_trace.json.gz"))))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    micros: collections.Counter = collections.Counter()
+    for event in events:
+        info = event.get("args", {})
+        if event.get("ph") == "X" and info.get("hlo_op") in category and "_decode_loop" in info.get("hlo_module", ""):
+            micros[category[info["hlo_op"]]] += event["dur"]
+    return StepProfile(batch, context, {c: micros[c] * 1e-6 / steps for c in CATEGORIES},
+                       {WEIGHTS: weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
+                        ATTENTION: kv_cache_bytes(cfg, batch, context)})
