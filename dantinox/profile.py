@@ -62,15 +62,26 @@ def _scope(op_name: str) -> str | None:
     return next((part for part in reversed(op_name.split("/")) if part in SCOPES), None)
 
 
+def _loop_bodies(hlo_text: str) -> str:
+    """The text of the computations that while loops run as their bodies: the per-step work.
+
+    What runs once per call (copying an input the loop may not overwrite, for one) stays outside.
+    """
+    bodies = set(re.findall(r"body=%([\w.\-]+)", hlo_text))
+    blocks = re.split(r"\n(?=\S)", hlo_text)  # a computation starts at a line with no indent
+    return "\n".join(b for b in blocks if (m := re.match(r"(?:ENTRY )?%([\w.\-]+) ", b)) and m.group(1) in bodies)
+
+
 def categorize(hlo_text: str, slots: int) -> dict[str, str]:
-    """HLO instruction name -> one of CATEGORIES, for the ops of a compiled decode loop.
+    """HLO instruction name -> one of CATEGORIES, for the ops a compiled decode loop runs at every step.
 
     An op goes by its model scope (attend, cache_write; the matmuls of qkv, out_proj, mlp and logits) when
     XLA kept it. Without one, an op whose output or an operand has a dimension of `slots` works on the
-    cache; any other dot multiplies weights. Loop control (the while op, tuples, parameters) is left out.
+    cache; any other dot multiplies weights. Loop control (tuples, parameters) and everything outside the
+    loop body are left out.
     """
-    instructions = _INSTRUCTION.findall(hlo_text)
-    shapes = {name: shape for name, shape, _, _ in instructions}
+    shapes = {name: shape for name, shape, _, _ in _INSTRUCTION.findall(hlo_text)}
+    instructions = _INSTRUCTION.findall(_loop_bodies(hlo_text))
     on_cache = re.compile(rf"[\[,]{slots}[,\]]")
     out = {}
     for name, shape, kind, rest in instructions:
