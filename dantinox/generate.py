@@ -129,9 +129,9 @@ _STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "wind
 _prefill_jit = jax.jit(_prefill, static_argnums=(0,), static_argnames=("use_cache", "cache_length"))
 _grow_jit = jax.jit(grow_cache, static_argnums=(1,))
 
-# XLA:CPU runs a batch-1 step's matrix-vector products ~20 % faster when it may use 512-bit vectors;
-# from batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
-# (benchmarks/decode.py, the A/B in its docstring). Other backends ignore CPU options, so none are set.
+# XLA:CPU runs a batch-1 step's matrix-vector products faster when it may use 512-bit vectors; from
+# batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
+# (benchmarks/decode.py times both sides in every run). Other backends get no options.
 VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
 
 
