@@ -11,7 +11,8 @@ project's environment never holds torch.
 at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the one-token attention arrangement (dantinox/model.py, _attend_one_token) against the general one, and
+the one-token attention arrangement (dantinox/model.py, _attend_one_token) against the general one, each
+forced through dantinox.model.uses_one_token_arrangement, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
 
@@ -24,7 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -37,7 +37,7 @@ from flax import nnx
 import dantinox
 import dantinox.model
 from dantinox.cache import init_cache
-from dantinox.generate import VECTOR_512, _prefill_jit, _step, window_for
+from dantinox.generate import VECTOR_512, _prefill_jit, _step, compiler_options, window_for
 from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
 
 HERE = Path(__file__).resolve().parent
@@ -69,37 +69,16 @@ def decode_grid(repeats: int) -> dict[str, float]:
     return out
 
 
-def _general_arrangement(q_BKGH, k_BKSH, v_BKSH, mask_S, scale):
-    """attend's general arrangement (queries as [B, T, K, G, H]) for one token."""
-    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BKGH[:, None], k_BKSH) * scale
-    probs = jax.nn.softmax(jnp.where(mask_S, scores, dantinox.model.NEG_INF), axis=-1)
-    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)[:, 0]
-
-
-def _forced_attend(arrangement: str):
-    """dantinox.model.attend for the reference model's decode steps, with one arrangement whatever G is."""
-    one_token = dantinox.model._attend_one_token if arrangement == "one-token" else _general_arrangement
-
-    def attend(q_BTKGH, k_BKSH, v_BKSH, q_pos_T, kv_len, causal, scale=None, window=None, k_pos_S=None):
-        assert q_BTKGH.shape[1] == 1 and window is None and k_pos_S is None  # decode steps of the reference model
-        slots_S = jnp.arange(k_BKSH.shape[2])
-        mask_S = (slots_S < kv_len) & (slots_S <= q_pos_T[0]) if causal else slots_S < kv_len
-        return one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH.astype(jnp.float32),
-                         v_BKSH.astype(jnp.float32), mask_S, q_BTKGH.shape[-1] ** -0.5)[:, None]
-
-    return attend
-
-
 @contextlib.contextmanager
 def _arrangement(name: str | None):
-    """Trace the model's attention with arrangement `name` ("one-token" or "general"; None: as dantinox chooses)."""
-    keep = dantinox.model.attend
+    """Trace with attention arrangement `name` ("one-token" or "general") forced; None: as dantinox chooses."""
+    keep = dantinox.model.uses_one_token_arrangement
     if name is not None:
-        dantinox.model.attend = _forced_attend(name)
+        dantinox.model.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
     try:
         yield
     finally:
-        dantinox.model.attend = keep
+        dantinox.model.uses_one_token_arrangement = keep
 
 
 def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int = 7) -> dict[str, float]:
@@ -122,9 +101,8 @@ def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int 
     for _ in range(rounds):
         for name, loop in loops.items():
             for n in (4, 24):
-                start = time.perf_counter()
-                jax.block_until_ready(loop(graphdef, params, tokens, caches, jnp.int32(n), index))
-                best[name, n] = min(best[name, n], time.perf_counter() - start)
+                run = partial(loop, graphdef, params, tokens, caches, jnp.int32(n), index)
+                best[name, n] = min(best[name, n], best_of(run, 1, warmup=False))
     return {name: 1e3 * (best[name, 24] - best[name, 4]) / 20 for name in sides}
 
 
@@ -134,7 +112,7 @@ def ab_tables() -> dict:
     for variant in MORE_VARIANTS:
         for batch in BATCHES:
             for context in (128, 384):
-                opts = VECTOR_512 if batch == 1 else None  # as generate compiles it
+                opts = compiler_options(batch)  # as generate compiles it
                 out["arrangement"][f"{variant}/{batch}/{context}"] = ab_step_ms(
                     variant, batch, context, {"one-token": ("one-token", opts), "general": ("general", opts)})
     for batch in BATCHES:
@@ -271,7 +249,8 @@ def main() -> None:
     for key, t in result["ab_step_ms"]["arrangement"].items():
         variant, batch, context = key.split("/")
         cfg = model_for(variant).cfg
-        used = "one-token" if int(batch) > 1 and cfg.n_kv_heads > 1 and cfg.groups > 1 else "general"  # as attend
+        one_token = dantinox.model.uses_one_token_arrangement(int(batch), 1, cfg.n_kv_heads, cfg.groups)
+        used = "one-token" if one_token else "general"
         lines.append(f"| {variant} | {batch} | {context} | {t['one-token']:.2f} | {t['general']:.2f} | "
                      f"{t['general'] / t['one-token']:.2f}× | {used} |")
     lines += ["", "XLA option `xla_cpu_prefer_vector_width=512`, MHA, ms per decode step (interleaved A/B; "

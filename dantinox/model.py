@@ -70,12 +70,17 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: ja
     if window is not None:  # the band: the current token and the W - 1 before it
         mask_TS = mask_TS & (q_pos_T[:, None] - k_pos_S[None, :] < window)
     k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
-    if T == 1 and B > 1 and K > 1 and G > 1:  # a batch decoding GQA: see _attend_one_token
+    if uses_one_token_arrangement(B, T, K, G):
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_TS[0], scale)[:, None]
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
     scores_BKGTS = jnp.where(mask_TS, scores_BKGTS, NEG_INF)  # mask before the softmax
     probs = jax.nn.softmax(scores_BKGTS, axis=-1)
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
+
+
+def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
+    """Whether `attend` takes `_attend_one_token` for these shapes: a batch decoding GQA (measured rule, below)."""
+    return T == 1 and B > 1 and K > 1 and G > 1
 
 
 def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_S: jax.Array,

@@ -27,8 +27,8 @@ from flax import nnx
 
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
-from dantinox.memory import kv_cache_bytes
-from dantinox.roofline import _check_fits, _check_variant, _decode_loop_jit, weight_count
+from dantinox.config import ModelConfig
+from dantinox.roofline import _check_fits, _check_variant, _decode_loop_jit, decode_cost
 
 WEIGHTS, ATTENTION, CACHE_WRITE, OTHER = ("weight matmuls", "attention over the cache", "cache write",
                                           "norms, RoPE, SwiGLU, residual, sampling")
@@ -42,6 +42,7 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w\-]+)\((.*)$",
 class StepProfile:
     """Measured seconds per decode step for each category, and the bytes the roofline says it must read."""
 
+    cfg: ModelConfig
     batch: int
     context: int
     seconds: dict[str, float]  # category -> seconds per step (all layers), measured under the profiler
@@ -126,6 +127,6 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
         info = event.get("args", {})
         if event.get("ph") == "X" and info.get("hlo_op") in category and "_decode_loop" in info.get("hlo_module", ""):
             micros[category[info["hlo_op"]]] += event["dur"]
-    return StepProfile(batch, context, {c: micros[c] * 1e-6 / steps for c in CATEGORIES},
-                       {WEIGHTS: weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
-                        ATTENTION: kv_cache_bytes(cfg, batch, context)})
+    cost = decode_cost(cfg, batch, context)
+    return StepProfile(cfg, batch, context, {c: micros[c] * 1e-6 / steps for c in CATEGORIES},
+                       {WEIGHTS: cost.weight_bytes, ATTENTION: cost.cache_read_bytes})

@@ -28,7 +28,7 @@ from flax import nnx
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
-from dantinox.generate import compiler_options
+from dantinox.generate import VECTOR_512, compiler_options
 from dantinox.memory import DEVICE_PRESETS, kv_cache_bytes
 
 # Datasheet devices: the DEVICE_PRESETS name (capacity) and the prefill-and-decode spec holding F and BW.
@@ -242,10 +242,14 @@ def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
     return jax.lax.fori_loop(0, steps, step, (tokens_B, caches))
 
 
-@functools.cache
 def _decode_loop_jit(batch: int):
     """_decode_loop compiled as generate compiles its decode loops for `batch` sequences (same XLA options)."""
-    return jax.jit(_decode_loop, static_argnums=0, compiler_options=compiler_options(batch))
+    return _decode_loop_program(compiler_options(batch) is not None)
+
+
+@functools.cache
+def _decode_loop_program(vector_512: bool):
+    return jax.jit(_decode_loop, static_argnums=0, compiler_options=VECTOR_512 if vector_512 else None)
 
 
 @partial(jax.jit, static_argnums=0)

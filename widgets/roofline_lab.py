@@ -78,7 +78,6 @@ class RooflineLab(Lab):
                                              layout=widgets.Layout(width="260px"))
         self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.profile: StepProfile | None = None
-        self._profiled: tuple | None = None  # (config, batch, context) of self.profile
         self.figure = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
@@ -118,30 +117,35 @@ class RooflineLab(Lab):
     def measure(self) -> RooflineReading | None:
         """Time the current model here: decode at the lab's batches, prefill at its prompt lengths."""
         cfg, context = self.config(), self.context.value
-        self.status_html.value = note_box(f"Timing decode at B = {esc(self.batches)} and prefill at "
-                                          f"{esc(self.prompts)} tokens on this machine (compiles first) …")
-        try:
+
+        def time_it() -> None:
             self._keep(read_decode(cfg, context, self.batches, self.repeats))
             self._keep(read_prefill(cfg, tuple(p for p in self.prompts if p <= cfg.max_context), 1, self.repeats))
+
+        return self._measure(f"Timing decode at B = {esc(self.batches)} and prefill at {esc(self.prompts)} tokens "
+                             "on this machine (compiles first) …", time_it)
+
+    def profile_step(self) -> StepProfile | None:
+        """Profile one decode step of the current model at the current batch and context (XLA's profiler)."""
+        cfg, batch, context = self.config(), self.batch.value, self.context.value
+
+        def profile_it() -> None:
+            self.profile = read_step_profile(cfg, batch, context)
+
+        reading = self._measure(f"Profiling decode steps at B = {batch}, {context} cache slots on this machine "
+                                "(compiles first) …", profile_it)
+        return None if reading is None else self.profile
+
+    def _measure(self, note: str, work) -> RooflineReading | None:
+        """Run a measurement with `note` on screen, then redraw; an error is shown, never raised."""
+        self.status_html.value = note_box(note)
+        try:
+            work()
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
             self.error = describe(err)
             self.status_html.value = error_box(self.error)
             return None
         return self.refresh()
-
-    def profile_step(self) -> StepProfile | None:
-        """Profile one decode step of the current model at the current batch and context (XLA's profiler)."""
-        cfg, batch, context = self.config(), self.batch.value, self.context.value
-        self.status_html.value = note_box(f"Profiling decode steps at B = {batch}, {context} cache slots on this "
-                                          "machine (compiles first) …")
-        try:
-            self.profile, self._profiled = read_step_profile(cfg, batch, context), (cfg, batch, context)
-        except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
-            self.error = describe(err)
-            self.status_html.value = error_box(self.error)
-            return None
-        self.refresh()
-        return self.profile
 
     # Reading and drawing ------------------------------------------------------------------------
     def _read(self) -> RooflineReading:
@@ -203,17 +207,14 @@ class RooflineLab(Lab):
 
     def _render_profile(self, r: RooflineReading) -> None:
         p = self.profile
-        if p is None or self._profiled != (r.cfg, r.batch, r.context):  # only a profile of exactly this setting
+        if p is None or (p.cfg, p.batch, p.context) != (r.cfg, r.batch, r.context):  # only this very setting
             self.profile_html.value = ("<b>Where a step's time goes</b>: press <b>where does a step's time go?</b> to "
                                        "profile this setting.")
             return
-        m, c = self.machine, r.decode_cost
-        floor = {CATEGORIES[0]: c.weight_bytes, CATEGORIES[1]: c.cache_read_bytes}
-        rows = []
+        m, rows = self.machine, []
         for cat in CATEGORIES:
-            seconds = p.seconds[cat]
-            rate = p.bandwidth(cat)
-            floor_ms = _ms(floor[cat] / m.bandwidth) if cat in floor else "—"
+            seconds, rate = p.seconds[cat], p.bandwidth(cat)
+            floor_ms = _ms(p.read_bytes[cat] / m.bandwidth) if cat in p.read_bytes else "—"
             rows.append(f"<tr><td>{esc(cat)}</td><td style='text-align:right'>{_ms(seconds)}</td>"
                         f"<td style='text-align:right'>{100 * seconds / p.total:.0f}%</td>"
                         f"<td style='text-align:right'>{'—' if rate is None else f'{rate / 1e9:,.1f} GB/s'}</td>"
