@@ -3,8 +3,7 @@
     import dantinox
     cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
-    dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.tree_nbytes(
-        dantinox.init_cache(cfg, batch_size=4, length=512))
+    dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
 `dantinox.enable_compilation_cache()` themselves.
@@ -12,6 +11,7 @@ Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs c
 
 from dantinox._jax_setup import enable_compilation_cache
 from dantinox.cache import (
+    KVCache,
     LatentCache,
     LayerCache,
     cache_shapes,
@@ -35,7 +35,7 @@ from dantinox.model import Transformer
 from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [
-    "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "LatentCache", "LayerCache", "ModelConfig",
+    "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "KVCache", "LatentCache", "LayerCache", "ModelConfig",
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",

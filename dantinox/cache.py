@@ -1,20 +1,28 @@
-"""The KV cache as a value: one protocol, one small type per layout, allocation and the write checks.
+"""The KV cache as a value: a container that owns its fill, and one layout per layer.
 
-A cache is a tuple with one entry per layer, passed into the model and returned updated; nothing is
-stored on the model. Every layout is a NamedTuple of arrays (so a pytree) that implements:
+`KVCache` is a pytree passed into the model and returned updated; nothing is stored on the model. It holds
 
-    zeros(cfg, batch, length) -> layout   allocate `length` empty (all-zero) slots
-    write(*new, index) -> layout          the same layout with T new tokens stored at slots [index, index + T)
-    read() -> tuple of arrays             what attention consumes, in compute-ready form
-    SEQ_AXIS                              the slot axis of every field (for growing and counting slots)
+    layers       one payload value per layer (the arrays: keys and values, or MLA latents, with scales)
+    lengths      [B] int32, tokens each sequence holds, shared by every layer
+    block_table  [B, M] int32 for a paged cache (logical block m of sequence b is physical block
+                 table[b, m] of every layer's pool), held once; None for a contiguous cache
 
-Attention calls only `write` and `read`; Block, Transformer and the decoders never look inside. Adding a
-layout (paged blocks, a ring buffer, int8 with scales) means adding one such type and naming it in
-`layout_for`. Keys are cached after RoPE, so a cached key never needs re-rotating.
+`model.forward` writes at `lengths` and advances it, and attention masks with it, so no caller passes a
+length beside the cache and nothing re-reads it from the data.
+
+A layer's layout is three independent choices, fixed per layer by the config (`layouts`):
+  addressing  where position p lives: `Linear` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
+              `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the block table, dantinox/paged.py)
+  storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
+              token and head (dantinox/quant.py); scales are folded into attention's contractions
+  payload     `LayerCache` (K/V heads) or `LatentCache` (MLA's latent and RoPE key)
+Attention asks its layout for a `View` (the arrays to attend over, each slot's position, and the layout's
+visibility rule) and has one code path for all of them. Keys are cached after RoPE.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -23,72 +31,241 @@ import numpy as np
 
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
-from dantinox.quant import QuantCache
-from dantinox.ring import RingCache
+from dantinox.quant import quantize
 
 
-class LayerCache(NamedTuple):
-    """Static per-head layout (MHA, GQA, MQA): keys and values of K heads."""
+def _scatter(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_BT: jax.Array) -> jax.Array:
+    """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped."""
+    idx = (rows_BT,) + (slice(None),) * (axis - 1) + (jnp.where(slots_BT < 0, a.shape[axis], slots_BT),)
+    return a.at[idx].set(new_BT.astype(a.dtype), mode="drop")  # out of range: a masked token, not written
 
-    k: jax.Array  # [B, K, S, H], keys after RoPE
-    v: jax.Array  # [B, K, S, H]
 
+class _Payload:
+    """What the payload types share: every field has its slot axis at SEQ_AXIS (scales included)."""
+
+    __slots__ = ()
+    SEQ_AXIS = 0
+
+    @property
+    def slots(self) -> int:
+        return self[0].shape[self.SEQ_AXIS]
+
+    def map_slots(self, fn) -> Any:
+        """Apply `fn(array, axis)` to every field that is set."""
+        return type(self)(*(None if a is None else fn(a, self.SEQ_AXIS) for a in self))
+
+    def store(self, new: Any, rows_BT: jax.Array, slots_BT: jax.Array) -> Any:
+        """The same arrays with the tokens of `new` (this type, T slots, from `encode`) at (row, slot)."""
+        ax = self.SEQ_AXIS
+        return type(self)(*(None if a is None else _scatter(a, ax, rows_BT, slots_BT, jnp.moveaxis(n, ax, 1))
+                            for a, n in zip(self, new, strict=True)))
+
+    def concat(self, new: Any) -> Any:
+        """These slots followed by the T slots of `new`."""
+        return type(self)(*(None if a is None else jnp.concatenate([a, n], axis=self.SEQ_AXIS)
+                            for a, n in zip(self, new, strict=True)))
+
+    def gather(self, table_BM: jax.Array) -> Any:
+        """Rows of blocks ([R, ..., bs, ...] pools) read through a block table: [B, ..., M · bs, ...]."""
+        def one(pool: jax.Array, axis: int) -> jax.Array:
+            blocks = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, bs, ...]
+            shape = blocks.shape
+            return blocks.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+        return self.map_slots(one)
+
+
+class _HeadsFields(NamedTuple):
+    k: jax.Array  # [R, K, S, H], keys after RoPE (R: sequences, or blocks of a paged pool)
+    v: jax.Array  # [R, K, S, H]
+    k_scale: jax.Array | None = None  # [R, K, S] float32, for int8 / fp8 codes
+    v_scale: jax.Array | None = None  # [R, K, S] float32
+
+
+class _LatentFields(NamedTuple):
+    ckv: jax.Array  # [R, S, C + R]
+    ckv_scale: jax.Array | None = None  # [R, S] float32, for int8 / fp8 codes
+
+
+class LayerCache(_Payload, _HeadsFields):
+    """K/V-heads payload (MHA, GQA, MQA): keys and values of K heads; scales only for a quantized cache."""
+
+    __slots__ = ()
     SEQ_AXIS = 2
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> LayerCache:
-        shape = (batch, cfg.n_kv_heads, length, cfg.head_size)
-        return cls(jnp.zeros(shape, cfg.cache_jnp_dtype), jnp.zeros(shape, cfg.cache_jnp_dtype))
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
+        def codes():
+            return jnp.zeros((rows, cfg.n_kv_heads, slots, cfg.head_size), cfg.cache_jnp_dtype)
 
-    def write(self, k_BKTH: jax.Array, v_BKTH: jax.Array, index: jax.Array | int) -> LayerCache:
-        at = (0, 0, index, 0)
-        return LayerCache(jax.lax.dynamic_update_slice(self.k, k_BKTH.astype(self.k.dtype), at),
-                          jax.lax.dynamic_update_slice(self.v, v_BKTH.astype(self.v.dtype), at))
+        def scales():  # a buffer each: decoding donates them
+            return jnp.zeros((rows, cfg.n_kv_heads, slots), jnp.float32) if cfg.quantized_cache else None
+        return cls(codes(), codes(), scales(), scales())
 
-    def read(self) -> tuple[jax.Array, jax.Array]:
-        return self.k, self.v
+    @classmethod
+    def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
+        """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
+        if not cfg.quantized_cache:
+            return cls(k_BKTH.astype(cfg.cache_jnp_dtype), v_BKTH.astype(cfg.cache_jnp_dtype))
+        (k, ks), (v, vs) = quantize(k_BKTH, cfg.cache_dtype), quantize(v_BKTH, cfg.cache_dtype)
+        return cls(k, v, ks, vs)
 
 
-class LatentCache(NamedTuple):
-    """MLA layout: the compressed KV latent and the decoupled RoPE key of each token, side by side."""
+class LatentCache(_Payload, _LatentFields):
+    """MLA payload: the compressed KV latent and the decoupled RoPE key of each token, side by side."""
 
-    ckv: jax.Array  # [B, S, C + R]
-
+    __slots__ = ()
     SEQ_AXIS = 1
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> LatentCache:
-        return cls(jnp.zeros((batch, length, cfg.kv_latent_dim + cfg.rope_head_dim), cfg.cache_jnp_dtype))
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LatentCache:
+        width = cfg.kv_latent_dim + cfg.rope_head_dim
+        scales = jnp.zeros((rows, slots), jnp.float32) if cfg.quantized_cache else None
+        return cls(jnp.zeros((rows, slots, width), cfg.cache_jnp_dtype), scales)
 
-    def write(self, ckv_BTX: jax.Array, index: jax.Array | int) -> LatentCache:
-        return LatentCache(jax.lax.dynamic_update_slice(self.ckv, ckv_BTX.astype(self.ckv.dtype), (0, index, 0)))
-
-    def read(self) -> tuple[jax.Array]:
-        return (self.ckv,)
-
-
-KVCache = tuple  # one layout value per layer, e.g. tuple[LayerCache, ...]
+    @classmethod
+    def encode(cls, cfg: ModelConfig, ckv_BTX: jax.Array) -> LatentCache:
+        if not cfg.quantized_cache:
+            return cls(ckv_BTX.astype(cfg.cache_jnp_dtype))
+        return cls(*quantize(ckv_BTX, cfg.cache_dtype))
 
 
-def layout_for(cfg: ModelConfig, layer: int = 0) -> type:
-    """The cache layout that layer `layer` of a config writes: latent, ring buffer (local layer), quantized or float."""
-    if cfg.attention == "mla":
-        return LatentCache
-    if cfg.layer_windows[layer] is not None:
-        return RingCache.of(cfg.layer_windows[layer])
-    return QuantCache if cfg.quantized_cache else LayerCache
+class View(NamedTuple):
+    """What attention reads from one layer: the arrays, the position each slot holds, the layout's rule."""
+
+    payload: Any  # LayerCache or LatentCache, [B, ..., S, ...]
+    k_pos_BS: jax.Array  # position of the token in each slot; -1: empty
+    addressing: Any  # static: its `visible(q_pos_BT, k_pos_BS)` is the layout's own mask (window, chunk)
+
+    def mask(self, q_pos_BT: jax.Array, causal: bool) -> jax.Array:
+        """[B, T, S] which keys each query may attend to."""
+        k_pos = self.k_pos_BS[:, None, :]
+        mask = (k_pos >= 0) & self.addressing.visible(q_pos_BT[:, :, None], k_pos)
+        return mask & (k_pos <= q_pos_BT[:, :, None]) if causal else mask
+
+
+@dataclasses.dataclass(frozen=True)
+class Linear:
+    """Position p lives in slot p of its sequence's row: a cache of `length` slots holds positions < length."""
+
+    def slots(self, length: int) -> int:
+        return length
+
+    def visible(self, q_pos, k_pos) -> jax.Array:
+        return jnp.ones((), bool)
+
+    def locate(self, pos_BT, live_BT, after_B, S, table):
+        """(rows, slots) [B, T] where the new tokens go; slot -1 for a token not to write."""
+        rows = jnp.broadcast_to(jnp.arange(pos_BT.shape[0])[:, None], pos_BT.shape)
+        return rows, jnp.where(live_BT, pos_BT, -1)
+
+    def positions(self, lengths_B: jax.Array, S: int) -> jax.Array:
+        s_S = jnp.arange(S)
+        return jnp.where(s_S[None, :] < lengths_B[:, None], s_S[None, :], -1)
+
+    def read(self, layer, table):
+        return layer
+
+    def reads_before_write(self, T: int) -> bool:
+        """Whether attention must see the old slots and the new tokens side by side (a write would evict)."""
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One layer's layout: addressing x storage (the config's cache_dtype) x payload type."""
+
+    addressing: Any
+    payload: type
+
+    def update(self, layer: Any, new: Any, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
+               after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
+        """Write the new tokens (payload from `encode`) and return the layer and the view attention reads.
+
+        `lengths_B` and `after_B` are the fill before and after the write; `live_BT` marks the tokens to
+        write (a ragged batch's padding and finished rows are not).
+        """
+        addr = self.addressing
+        S = layer.slots
+        rows, slots = addr.locate(pos_BT, live_BT, after_B, S, table)
+        written = layer.store(new, rows, slots)
+        if addr.reads_before_write(pos_BT.shape[1]):  # old slots beside the new tokens, then the write
+            k_pos = jnp.concatenate([addr.positions(lengths_B, S), jnp.where(live_BT, pos_BT, -1)], axis=1)
+            return written, View(addr.read(layer, table).concat(new), k_pos, addr)
+        read = addr.read(written, table)
+        return written, View(read, addr.positions(after_B, read.slots), addr)
+
+
+def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
+    """The layout of every layer of a config."""
+    from dantinox.paged import Paged
+    from dantinox.ring import Chunked, Ring
+
+    payload = LatentCache if cfg.attention == "mla" else LayerCache
+    out = []
+    for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):
+        if window is not None:
+            addr = Ring(window)
+        elif chunk is not None:
+            addr = Chunked(chunk)
+        elif cfg.cache_layout == "paged":
+            addr = Paged(cfg.block_size)
+        else:
+            addr = Linear()
+        out.append(Layout(addr, payload))
+    return tuple(out)
+
+
+class KVCache(NamedTuple):
+    """The whole cache: per-layer payloads, the fill of each sequence, and (paged) the block table."""
+
+    layers: tuple  # one payload per layer
+    lengths: jax.Array  # [B] int32, tokens held by each sequence
+    block_table: jax.Array | None = None  # [B, M] int32, paged layers only
+
+    @property
+    def batch(self) -> int:
+        return self.lengths.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored keys and values (or latents) and their scales: what the cache formulas count.
+
+        The bookkeeping (`lengths`, the block table) is B + B·M int32s and is not part of the formulas.
+        """
+        return tree_nbytes(self.layers)
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
-    """Pre-allocate a zeroed static cache for `batch_size` sequences of up to `length` tokens.
+    """Pre-allocate an empty cache for `batch_size` sequences of up to `length` tokens (default max_context).
 
-    `length` defaults to `cfg.max_context`. Arrays are in `cfg.cache_dtype`.
+    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns blocks b·M .. b·M + M - 1.
     """
     batch_size = positive_int("batch_size", batch_size)
     length = cfg.max_context if length is None else positive_int("length", length)
     if length > cfg.max_context:
         raise ValueError(f"length: a cache holds at most max_context={cfg.max_context} tokens, got {length}")
-    return tuple(layout_for(cfg, i).zeros(cfg, batch_size, length) for i in range(cfg.n_layers))
+    if cfg.cache_layout != "paged":
+        return empty_cache(cfg, batch_size, length)
+    from dantinox.blocks import blocks_for
+
+    M = blocks_for(length, cfg.block_size)
+    return empty_cache(cfg, batch_size, length, np.arange(batch_size * M, dtype=np.int32).reshape(batch_size, M),
+                       batch_size * M)
+
+
+def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, num_blocks: int | None = None):
+    """An empty KVCache: contiguous layers of `length` slots (rings: min(length, W)); paged layers get pools
+    of `num_blocks` blocks (default: every block `table` names) read through `table`."""
+    layers = []
+    for layout in layouts(cfg):
+        addr = layout.addressing
+        if hasattr(addr, "block_size"):
+            n = int(np.max(np.asarray(table))) + 1 if num_blocks is None else num_blocks
+            layers.append(layout.payload.zeros(cfg, n, addr.block_size))
+        else:
+            layers.append(layout.payload.zeros(cfg, batch, addr.slots(length)))
+    table = None if table is None else jnp.asarray(table, jnp.int32)
+    return KVCache(tuple(layers), jnp.zeros((batch,), jnp.int32), table)
 
 
 def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
@@ -96,114 +273,115 @@ def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -
     return jax.eval_shape(lambda: init_cache(cfg, batch_size, length))
 
 
-def _map_slots(layer: Any, fn) -> Any:
-    """Apply `fn(array, axis)` to every field of a layer along its slot axis."""
-    return type(layer)(*(fn(a, layer.SEQ_AXIS) for a in layer))
+def tree_nbytes(tree) -> int:
+    """Bytes held by every array (or ShapeDtypeStruct) leaf of a pytree, measured from shapes and dtypes.
 
-
-def resize_cache(cache: KVCache, length: int, at_end: bool = False) -> KVCache:
-    """The same cache with `length` slots per layer, cut or zero-padded at the end (at_end=False) or the start.
-
-    A ring-buffer layer gets min(length, W) slots, as init_cache gives it.
+    A KVCache inside counts its stored layers (`KVCache.nbytes`): its lengths and block table are bookkeeping.
     """
-    def fit(a: jax.Array, axis: int, length: int) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, KVCache))
+    return int(sum(x.nbytes if isinstance(x, KVCache) else int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                   for x in leaves))
+
+
+def filled_slots(cache: KVCache) -> np.ndarray:
+    """[B] tokens each sequence of the cache holds: its `lengths`, read from the container (not the data)."""
+    return np.asarray(cache.lengths)
+
+
+def _fits(cfg: ModelConfig, cache: KVCache) -> int:
+    """Positions the cache can hold: the slots of its linear layers (rings take any), or table width x block."""
+    if cache.block_table is not None:
+        return cache.block_table.shape[1] * cfg.block_size
+    growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
+               if type(lay.addressing) is Linear or layer.slots < getattr(lay.addressing, "size", 0)]
+    return min(growing) if growing else cfg.max_context
+
+
+def cache_length(cfg: ModelConfig, cache: KVCache) -> int:
+    """S: how many positions the cache has room for (its key bucket)."""
+    return _fits(cfg, cache)
+
+
+def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = False) -> tuple:
+    """The same per-layer arrays with `length` slots, cut or zero-padded at the end (at_end=False) or the start.
+
+    A ring layer gets min(length, W) slots, as init_cache gives it.
+    """
+    def fit(a: jax.Array, axis: int, n: int) -> jax.Array:
         old = a.shape[axis]
-        if length <= old:
-            return jax.lax.slice_in_dim(a, old - length if at_end else 0, old if at_end else length, axis=axis)
+        if n <= old:
+            return jax.lax.slice_in_dim(a, old - n if at_end else 0, old if at_end else n, axis=axis)
         widths = [(0, 0)] * a.ndim
-        widths[axis] = (length - old, 0) if at_end else (0, length - old)
+        widths[axis] = (n - old, 0) if at_end else (0, n - old)
         return jnp.pad(a, widths)
 
-    def fit_layer(layer: Any) -> Any:
-        n = min(length, getattr(layer, "WINDOW", length))  # a ring buffer keeps at most W slots
-        return _map_slots(layer, lambda a, axis: fit(a, axis, n))
-
-    return tuple(fit_layer(layer) for layer in cache)
+    return tuple(layer.map_slots(lambda a, axis, n=lay.addressing.slots(length): fit(a, axis, n))
+                 for layer, lay in zip(layers, layouts(cfg), strict=True))
 
 
-def grow_cache(cache: KVCache, length: int) -> KVCache:
-    """The same cache with `length` >= current slots per layer: written slots kept, the new ones zero."""
-    return resize_cache(cache, length)
+def grow_cache(cache: KVCache, cfg: ModelConfig, length: int) -> KVCache:
+    """The same cache with room for `length` positions per contiguous layer: written slots kept, new ones zero."""
+    return cache._replace(layers=resize_layers(cache.layers, cfg, length))
 
 
-def keep_slots(cache: KVCache, live_S: jax.Array) -> KVCache:
+def keep_slots(layers: tuple, live_S: jax.Array) -> tuple:
     """Zero every slot whose entry of the bool mask `live_S` [S] is False."""
     def mask(a: jax.Array, axis: int) -> jax.Array:
         return jnp.where(live_S.reshape((-1,) + (1,) * (a.ndim - axis - 1)), a, jnp.zeros((), a.dtype))
 
-    return tuple(_map_slots(layer, mask) for layer in cache)
+    return tuple(layer.map_slots(mask) for layer in layers)
 
 
-def add_caches(a: KVCache, b: KVCache) -> KVCache:
-    """Slot-wise sum of two caches of one length: joins halves whose unused slots are zero."""
+def add_caches(a: tuple, b: tuple) -> tuple:
+    """Slot-wise sum of two sets of layers of one length: joins halves whose unused slots are zero."""
     return jax.tree_util.tree_map(jnp.add, a, b)
 
 
-def tree_nbytes(tree) -> int:
-    """Bytes held by every array (or ShapeDtypeStruct) leaf of a pytree, measured from shapes and dtypes."""
-    return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
-
-
-def _slots(layer: Any) -> int:
-    return layer[0].shape[layer.SEQ_AXIS]
-
-
-def _wraps(layer: Any) -> bool:
-    """A ring buffer with all W slots: it takes any position, overwriting the one W back."""
-    return _slots(layer) == getattr(layer, "WINDOW", None)
-
-
-def cache_length(cache: KVCache) -> int:
-    """S: how many token positions the cache holds: the slots of its layers (full ring buffers, which wrap, aside)."""
-    growing = [_slots(layer) for layer in cache if not _wraps(layer)]
-    return min(growing) if growing else _slots(cache[0])
-
-
-def filled_slots(cache: KVCache) -> int:
-    """How many slots of the cache hold a token, read from the arrays: one past the last written slot.
-
-    Caches fill left to right from zeroed slots, so this is the index of the last slot of layer 0,
-    sequence 0 whose stored values are not all zero, plus one (0 for an empty or zero-slot cache).
-    """
-    if not cache:
-        return 0
-    first = cache[0]
-    axis = first.SEQ_AXIS
-    written_S = np.zeros(first[0].shape[axis], bool)
-    for a in first:
-        rows = np.moveaxis(np.asarray(a[0]), axis - 1, 0)  # sequence 0, slots first
-        written_S |= rows.reshape(rows.shape[0], -1).any(axis=1)
-    return int(np.flatnonzero(written_S)[-1] + 1) if written_S.any() else 0
-
-
-def check_cache(cfg: ModelConfig, cache: KVCache, batch: int) -> None:
-    """Raise ValueError unless `cache` is a cache for `cfg` that holds `batch` sequences."""
-    if not isinstance(cache, tuple | list) or len(cache) != cfg.n_layers:
-        raise ValueError(f"kv_caches: expected a tuple of {cfg.n_layers} per-layer caches from "
-                         f"dantinox.init_cache, got {type(cache).__name__}")
-    for layer, got in enumerate(cache):
-        layout = layout_for(cfg, layer)
-        if type(got) is not layout:
-            raise ValueError(f"kv_caches[{layer}]: expected {layout.__name__} for attention={cfg.attention!r}, "
+def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
+    """Raise ValueError unless `cache` is a KVCache for `cfg` that holds `batch` sequences."""
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"kv_caches: expected a dantinox.KVCache from dantinox.init_cache, got {type(cache).__name__}")
+    if len(cache.layers) != cfg.n_layers:
+        raise ValueError(f"kv_caches: expected {cfg.n_layers} layers, got {len(cache.layers)}")
+    if cache.lengths.shape != (batch,):
+        raise ValueError(f"kv_caches: cache holds batch {cache.lengths.shape[0]} but ids have batch {batch}")
+    if (cache.block_table is None) != (cfg.cache_layout != "paged"):
+        raise ValueError(f"kv_caches: a block table goes with cache_layout='paged', the config has "
+                         f"cache_layout={cfg.cache_layout!r}")
+    for i, (got, lay) in enumerate(zip(cache.layers, layouts(cfg), strict=True)):
+        if type(got) is not lay.payload:
+            raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for attention={cfg.attention!r}, "
                              f"got {type(got).__name__}")
-    expected = cache_shapes(cfg, batch, cache_length(cache))
-    for layer, (got, want) in enumerate(zip(cache, expected, strict=True)):
-        for name, g, w in zip(want._fields, got, want, strict=True):
-            if g.shape[0] != w.shape[0]:
-                raise ValueError(f"kv_caches[{layer}].{name}: cache holds batch {g.shape[0]} but ids have "
-                                 f"batch {batch}")
+        rows = got[0].shape[0] if hasattr(lay.addressing, "block_size") else batch  # a pool's rows are blocks
+        want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.payload.zeros(cfg, rows, got.slots))
+        for name, g, w in zip(got._fields, got, want, strict=True):
+            if (g is None) != (w is None):
+                raise ValueError(f"kv_caches[{i}].{name}: expected {'no array' if w is None else 'an array'} "
+                                 f"(cache_dtype={cfg.cache_dtype!r}), got {'none' if g is None else 'one'}")
+            if g is None:
+                continue
             if g.shape != w.shape:
-                raise ValueError(f"kv_caches[{layer}].{name}: expected shape {w.shape}, got {g.shape}")
+                raise ValueError(f"kv_caches[{i}].{name}: expected shape {w.shape}, got {g.shape}")
             if g.dtype != w.dtype:
-                raise ValueError(f"kv_caches[{layer}].{name}: expected dtype {w.dtype} (cache_dtype="
+                raise ValueError(f"kv_caches[{i}].{name}: expected dtype {w.dtype} (cache_dtype="
                                  f"{cfg.cache_dtype!r}), got {g.dtype}")
 
 
-def check_write(cache: KVCache, cache_index: int, n_tokens: int) -> None:
-    """Refuse a write of `n_tokens` at `cache_index` that would not fit (XLA would silently clamp it)."""
-    length = cache_length(cache)
-    if cache_index < 0:
-        raise ValueError(f"cache_index: must be >= 0, got {cache_index}")
-    if cache_index + n_tokens > length and not all(_wraps(layer) for layer in cache):
-        raise ValueError(f"cache_index: writing {n_tokens} token(s) at position {cache_index} needs "
-                         f"{cache_index + n_tokens} slots, but the cache holds {length} (max_context)")
+def check_write(cfg: ModelConfig, cache: KVCache, cache_index: int | None, n_tokens: int) -> None:
+    """Refuse a write the cache's fill does not allow: at a position other than `lengths`, or past its room.
+
+    (XLA would silently clamp or drop an out-of-range write.)
+    """
+    lengths = np.asarray(cache.lengths)
+    if cache_index is not None:
+        if cache_index < 0:
+            raise ValueError(f"cache_index: must be >= 0, got {cache_index}")
+        if np.any(lengths != cache_index):
+            held = int(lengths[0]) if np.all(lengths == lengths[0]) else lengths.tolist()
+            raise ValueError(f"cache_index: the cache holds {held} token(s), so the next write goes at "
+                             f"{held}; got {cache_index} (leave it out: the cache knows its fill)")
+    room = _fits(cfg, cache)
+    need = int(lengths.max()) + n_tokens
+    if need > room:
+        raise ValueError(f"cache_index: writing {n_tokens} token(s) at position {int(lengths.max())} needs "
+                         f"{need} slots, but the cache holds {room} (max_context={cfg.max_context})")

@@ -20,6 +20,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 # Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
 QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
+CACHE_LAYOUTS = ("contiguous", "paged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,10 @@ class ModelConfig:
     # Sliding-window attention (dantinox/ring.py); see layer_windows for where the global layers go.
     sliding_window: int | None = None  # W: a local layer attends to the current token and the W - 1 before it
     window_pattern: str = "local"  # "local" (every layer) or "n:1" (n local layers per global one)
+    attention_chunk_size: int | None = None  # C: chunked layers attend within their chunk (Llama 4); global layers as window_pattern
+    # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a block table.
+    cache_layout: str = "contiguous"
+    block_size: int = 16  # token slots per page of a paged cache
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
 
@@ -113,23 +118,35 @@ class ModelConfig:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
     def _check_window(self) -> None:
-        if self.quantized_cache and (self.attention == "mla" or self.paradigm != "autoregressive"):
-            raise ValueError(f"cache_dtype: {self.cache_dtype!r} quantizes per-head keys and values of an "
-                             f"autoregressive model, got attention={self.attention!r}, paradigm={self.paradigm!r}")
-        if self.sliding_window is None:
+        if self.cache_layout not in CACHE_LAYOUTS:
+            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
+        positive_int("block_size", self.block_size)
+        # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
+        if self.paradigm != "autoregressive":
+            for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
+                                       ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                       ("sliding_window", self.sliding_window, self.sliding_window is None),
+                                       ("attention_chunk_size", self.attention_chunk_size,
+                                        self.attention_chunk_size is None)):
+                if not plain:
+                    raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
+                                     f"(its DualCache splits and joins them), got {value!r}")
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            raise ValueError("attention_chunk_size: a layer is either sliding-window or chunked; set one of "
+                             f"sliding_window ({self.sliding_window}) and attention_chunk_size "
+                             f"({self.attention_chunk_size})")
+        if self.attention_chunk_size is not None:
+            positive_int("attention_chunk_size", self.attention_chunk_size)
+        if self.sliding_window is None and self.attention_chunk_size is None:
             if self.window_pattern != "local":
                 raise ValueError(f"window_pattern: only used with a sliding_window, got {self.window_pattern!r}")
             return
-        positive_int("sliding_window", self.sliding_window)
+        if self.sliding_window is not None:
+            positive_int("sliding_window", self.sliding_window)
         head, _, tail = self.window_pattern.partition(":")
         if self.window_pattern != "local" and not (head.isdigit() and int(head) >= 1 and tail == "1"):
             raise ValueError(f"window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), "
                              f"got {self.window_pattern!r}")
-        for name, value, allowed in (("attention", self.attention, ("mha", "gqa", "mqa")),
-                                     ("paradigm", self.paradigm, ("autoregressive",)),
-                                     ("cache_dtype", self.cache_dtype, tuple(DTYPES))):
-            if value not in allowed:
-                raise ValueError(f"sliding_window: works with {name} in {', '.join(allowed)}, got {value!r}")
 
     # Derived values.
     @property
@@ -141,12 +158,20 @@ class ModelConfig:
         global layer after five local ones ("5:1"), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
         (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
         """
-        if self.sliding_window is None:
+        return self._local_layers(self.sliding_window)
+
+    @property
+    def layer_chunks(self) -> tuple[int | None, ...]:
+        """Per layer, its chunk size C (a chunked layer, Llama 4) or None; placed by window_pattern like windows."""
+        return self._local_layers(self.attention_chunk_size)
+
+    def _local_layers(self, size: int | None) -> tuple[int | None, ...]:
+        if size is None:
             return (None,) * self.n_layers
         if self.window_pattern == "local":
-            return (self.sliding_window,) * self.n_layers
+            return (size,) * self.n_layers
         period = int(self.window_pattern.split(":")[0]) + 1
-        return tuple(None if (i + 1) % period == 0 else self.sliding_window for i in range(self.n_layers))
+        return tuple(None if (i + 1) % period == 0 else size for i in range(self.n_layers))
 
     @property
     def quantized_cache(self) -> bool:

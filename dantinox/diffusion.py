@@ -28,12 +28,11 @@ from flax import nnx
 from dantinox.cache import (
     KVCache,
     add_caches,
-    cache_length,
     cache_shapes,
     init_cache,
     keep_slots,
-    layout_for,
-    resize_cache,
+    layouts,
+    resize_layers,
     tree_nbytes,
 )
 from dantinox.checks import check_ids, positive_int
@@ -66,12 +65,13 @@ def masked_diffusion_loss(model: Transformer, tokens_BT: jax.Array, rng: jax.Arr
 class DualCache(NamedTuple):
     """Fast-dLLM's DualCache (arXiv:2505.22618 §3.2): keys/values computed once per block and reused.
 
-    Both halves are per-layer caches in the model's own layout (LayerCache, or LatentCache for MLA),
-    keys after RoPE at their absolute positions. A prefix cache is a DualCache whose suffix holds zero slots.
+    Both halves are tuples of per-layer payloads in the model's own layout (LayerCache, or LatentCache for
+    MLA), keys after RoPE at their absolute positions; they are joined into one full KVCache for a step.
+    A prefix cache is a DualCache whose suffix holds zero slots.
     """
 
-    prefix_kvs: KVCache  # positions [0, block start): the prompt and the finished blocks
-    suffix_kvs: KVCache  # positions [block end, T): the still-masked suffix
+    prefix_kvs: tuple  # positions [0, block start): the prompt and the finished blocks
+    suffix_kvs: tuple  # positions [block end, T): the still-masked suffix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,20 +122,24 @@ class _State(NamedTuple):
 def _full_forward(model: Transformer, tokens_BT: jax.Array) -> tuple[jax.Array, KVCache]:
     """Logits for every position and the keys/values of every position and layer."""
     B, T = tokens_BT.shape
-    return model.forward(tokens_BT, init_cache(model.cfg, B, T), 0)
+    return model.forward(tokens_BT, init_cache(model.cfg, B, T))
 
 
-def _split_cache(caches: KVCache, start: jax.Array | int, end: jax.Array | int, prefix_slots: int,
-                 suffix_slots: int) -> DualCache:
+def _slots(layers: tuple) -> int:
+    return layers[0].slots
+
+
+def _split_cache(cfg: ModelConfig, caches: KVCache, start: jax.Array | int, end: jax.Array | int,
+                 prefix_slots: int, suffix_slots: int) -> DualCache:
     """Cut full-sequence caches into a prefix ([0, start), left-aligned) and suffix ([end, T), right-aligned).
 
     The buffers have static sizes; slots outside the live range are zeroed, so the two halves add back
     into one full-length cache.
     """
-    T = cache_length(caches)
-    prefix = keep_slots(resize_cache(caches, prefix_slots), jnp.arange(prefix_slots) < start)
+    T = _slots(caches.layers)
+    prefix = keep_slots(resize_layers(caches.layers, cfg, prefix_slots), jnp.arange(prefix_slots) < start)
     suffix_pos_S = T - suffix_slots + jnp.arange(suffix_slots)
-    suffix = keep_slots(resize_cache(caches, suffix_slots, at_end=True), suffix_pos_S >= end)
+    suffix = keep_slots(resize_layers(caches.layers, cfg, suffix_slots, at_end=True), suffix_pos_S >= end)
     return DualCache(prefix, suffix)
 
 
@@ -143,13 +147,16 @@ def _span_forward(model: Transformer, tokens_BT: jax.Array, start: jax.Array | i
                   cache: DualCache) -> jax.Array:
     """Logits [B, width, V] for positions [start, start + width), through the model's own cached forward.
 
-    The prefix and suffix are joined into one full-length cache; the model writes the span's fresh
-    keys/values at `start` and attends bidirectionally over all T slots.
+    The prefix and suffix are joined into one full-length cache that holds all T positions; the model
+    rewrites the span's keys/values at `start` and attends bidirectionally over all T slots.
     """
-    T = tokens_BT.shape[1]
-    full = add_caches(resize_cache(cache.prefix_kvs, T), resize_cache(cache.suffix_kvs, T, at_end=True))
+    B, T = tokens_BT.shape
+    cfg = model.cfg
+    layers = add_caches(resize_layers(cache.prefix_kvs, cfg, T), resize_layers(cache.suffix_kvs, cfg, T, at_end=True))
+    full = KVCache(layers, jnp.full((B,), T, jnp.int32))
     span_BW = jax.lax.dynamic_slice_in_dim(tokens_BT, start, width, axis=1)
-    return model.forward(span_BW, full, start, kv_len=T)[0]
+    pos_BW = jnp.broadcast_to(start + jnp.arange(width, dtype=jnp.int32), (B, width))
+    return model.forward(span_BW, full, positions_BT=pos_BW)[0]
 
 
 def _unmask(tokens_BT: jax.Array, logits_BWV: jax.Array, start: jax.Array | int, threshold: jax.Array):
@@ -179,8 +186,7 @@ def cache_slots(cache_mode: str, prompt_length: int, gen_length: int, block_size
 
 
 def _empty_cache(cfg: ModelConfig, batch: int, prefix_slots: int, suffix_slots: int) -> DualCache:
-    layout = layout_for(cfg)
-    return DualCache(*(tuple(layout.zeros(cfg, batch, slots) for _ in range(cfg.n_layers))
+    return DualCache(*(tuple(lay.payload.zeros(cfg, batch, slots) for lay in layouts(cfg))
                        for slots in (prefix_slots, suffix_slots)))
 
 
@@ -211,7 +217,7 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         start = P + block * block_size
         # First step of the block: one full forward decodes and refreshes the cache (no extra NFE).
         logits_BTV, caches = _full_forward(model, state.tokens)
-        fresh = state.cache if cache_mode == "none" else _split_cache(caches, start, start + block_size, *slots)
+        fresh = state.cache if cache_mode == "none" else _split_cache(model.cfg, caches, start, start + block_size, *slots)
         state = advance(state, jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1), block,
                         start, fresh)
 
@@ -236,8 +242,9 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
 def _build_cache_jit(graphdef, params, tokens_BT, start: int, end: int, suffix_slots: int) -> DualCache:
-    _, caches = _full_forward(nnx.merge(graphdef, params), tokens_BT)
-    return _split_cache(caches, start, end, start, suffix_slots)
+    model = nnx.merge(graphdef, params)
+    _, caches = _full_forward(model, tokens_BT)
+    return _split_cache(model.cfg, caches, start, end, start, suffix_slots)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4, 5))
@@ -308,7 +315,7 @@ def diffusion_generate(model: Transformer, prompt_ids: Any, gen_length: int, blo
     computed = {"none": np.full(nfe, T), "prefix": np.where(refresh, T, T - start),
                 "dual": np.where(refresh, T, block_size)}[cache_mode]
     # derived: live slots from the block positions, times the bytes of one slot of every layer
-    slot_bytes = 0 if cache_mode == "none" else tree_nbytes(cache_shapes(cfg, B, 1))
+    slot_bytes = 0 if cache_mode == "none" else cache_shapes(cfg, B, 1).nbytes
     prefix_bytes = (start if cache_mode != "none" else np.zeros(nfe, int)) * slot_bytes
     suffix_bytes = (T - start - block_size if cache_mode == "dual" else np.zeros(nfe, int)) * slot_bytes
     buffers = jax.eval_shape(lambda: _empty_cache(cfg, B, *cache_slots(cache_mode, P, gen_length, block_size)))
@@ -352,7 +359,7 @@ def span_logits(model: Transformer, tokens_BT: Any, cache: DualCache) -> jax.Arr
     cfg = model.cfg
     tokens = check_ids(cfg.vocab_size, tokens_BT, "tokens_BT")
     T = tokens.shape[1]
-    start, end = cache_length(cache.prefix_kvs), T - cache_length(cache.suffix_kvs)
+    start, end = _slots(cache.prefix_kvs), T - _slots(cache.suffix_kvs)
     if not 0 <= start < end <= T:
         raise ValueError(f"cache: holds {start} prefix and {T - end} suffix slots, leaving no span in {T} tokens")
     return _span_logits_jit(*nnx.split(model), tokens, cache, start, end - start)

@@ -1,9 +1,12 @@
 """Autoregressive generation: one pure step function, run under lax.while_loop for a batch or streamed.
 
 nnx stays out of the per-token path: the model is split once per call, and the compiled program
-merges it back inside (`nnx.merge` runs at trace time only). The key-window schedule lives here: the
-cache is exactly one window long, and grown between windows, so a step's cost follows the filled
-length while every program has static shapes and no branches.
+merges it back inside (`nnx.merge` runs at trace time only). One prefill (`_prefill`) and one decode
+loop (`_decode`) serve generate, stream, the paged cache, the roofline timings, the profile and the
+benchmarks. The key-bucket schedule lives here: the cache is exactly one key bucket long, and grown
+between buckets, so a step's cost follows the filled length while every program has static shapes and
+no branches. Rows of a batch may hold different lengths (ragged prompts, rows stopped at eos): the
+cache's per-row `lengths` say where each writes.
 """
 
 from __future__ import annotations
@@ -21,16 +24,16 @@ import numpy as np
 from flax import nnx
 
 from dantinox import sharding
-from dantinox.cache import KVCache, cache_length, grow_cache, init_cache
+from dantinox.cache import KVCache, cache_length, empty_cache, grow_cache
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
 from dantinox.model import Transformer
 
 
-def kv_windows(length: int) -> tuple[int, ...]:
-    """Static key-window sizes for a cache of `length` slots: 128, 192, 256, 384, 512, 768, ..., length.
+def key_buckets(length: int) -> tuple[int, ...]:
+    """Static key-bucket sizes for a cache of `length` slots: 128, 192, 256, 384, 512, 768, ..., length.
 
-    Decoding uses the smallest window that covers the filled part, so a step's cost follows the
+    Decoding uses the smallest bucket that covers the filled part, so a step's cost follows the
     filled length (within 1.5x) instead of the allocated length.
     """
     sizes, size = [], 128
@@ -40,18 +43,18 @@ def kv_windows(length: int) -> tuple[int, ...]:
     return (*sizes, length)
 
 
-def window_for(length: int, kv_len: int) -> int:
-    """The smallest window of `kv_windows(length)` that holds `kv_len` slots."""
-    return next(w for w in kv_windows(length) if w >= kv_len)
+def bucket_for(length: int, filled: int) -> int:
+    """The smallest bucket of `key_buckets(length)` that holds `filled` slots."""
+    return next(w for w in key_buckets(length) if w >= filled)
 
 
 class DecodeState(NamedTuple):
-    """Invariant: tokens[:, :index] are known and cached; `logits` predict tokens[:, index]."""
+    """Invariant: tokens[b, :index[b]] are known (and cached: caches.lengths == index); `logits` predict the next."""
 
     tokens: jax.Array  # [B, max_context] int32, prompt then generated tokens
-    caches: KVCache  # per-layer caches, one key window long, holding `index` tokens; () without a cache
-    index: jax.Array  # int32 scalar
-    end: jax.Array  # int32 scalar, stop once index == end
+    caches: KVCache | None  # the cache, one key bucket long; None without a cache
+    index: jax.Array  # [B] int32, tokens known per sequence
+    end: jax.Array  # [B] int32, a row stops once index == end (set to index + 1 when it emits eos)
     logits: jax.Array  # [B, V] float32
     rng: jax.Array
 
@@ -60,7 +63,7 @@ class StreamEvent(NamedTuple):
     """One chunk of `stream`: what it produced, the state after it, and what its compiled calls cost."""
 
     tokens: np.ndarray  # [B, n] the n tokens produced in this chunk
-    caches: KVCache  # the cache after the chunk (as long as the current key window); () without a cache
+    caches: KVCache | None  # the cache after the chunk, valid until the next chunk runs (stream donates it)
     index: int  # tokens now held (prompt + generated)
     seconds: float  # wall time of this chunk's compiled call(s), up to block_until_ready
     compiled: bool  # True when one of those calls compiled (or loaded from disk) a new program
@@ -86,48 +89,57 @@ def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None, 
     return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
 
 
-def _prefill(graphdef, params, prompt_BT, end, seed, use_cache: bool, cache_length: int) -> DecodeState:
+def _prefill(graphdef, params, prompt_BT, lengths_B, end_B, seed, caches: KVCache | None) -> DecodeState:
+    """The one prefill: every prompt through the model (and into `caches`), padding past lengths_B masked."""
     model = nnx.merge(graphdef, params)
     B, T = prompt_BT.shape
     tokens = jnp.zeros((B, model.cfg.max_context), jnp.int32).at[:, :T].set(prompt_BT)
-    if use_cache:
-        logits_BTV, caches = model.forward(prompt_BT, init_cache(model.cfg, B, cache_length), 0)
-    else:
-        logits_BTV, caches = model.forward(prompt_BT)[0], ()
-    return DecodeState(tokens, caches, jnp.int32(T), jnp.asarray(end, jnp.int32), logits_BTV[:, -1],
-                       jax.random.key(seed))
+    live_BT = jnp.arange(T)[None, :] < lengths_B[:, None]
+    logits_BTV, caches = model.forward(prompt_BT, caches, live_BT if caches is not None else None)
+    last_BV = jnp.take_along_axis(logits_BTV, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
+    return DecodeState(tokens, caches, lengths_B, end_B, last_BV, jax.random.key(seed))
 
 
 def _step(graphdef, params, state: DecodeState, temperature, top_k: int | None, use_cache: bool,
-          window: int) -> DecodeState:
-    """Sample the next token, write it, and compute the logits for the one after it.
+          bucket: int, eos: int | None = None) -> DecodeState:
+    """Sample the next token of every unfinished row, write it, and compute the logits for the one after it.
 
-    With a cache, attention reads the whole cache (one window long). Without one, the step recomputes
-    the first `window` (static, >= index + 1) tokens in full: its cost grows with the length.
+    With a cache, attention reads the whole cache (one bucket long). Without one, the step recomputes
+    the first `bucket` (static, > index) tokens in full: its cost grows with the length.
     """
     model = nnx.merge(graphdef, params)
     rng, key = jax.random.split(state.rng)
+    active_B = state.index < state.end
     with jax.named_scope("sample"):
         token_B = sample(state.logits, key, temperature, top_k)
-    tokens = jax.lax.dynamic_update_slice(state.tokens, token_B[:, None], (0, state.index))
+    rows = jnp.arange(token_B.shape[0])
+    at_B = jnp.where(active_B, state.index, state.tokens.shape[1])  # a finished row writes nothing
+    tokens = state.tokens.at[rows, at_B].set(token_B, mode="drop")
     if use_cache:
-        logits_B1V, caches = model.forward(token_B[:, None], state.caches, state.index)
+        logits_B1V, caches = model.forward(token_B[:, None], state.caches, active_B[:, None])
         logits = logits_B1V[:, 0]
     else:
-        logits_BTV, _ = model.forward(tokens[:, :window])  # causal: padding after `index` never leaks back
-        logits, caches = jax.lax.dynamic_index_in_dim(logits_BTV, state.index, axis=1, keepdims=False), ()
-    return DecodeState(tokens, caches, state.index + 1, state.end, logits, rng)
+        logits_BTV, _ = model.forward(tokens[:, :bucket])  # causal: padding after `index` never leaks back
+        pick = jnp.minimum(state.index, bucket - 1)[:, None, None]
+        logits, caches = jnp.take_along_axis(logits_BTV, pick, axis=1)[:, 0], None
+    end = state.end if eos is None else jnp.where(active_B & (token_B == eos), state.index + 1, state.end)
+    return DecodeState(tokens, caches, state.index + active_B, end, logits, rng)
 
 
-def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_cache, window) -> DecodeState:
-    """Decode while index < stop and the next write fits in `window` slots (the cache is that long)."""
-    return jax.lax.while_loop(lambda s: (s.index < stop) & (s.index < window),
-                              lambda s: _step(graphdef, params, s, temperature, top_k, use_cache, window), state)
+def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_cache, bucket, eos=None):
+    """The one decode loop: step while a row is unfinished, below `stop`, and its next write fits the bucket."""
+    def more(s: DecodeState) -> jax.Array:
+        active = s.index < s.end
+        furthest = jnp.max(jnp.where(active, s.index, 0))
+        return jnp.any(active) & (furthest < stop) & (furthest < bucket)
+
+    return jax.lax.while_loop(more, lambda s: _step(graphdef, params, s, temperature, top_k, use_cache, bucket, eos),
+                              state)
 
 
-_STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "window"))
-_prefill_jit = jax.jit(_prefill, static_argnums=(0,), static_argnames=("use_cache", "cache_length"))
-_grow_jit = jax.jit(grow_cache, static_argnums=(1,))
+_STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "bucket", "eos"))
+_prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnames=("caches",))
+_grow_jit = jax.jit(grow_cache, static_argnums=(1, 2))
 
 # XLA:CPU runs a batch-1 step's matrix-vector products faster when it may use 512-bit vectors; from
 # batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
@@ -146,85 +158,160 @@ def _decode_jit(donate: bool, vector_512: bool):
                    **_STATIC)
 
 
-def decode_program(batch: int, donate: bool):
-    """The compiled decode loop for `batch` sequences: one program per (batch, window), reused for any prompt,
-    length and stop. generate donates the state, so the cache is updated in place; stream does not, since
-    it hands each chunk's cache to the caller."""
+def decode_program(batch: int, donate: bool = True):
+    """The compiled decode loop for `batch` sequences: one program per (batch, bucket), reused for any prompt,
+    length and stop. generate and stream donate the state, so the cache is updated in place (a stream
+    event's cache is valid until the next chunk)."""
     return _decode_jit(donate, compiler_options(batch) is not None)
 
 
+def check_prompts(cfg: ModelConfig, prompt_ids: Any, name: str = "prompt_ids") -> tuple[jax.Array, np.ndarray, bool]:
+    """Prompts as (padded [B, T] ids, lengths [B], ragged): an array [B, T], or a list of token lists of any lengths."""
+    if isinstance(prompt_ids, list | tuple) and prompt_ids and all(isinstance(p, list | tuple | np.ndarray)
+                                                                  for p in prompt_ids):
+        lengths = np.array([len(p) for p in prompt_ids])
+        if (lengths != lengths[0]).any():
+            if lengths.min() < 1:
+                raise ValueError(f"{name}: every prompt needs at least one token, got lengths {lengths.tolist()}")
+            padded = np.zeros((len(prompt_ids), lengths.max()), np.int64)
+            for b, p in enumerate(prompt_ids):
+                padded[b, :len(p)] = p
+            return check_ids(cfg.vocab_size, padded, name), lengths, True
+    prompt = check_ids(cfg.vocab_size, prompt_ids, name)
+    return prompt, np.full(prompt.shape[0], prompt.shape[1]), False
+
+
 def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temperature: Any,
-                   top_k: Any) -> tuple[jax.Array, int]:
+                   top_k: Any, eos_id: Any = None) -> tuple[jax.Array, np.ndarray, np.ndarray, bool]:
     if cfg.paradigm != "autoregressive":
         raise ValueError(f"model: generate() decodes autoregressive models; this one has paradigm="
                          f"{cfg.paradigm!r} (use dantinox.diffusion_generate)")
-    prompt = check_ids(cfg.vocab_size, prompt_ids, "prompt_ids")
-    end = prompt.shape[1] + positive_int("max_new_tokens", max_new_tokens, minimum=0)
-    if end > cfg.max_context:
-        raise ValueError(f"max_new_tokens: prompt ({prompt.shape[1]}) + max_new_tokens ({max_new_tokens}) = "
-                         f"{end} exceeds max_context={cfg.max_context}")
+    prompt, lengths, ragged = check_prompts(cfg, prompt_ids)
+    new = positive_int("max_new_tokens", max_new_tokens, minimum=0)
+    end = lengths + new
+    if end.max() > cfg.max_context:
+        raise ValueError(f"max_new_tokens: prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) = "
+                         f"{end.max()} exceeds max_context={cfg.max_context}")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
         raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
     if top_k is not None:
         top_k = positive_int("top_k", top_k)
         if top_k > cfg.vocab_size:
             raise ValueError(f"top_k: expected None or an integer in [1, {cfg.vocab_size}], got {top_k!r}")
-    return prompt, end
+    if eos_id is not None:
+        eos_id = positive_int("eos_id", eos_id, minimum=0)
+        if eos_id >= cfg.vocab_size:
+            raise ValueError(f"eos_id: expected None or a token id in [0, {cfg.vocab_size}), got {eos_id}")
+    return prompt, lengths, end, ragged
 
 
-def _start(model: Transformer, prompt: jax.Array, end: int, seed: int, use_cache: bool, temperature: float,
-           mesh: Any = None):
+class _Pager:
+    """Hands a paged cache's sequences their blocks from one pool as their key bucket grows (dantinox/blocks.py)."""
+
+    def __init__(self, cfg: ModelConfig, lengths: np.ndarray, end: np.ndarray):
+        from dantinox.blocks import BlockManager, blocks_for
+
+        self.bs, self.blocks_for = cfg.block_size, blocks_for
+        self.manager = BlockManager(int(sum(blocks_for(int(e), self.bs) for e in end)), self.bs)
+        self.seqs, self.end = list(range(len(lengths))), end
+        for seq, n in zip(self.seqs, lengths, strict=True):
+            self.manager.add(seq, int(n))
+
+    def cache(self, cfg: ModelConfig, bucket: int) -> KVCache:
+        return empty_cache(cfg, len(self.seqs), bucket, self.table(bucket), self.manager.num_blocks)
+
+    def table(self, bucket: int) -> np.ndarray:
+        return self.manager.table_array(self.seqs, self.blocks_for(bucket, self.bs))
+
+    def grow(self, caches: KVCache, bucket: int) -> KVCache:
+        for seq in self.seqs:
+            self.manager.append(seq, max(0, min(bucket, int(self.end[seq])) - self.manager.lengths[seq]))
+        return caches._replace(block_table=jnp.asarray(self.table(bucket), jnp.int32))
+
+
+def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.ndarray, seed: int,
+           use_cache: bool, temperature: float, mesh: Any = None):
+    """Split the model, prefill, and return what the decode loop needs; the paged cache's pager if any."""
+    cfg = model.cfg
     graphdef, params = nnx.split(model)
-    layout = None if mesh is None else sharding.plan(model.cfg, mesh, prompt.shape[0])
+    layout = None if mesh is None else sharding.plan(cfg, mesh, prompt.shape[0])
     if layout is not None:  # weights replicated, prompts over "data"; XLA partitions the programs
+        if cfg.cache_layout == "paged":
+            raise ValueError("mesh: the paged cache is one pool and table on one device; use "
+                             "cache_layout='contiguous' with a mesh")
         params, prompt = sharding.place_inputs(layout, params, prompt)
-    window = window_for(model.cfg.max_context, prompt.shape[1])
-    state = _prefill_jit(graphdef, params, prompt, end, seed, use_cache=use_cache, cache_length=window)
-    if layout is not None and use_cache:  # KV heads over "model"; the decode loops keep this placement
-        state = state._replace(caches=sharding.shard_cache(state.caches, model.cfg, layout))
+    bucket = bucket_for(cfg.max_context, prompt.shape[1])
+    pager = _Pager(cfg, lengths, end) if use_cache and cfg.cache_layout == "paged" else None
+    caches = None
+    if use_cache:
+        caches = pager.cache(cfg, bucket) if pager else empty_cache(cfg, prompt.shape[0], bucket)
+        if layout is not None:  # KV heads over "model"; the decode loops keep this placement
+            caches = sharding.shard_cache(caches, cfg, layout)
+    state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(end, jnp.int32),
+                         seed, caches)
     temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
-    return graphdef, params, state, temp
+    return graphdef, params, state, temp, pager
 
 
-def _advance(decode, graphdef, params, state: DecodeState, index: int, stop: int, temp, top_k, use_cache):
-    """Run the decode programs from `index` to `stop`, growing the cache at each key window; (state, stop)."""
-    max_context = state.tokens.shape[1]
-    while index < stop:
-        window = window_for(max_context, index + 1)  # the step at index i writes slot i
-        if use_cache and cache_length(state.caches) < window:
-            state = state._replace(caches=_grow_jit(state.caches, window))
-        state = decode(graphdef, params, state, temp, stop, top_k=top_k, use_cache=use_cache, window=window)
-        index = min(stop, window)
-    return state
+def _advance(cfg: ModelConfig, decode, graphdef, params, state: DecodeState, stop: int, temp, top_k, use_cache,
+             pager=None, eos=None) -> DecodeState:
+    """Run the decode programs until every row is done or at `stop`, growing the cache at each key bucket."""
+    while True:
+        index, end = np.asarray(state.index), np.asarray(state.end)
+        active = index < end
+        if not active.any() or index[active].max() >= stop:
+            return state
+        bucket = bucket_for(cfg.max_context, int(index[active].max()) + 1)  # the step at index i writes slot i
+        if pager is not None:
+            state = state._replace(caches=pager.grow(state.caches, bucket))
+        elif use_cache and cache_length(cfg, state.caches) < bucket:
+            state = state._replace(caches=_grow_jit(state.caches, cfg, bucket))
+        state = decode(graphdef, params, state, temp, stop, top_k=top_k, use_cache=use_cache, bucket=bucket, eos=eos)
 
 
 def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
-             temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
-             cache_layout: str = "contiguous", block_size: int = 16, mesh: Any = None) -> jax.Array:
-    """Continue `prompt_ids` [B, T] by `max_new_tokens`; returns [B, T + max_new_tokens] int32.
+             temperature: float = 0.0, top_k: int | None = None, seed: int = 0, mesh: Any = None,
+             eos_id: int | None = None, cache_layout: str | None = None,
+             block_size: int | None = None) -> jax.Array | list[list[int]]:
+    """Continue `prompt_ids` by `max_new_tokens`: [B, T] in, [B, T + max_new_tokens] int32 out.
 
-    Decoding runs in compiled `lax.while_loop`s, one per key window (128, 192, 256, 384, ... slots) the
-    generation passes through, with the cache grown between them; no Python runs per token. Each program
-    compiles once per (batch, window) and is reused for any prompt and any number of new tokens.
-    `cache_layout="paged"` keeps the cache in blocks of `block_size` tokens (dantinox/paged.py).
+    Prompts of different lengths come as a list of token lists and go out as a list of token lists: each
+    row gets the tokens its prompt gets alone. With `eos_id` a row stops after emitting it (a rectangular
+    result repeats eos_id after that). Decoding runs in compiled `lax.while_loop`s, one per key bucket
+    (128, 192, 256, 384, ... slots) the generation passes through, with the cache grown between them; no
+    Python runs per token. The cache's layout (contiguous or paged, rings, int8) comes from the config;
+    `cache_layout` and `block_size` override those two config fields for this call (the same weights).
     `mesh` (a jax ("data", "model") Mesh) decodes with sequences and KV heads spread over its devices
     (dantinox/sharding.py).
     """
-    prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    if cache_layout not in ("contiguous", "paged"):
-        raise ValueError(f"cache_layout: expected 'contiguous' or 'paged', got {cache_layout!r}")
-    if cache_layout == "paged":
-        if not use_cache:
-            raise ValueError("cache_layout: 'paged' is a layout of the KV cache; it needs use_cache=True")
-        if mesh is not None:
-            raise ValueError("mesh: the paged cache runs on one device; use cache_layout='contiguous' with a mesh")
-        from dantinox.paged import paged_generate  # paged.py drives this module's decode step
+    model = _override(model, cache_layout=cache_layout, block_size=block_size)
+    prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
+    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
+    decode = decode_program(prompt.shape[0])
+    state = _advance(model.cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager,
+                     eos_id)
+    return _result(state, lengths, end, ragged, eos_id)
 
-        return paged_generate(model, prompt, end, temperature, top_k, seed, block_size)
-    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
-    decode = decode_program(prompt.shape[0], donate=True)
-    state = _advance(decode, graphdef, params, state, prompt.shape[1], end, temp, top_k, use_cache)
-    return state.tokens[:, :end]
+
+def _override(model: Transformer, **changes: Any) -> Transformer:
+    """The model under a config with the given (not None) cache fields changed; weights shared."""
+    changes = {k: v for k, v in changes.items() if v is not None and getattr(model.cfg, k) != v}
+    if not changes:
+        return model
+    from dantinox.quality import with_changes
+
+    return with_changes(model, **changes)
+
+
+def _result(state: DecodeState, lengths: np.ndarray, end: np.ndarray, ragged: bool, eos_id: int | None):
+    stopped = np.asarray(state.end)
+    if ragged:
+        tokens = np.asarray(state.tokens)
+        return [tokens[b, :stopped[b]].tolist() for b in range(len(lengths))]
+    tokens = state.tokens[:, :int(end.max())]
+    if eos_id is not None and (stopped < end).any():  # rows past their eos: eos_id, not whatever sat there
+        tokens = jnp.where(jnp.arange(tokens.shape[1])[None, :] < jnp.asarray(stopped)[:, None], tokens, eos_id)
+    return tokens
 
 
 class _CompileCounter:
@@ -252,23 +339,27 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
            chunk_tokens: int = 1, mesh: Any = None) -> Iterator[StreamEvent]:
     """Decode like `generate`, yielding after every `chunk_tokens` tokens (the last chunk may be shorter).
 
-    Each chunk runs the same compiled step as `generate` inside one while_loop per key window it
-    touches; `seconds` times only those calls (and a cache grow between windows), to block_until_ready.
-    The prefill is not part of any chunk. Without a cache every step recomputes the full forward over
-    the tokens so far (rounded up to the key window), so its cost per token grows with the length.
+    Each chunk runs the same compiled loop as `generate` (one while_loop per key bucket it touches),
+    with the state donated, so the cache is updated in place: an event's `caches` is valid until the
+    generator is resumed. `seconds` times only those calls (and a cache grow between buckets), to
+    block_until_ready. The prefill is not part of any chunk. Without a cache every step recomputes the
+    full forward over the tokens so far (rounded up to the key bucket), so its cost per token grows.
     """
     global _compile_counter
-    prompt, end = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
+    prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
+    if ragged:
+        raise ValueError("prompt_ids: stream decodes prompts of one length (an array [B, T]); "
+                         "use generate for prompts of different lengths")
     chunk = positive_int("chunk_tokens", chunk_tokens)
     if _compile_counter is None:
         _compile_counter = _CompileCounter()
-    graphdef, params, state, temp = _start(model, prompt, end, seed, use_cache, temperature, mesh)
-    index, decode = prompt.shape[1], decode_program(prompt.shape[0], donate=False)
-    while index < end:
-        stop = min(index + chunk, end)
+    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
+    index, last, decode = prompt.shape[1], int(end.max()), decode_program(prompt.shape[0])
+    while index < last:
+        stop = min(index + chunk, last)
         compiles, start = _compile_counter.here(), time.perf_counter()
-        state = jax.block_until_ready(_advance(decode, graphdef, params, state, index, stop, temp, top_k,
-                                               use_cache))
+        state = jax.block_until_ready(_advance(model.cfg, decode, graphdef, params, state, stop, temp, top_k,
+                                               use_cache, pager))
         seconds = time.perf_counter() - start
         yield StreamEvent(np.asarray(state.tokens[:, index:stop]), state.caches, stop, seconds,
                           _compile_counter.here() > compiles)

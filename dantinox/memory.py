@@ -49,17 +49,20 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
 def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
-    slots = T, or min(T, W) for a sliding-window layer's ring buffer; elements per token = 2 · K · H, or
-    C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V.
+    slots = T, or min(T, W) for a sliding-window layer's ring buffer (min(T, C) for a chunked layer); elements per token = 2 · K · H, or
+    C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
+    MLA's latent).
     `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
     """
     tokens = cfg.max_context if tokens is None else tokens
     for name, value in (("batch_size", batch_size), ("tokens", tokens)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
             raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
-    scales = 2 * cfg.n_kv_heads * SCALE_BYTES if cfg.quantized_cache else 0
+    scales_per_slot = 1 if cfg.attention == "mla" else 2 * cfg.n_kv_heads  # one per latent; one per K/V head
+    scales = scales_per_slot * SCALE_BYTES if cfg.quantized_cache else 0
     per_slot = cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize + scales
-    slots = sum(tokens if window is None else min(tokens, window) for window in cfg.layer_windows)
+    rings = [w or c for w, c in zip(cfg.layer_windows, cfg.layer_chunks, strict=True)]
+    slots = sum(tokens if ring is None else min(tokens, ring) for ring in rings)
     return int(batch_size) * slots * per_slot
 
 
@@ -113,11 +116,12 @@ def measure_cache(cfg: ModelConfig, batch: int, tokens: int, budget: int) -> Cac
     if tokens > cfg.max_context:  # checked here: raised inside eval_shape, JAX would append its traceback note
         raise ValueError(f"tokens: a cache holds at most max_context={cfg.max_context} tokens, got {tokens}")
     shapes = _cache_shapes(cfg, batch, tokens)
-    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(shapes[0])._fields, shapes[0], strict=True)}
-    if tree_nbytes(shapes) > budget:
-        return CacheMeasurement(tree_nbytes(shapes), "shapes", layer_shapes)
+    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(shapes.layers[0])._fields, shapes.layers[0], strict=True)
+                    if a is not None}
+    if shapes.nbytes > budget:
+        return CacheMeasurement(shapes.nbytes, "shapes", layer_shapes)
     cache = jax.block_until_ready(init_cache(cfg, batch, tokens))
-    measured = tree_nbytes(cache)
+    measured = cache.nbytes
     del cache  # the only reference: the buffers are freed now, not at the caller's next call
     return CacheMeasurement(measured, "arrays", layer_shapes)
 
@@ -184,7 +188,7 @@ def reference_tables() -> str:
         cells = [f"{max_batch_size(cfg, d.memory_bytes, 512, weights):,}" for d in devices]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     mha, tokens = configs[0][1], TABLE_TOKENS[0]
-    measured = tree_nbytes(cache_shapes(mha, 1, tokens))
+    measured = cache_shapes(mha, 1, tokens).nbytes
     terms = " · ".join(str(v) for v in (mha.n_layers, 2, tokens, mha.n_kv_heads, mha.head_size, mha.cache_itemsize))
     lines += ["", f"A widely copied hand-made version of the first table gives {COPIED_MHA_512_MIB} MB for MHA at "
               f"{tokens} tokens. The formula ({terms} bytes) and the shapes of the allocated arrays both give "

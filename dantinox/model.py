@@ -1,21 +1,32 @@
 """The dantinox transformer, top-down: RMSNorm, RoPE, attend, Attention, LatentAttention, MLP, Block, Transformer.
 
 Shapes are named with the alphabet in dantinox/config.py. The KV cache is a value passed in and
-returned (see dantinox/cache.py): attention writes its new keys into the cache it is given and reads
-every slot of it, masking the slots past `kv_len`. How long that cache is (key windows while decoding,
-a prefix and suffix in diffusion) is the caller's business. No module keeps state between calls.
+returned (see dantinox/cache.py): it knows how many tokens each sequence holds, and every layer writes
+its new keys through its layout and attends over the View the layout gives back. How long the cache is
+(key buckets while decoding, a prefix and suffix in diffusion) is the caller's business. No module keeps
+state between calls.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.cache import KVCache, LatentCache, LayerCache, check_cache, check_write, init_cache
+from dantinox.cache import (
+    KVCache,
+    LatentCache,
+    LayerCache,
+    Layout,
+    View,
+    check_cache,
+    check_write,
+    init_cache,
+    layouts,
+)
 from dantinox.checks import check_ids, concrete_index
 from dantinox.config import ModelConfig
 
@@ -40,41 +51,40 @@ class RMSNorm(nnx.Module):
         return (x32 * self.scale[...].astype(jnp.float32)).astype(x.dtype)
 
 
-def apply_rope(x: jax.Array, positions_T: jax.Array, base: float) -> jax.Array:
+def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
     """Rotate channel pairs (i, i + H/2) of x [B, T, ..., H] by angles position · base^(-2i/H)."""
     half = x.shape[-1] // 2
     freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles = positions_T.astype(jnp.float32)[:, None] * freqs  # [T, H/2]
-    angles = angles.reshape((1, x.shape[1]) + (1,) * (x.ndim - 3) + (half,))
+    positions_BT = jnp.broadcast_to(positions_BT, x.shape[:2])
+    angles = positions_BT.astype(jnp.float32)[..., None] * freqs  # [B, T, H/2]
+    angles = angles.reshape(x.shape[:2] + (1,) * (x.ndim - 3) + (half,))
     sin, cos = jnp.sin(angles), jnp.cos(angles)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, q_pos_T: jax.Array,
-           kv_len: jax.Array | int, causal: bool, scale: float | None = None, window: int | None = None,
-           k_pos_S: jax.Array | None = None) -> jax.Array:
+def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: jax.Array,
+           scale: float | None = None, k_scale_BKS: jax.Array | None = None,
+           v_scale_BKS: jax.Array | None = None) -> jax.Array:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
-    Key slots at or past `kv_len` are masked. `scale` defaults to 1/sqrt(query width); V may be
-    narrower than Q and K (MLA's absorbed path). A local layer passes its `window` W (keys more than
-    W - 1 positions back are masked) and, for a ring buffer, the position of each key `k_pos_S`
-    (negative: an empty slot); by default slot s holds position s.
+    `mask_BTS` says which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query
+    width); V may be narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes
+    with per-slot scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
-    k_pos_S = jnp.arange(k_BKSH.shape[2]) if k_pos_S is None else k_pos_S
-    mask_TS = ((k_pos_S >= 0) & (k_pos_S < kv_len))[None, :]  # slots past the filled length hold no token
-    if causal:
-        mask_TS = mask_TS & (k_pos_S[None, :] <= q_pos_T[:, None])
-    if window is not None:  # the band: the current token and the W - 1 before it
-        mask_TS = mask_TS & (q_pos_T[:, None] - k_pos_S[None, :] < window)
     k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
     if uses_one_token_arrangement(B, T, K, G):
-        return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_TS[0], scale)[:, None]
+        return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_BTS[:, 0], scale,
+                                 k_scale_BKS, v_scale_BKS)[:, None]
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
-    scores_BKGTS = jnp.where(mask_TS, scores_BKGTS, NEG_INF)  # mask before the softmax
+    if k_scale_BKS is not None:
+        scores_BKGTS = scores_BKGTS * k_scale_BKS[:, :, None, None, :]
+    scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, NEG_INF)  # mask before the softmax
     probs = jax.nn.softmax(scores_BKGTS, axis=-1)
+    if v_scale_BKS is not None:
+        probs = probs * v_scale_BKS[:, :, None, None, :]
     return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
 
 
@@ -83,8 +93,8 @@ def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
     return T == 1 and B > 1 and K > 1 and G > 1
 
 
-def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_S: jax.Array,
-                      scale: float) -> jax.Array:
+def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BS: jax.Array,
+                      scale: float, k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None) -> jax.Array:
     """One new token per sequence: the G query heads of each KV head are the rows of one small matmul.
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
@@ -94,53 +104,61 @@ def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, m
     shared KV head (MQA, MLA's absorbed path), which all keep the general path.
     """
     scores_BKGS = jnp.einsum("BKGH,BKSH->BKGS", q_BKGH, k_BKSH) * scale
-    probs_BKGS = jax.nn.softmax(jnp.where(mask_S, scores_BKGS, NEG_INF), axis=-1)
+    if k_scale_BKS is not None:
+        scores_BKGS = scores_BKGS * k_scale_BKS[:, :, None, :]
+    probs_BKGS = jax.nn.softmax(jnp.where(mask_BS[:, None, None], scores_BKGS, NEG_INF), axis=-1)
+    if v_scale_BKS is not None:
+        probs_BKGS = probs_BKGS * v_scale_BKS[:, :, None, :]
     return jnp.einsum("BKSH,BKGS->BKHG", v_BKSH, probs_BKGS).transpose(0, 1, 3, 2)  # [B, K, G, H]
+
+
+class Fill(NamedTuple):
+    """How a forward call fills the cache: the same for every layer (the container's lengths, read once)."""
+
+    live_BT: jax.Array  # which new tokens are real (a ragged batch pads)
+    before_B: jax.Array  # lengths before the call
+    after_B: jax.Array  # lengths after it
+    block_table: jax.Array | None
+
+
+def _view(layout: Layout, cache: Any, new: Any, pos_BT: jax.Array, fill: Fill | None) -> tuple[Any, View]:
+    """The layer after its write and what attention reads; without a cache, the new tokens alone."""
+    if cache is None:
+        return None, View(new, pos_BT, layout.addressing)
+    return layout.update(cache, new, pos_BT, fill.live_BT, fill.before_B, fill.after_B, fill.block_table)
 
 
 class Attention(nnx.Module):
     """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum.
 
-    With a `window` W the layer is local (sliding-window attention) and caches into a ring buffer.
+    The layer's layout (linear, ring, chunked or paged addressing; float or quantized storage) decides what
+    the cache holds and which keys a query may see; attention reads its View and has one path for all.
     """
 
-    def __init__(self, cfg: ModelConfig, window: int | None = None, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.window = window
+        self.layout = layout
         n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
-    def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LayerCache | None = None,
-                 kv_len: jax.Array | int | None = None) -> tuple[jax.Array, LayerCache | None]:
-        """Attend from T new tokens at positions pos_T; with a cache, write them at slot pos_T[0] first."""
+    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
+                 fill: Fill | None = None) -> tuple[jax.Array, LayerCache | None]:
+        """Attend from T new tokens at positions pos_BT; with a cache, through its layout's write and view."""
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         K, G, H = cfg.n_kv_heads, cfg.groups, cfg.head_size
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
             q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_T, cfg.rope_base)
-            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_T, cfg.rope_base).transpose(0, 2, 1, 3)
+            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, cfg.rope_base)
+            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, cfg.rope_base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
-        if cache is None:
-            with jax.named_scope("attend"):
-                out_BTKGH = attend(q_BTKGH, k_BKTH, v_BKTH, pos_T, T, cfg.causal, window=self.window)
-        elif self.window is None:
-            with jax.named_scope("cache_write"):
-                cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
-            with jax.named_scope("attend"):
-                out_BTKGH = attend(q_BTKGH, *cache.read(), pos_T, kv_len, cfg.causal)
-        else:  # ring buffer: attend over what it held before this write plus the T new keys, then write
-            with jax.named_scope("attend"):
-                k_old, v_old = cache.read()
-                keep = k_old.dtype  # round the new keys as the cache stores them
-                k_BKSH = jnp.concatenate([k_old, k_BKTH.astype(keep)], axis=2)
-                v_BKSH = jnp.concatenate([v_old, v_BKTH.astype(keep)], axis=2)
-                k_pos_S = jnp.concatenate([cache.slot_positions(pos_T[0]), pos_T])
-                out_BTKGH = attend(q_BTKGH, k_BKSH, v_BKSH, pos_T, kv_len, cfg.causal, window=self.window,
-                                   k_pos_S=k_pos_S)
-            with jax.named_scope("cache_write"):
-                cache = cache.write(k_BKTH, v_BKTH, pos_T[0])
+        with jax.named_scope("cache_write"):
+            new = LayerCache(k_BKTH, v_BKTH) if cache is None else LayerCache.encode(cfg, k_BKTH, v_BKTH)
+            cache, view = _view(self.layout, cache, new, pos_BT, fill)
+        with jax.named_scope("attend"):
+            kv = view.payload
+            out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale)
         with jax.named_scope("out_proj"):
             return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 
@@ -152,13 +170,14 @@ class LatentAttention(nnx.Module):
     from, plus one RoPE key k_R [R] shared by all heads; the cache holds concat(c_KV, rope(k_R)), C + R
     numbers per token per layer. Two decode paths give the same numbers: materialized up-projects the
     cached latents to per-head K and V; absorbed folds W_UK into the query and W_UV into the output, so
-    attention runs over the cached rows themselves. Absorption works because RoPE lives only in the R
-    channels; the teaching switch `mla_rope_on_latent` also rotates W_UK·c_KV, which only the
-    materialized path can apply, so the two then disagree.
+    attention runs over the cached rows themselves (and a quantized latent's scales fold into it).
+    Absorption works because RoPE lives only in the R channels; the teaching switch `mla_rope_on_latent`
+    also rotates W_UK·c_KV, which only the materialized path can apply, so the two then disagree.
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.layout = layout
         D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
         if cfg.q_latent_dim is None:  # queries straight from x
             self.q_down, self.q_norm = None, None
@@ -175,26 +194,23 @@ class LatentAttention(nnx.Module):
         self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.jnp_dtype))  # latent -> per-head value
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
-    def __call__(self, x_BTD: jax.Array, pos_T: jax.Array, cache: LatentCache | None = None,
-                 kv_len: jax.Array | int | None = None) -> tuple[jax.Array, LatentCache | None]:
+    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
+                 fill: Fill | None = None) -> tuple[jax.Array, LatentCache | None]:
         cfg = self.cfg
         B, T, _ = x_BTD.shape
         N, H = cfg.n_heads, cfg.head_size
         q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
         q_BTNX = self.q_up(q_in).reshape(B, T, N, H + cfg.rope_head_dim)
         q_nope_BTNH = q_BTNX[..., :H]
-        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_T, cfg.rope_base)
+        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, cfg.rope_base)
         if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
-            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_T, cfg.rope_base)
+            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, cfg.rope_base)
         ckv_BTX = jnp.concatenate([self.kv_norm(self.kv_down(x_BTD)),
-                                   apply_rope(self.k_rope(x_BTD), pos_T, cfg.rope_base)], axis=-1)
-        if cache is None:
-            ckv_BSX, kv_len = ckv_BTX, T
-        else:
-            cache = cache.write(ckv_BTX, pos_T[0])
-            (ckv_BSX,) = cache.read()
+                                   apply_rope(self.k_rope(x_BTD), pos_BT, cfg.rope_base)], axis=-1)
+        new = LatentCache(ckv_BTX) if cache is None else LatentCache.encode(cfg, ckv_BTX)
+        cache, view = _view(self.layout, cache, new, pos_BT, fill)
         read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
-        out_BTNH = read(q_nope_BTNH, q_rope_BTNR, ckv_BSX, pos_T, kv_len)
+        out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
         return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache
 
     @property
@@ -202,30 +218,33 @@ class LatentAttention(nnx.Module):
         """Softmax scale 1/sqrt(H + R): a score sums a head-size dot product and a RoPE-width one."""
         return (self.cfg.head_size + self.cfg.rope_head_dim) ** -0.5
 
-    def _read_materialized(self, q_nope_BTNH, q_rope_BTNR, ckv_BSX, q_pos_T, kv_len):
+    def _read_materialized(self, q_nope_BTNH, q_rope_BTNR, view: View, mask_BTS):
         """Up-project the cached latents into per-head K and V, then attend (K = N heads)."""
         C, N = self.cfg.kv_latent_dim, self.cfg.n_heads
+        ckv_BSX = view.payload.ckv.astype(jnp.float32)
+        if view.payload.ckv_scale is not None:  # up-projecting needs the values themselves
+            ckv_BSX = ckv_BSX * view.payload.ckv_scale[..., None]
         B, S, _ = ckv_BSX.shape
-        ckv_BSX = ckv_BSX.astype(jnp.float32)
         c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
         k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))
-        if self.cfg.mla_rope_on_latent:  # rotate each compressed key by its own position (slot s holds s)
-            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.arange(S), self.cfg.rope_base)
+        if self.cfg.mla_rope_on_latent:  # rotate each compressed key by the position its slot holds
+            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.cfg.rope_base)
         v_BNSH = jnp.einsum("BSC,CNH->BNSH", c_BSC, self.w_uv[...].astype(jnp.float32))
         k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
         k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
         q_BTN1X = jnp.concatenate([q_nope_BTNH, q_rope_BTNR], axis=-1)[:, :, :, None]  # K = N, G = 1
-        out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, q_pos_T, kv_len, self.cfg.causal, self.scale)
+        out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, mask_BTS, self.scale)
         return out_BTN1H[:, :, :, 0]
 
-    def _read_absorbed(self, q_nope_BTNH, q_rope_BTNR, ckv_BSX, q_pos_T, kv_len):
+    def _read_absorbed(self, q_nope_BTNH, q_rope_BTNR, view: View, mask_BTS):
         """Attend over the cached rows directly: one shared "KV head" of width C + R."""
         C = self.cfg.kv_latent_dim
-        ckv_B1SX = ckv_BSX[:, None]
+        ckv_B1SX = view.payload.ckv[:, None]
+        scale_B1S = None if view.payload.ckv_scale is None else view.payload.ckv_scale[:, None]
         q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
                                 self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
         q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR.astype(jnp.float32)], axis=-1)[:, :, None]
-        out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], q_pos_T, kv_len, self.cfg.causal, self.scale)
+        out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S)
         # W_UV applied after attention, to T query rows only: values are never formed for the S cached tokens.
         return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
@@ -244,15 +263,15 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, window: int | None = None, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
-        self.attn = (LatentAttention(cfg, rngs=rngs) if cfg.attention == "mla"
-                     else Attention(cfg, window, rngs=rngs))
+        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "mla"
+                     else Attention(cfg, layout, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, pos_T, cache=None, kv_len=None):
-        h, cache = self.attn(self.norm1(x), pos_T, cache, kv_len)
+    def __call__(self, x, pos_BT, cache=None, fill=None):
+        h, cache = self.attn(self.norm1(x), pos_BT, cache, fill)
         x = x + h
         x = x + self.mlp(self.norm2(x))
         return x, cache
@@ -261,20 +280,24 @@ class Block(nnx.Module):
 class Transformer(nnx.Module):
     """Token ids in, next-token logits out; optionally reads and writes a KV cache.
 
-    Call it as `logits, kv_caches, aux = model(ids, use_cache=True, kv_caches=cache, cache_index=i)`.
+    Call it as `logits, kv_caches, aux = model(ids, use_cache=True, kv_caches=cache)`: the tokens go after
+    what the cache holds (`cache.lengths`).
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, window, rngs=rngs) for window in cfg.layer_windows])
+        self.blocks = nnx.List([Block(cfg, layout, rngs=rngs) for layout in layouts(cfg)])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 
     def __call__(self, ids: Any, *, use_cache: bool = False, kv_caches: KVCache | None = None,
-                 cache_index: int = 0) -> tuple[jax.Array, KVCache | None, dict[str, Any]]:
-        """Checked entry point: every shape, dtype and bound is verified before any computation."""
+                 cache_index: int | None = None) -> tuple[jax.Array, KVCache | None, dict[str, Any]]:
+        """Checked entry point: every shape, dtype and bound is verified before any computation.
+
+        `cache_index`, if given, must be where the cache's fill says the tokens go (a gap is refused).
+        """
         ids = check_ids(self.cfg.vocab_size, ids)
         B, T = ids.shape
         if not use_cache:
@@ -287,30 +310,43 @@ class Transformer(nnx.Module):
         if kv_caches is None:
             kv_caches = init_cache(self.cfg, B)
         check_cache(self.cfg, kv_caches, B)
-        cache_index = concrete_index(cache_index)
-        check_write(kv_caches, cache_index, T)
-        logits, kv_caches = self.forward(ids, kv_caches, cache_index)
-        return logits, kv_caches, {"cache_index": cache_index + T}
+        check_write(self.cfg, kv_caches, None if cache_index is None else concrete_index(cache_index), T)
+        logits, kv_caches = self.forward(ids, kv_caches)
+        lengths = np.asarray(kv_caches.lengths)
+        return logits, kv_caches, {"cache_index": int(lengths.max()), "lengths": lengths}
 
-    def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, cache_index: jax.Array | int = 0,
-                kv_len: jax.Array | int | None = None) -> tuple[jax.Array, KVCache | None]:
+    def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, live_BT: jax.Array | None = None,
+                positions_BT: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
         """Unchecked forward used inside compiled code; callers guarantee the bounds.
 
-        The T tokens sit at positions cache_index, ..., cache_index + T - 1 and are written at those
-        slots of `kv_caches`; attention reads slots [0, kv_len), by default cache_index + T (causal
-        decoding). A bidirectional caller that has filled the slots after the span passes kv_len itself.
+        With a cache, the T tokens of row b sit at positions lengths[b] .. lengths[b] + T - 1; those marked
+        in `live_BT` (default: all) are written and counted into `lengths`, the rest (a ragged batch's
+        padding) are neither. A bidirectional caller that rewrites slots it already holds passes
+        `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
         """
-        T = ids_BT.shape[1]
-        pos_T = cache_index + jnp.arange(T, dtype=jnp.int32)
-        kv_len = cache_index + T if kv_len is None else kv_len
+        B, T = ids_BT.shape
+        fill = None
+        if kv_caches is None:
+            pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)) if positions_BT is None else positions_BT
+        else:
+            before = kv_caches.lengths
+            live_BT = jnp.ones((B, T), bool) if live_BT is None else live_BT
+            if positions_BT is None:
+                pos_BT = before[:, None] + jnp.arange(T, dtype=jnp.int32)
+                after = before + jnp.sum(live_BT, axis=1, dtype=jnp.int32)
+            else:
+                pos_BT = positions_BT
+                after = jnp.maximum(before, jnp.max(jnp.where(live_BT, pos_BT + 1, 0), axis=1))
+            fill = Fill(live_BT, before, after, kv_caches.block_table)
         with jax.named_scope("embed"):
             x = self.embed(ids_BT)
-        new_caches = []
+        new_layers = []
         for i, block in enumerate(self.blocks):
-            x, layer_cache = block(x, pos_T, None if kv_caches is None else kv_caches[i], kv_len)
-            new_caches.append(layer_cache)
-        return self.logits(self.norm(x)), (None if kv_caches is None else tuple(new_caches))
-
+            x, layer_cache = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill)
+            new_layers.append(layer_cache)
+        if kv_caches is not None:
+            kv_caches = kv_caches._replace(layers=tuple(new_layers), lengths=fill.after_B)
+        return self.logits(self.norm(x)), kv_caches
     @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:
         x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax

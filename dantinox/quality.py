@@ -41,7 +41,7 @@ def heldout_chunks(text: str, length: int) -> np.ndarray:
 def _cached_logits(graphdef, params, ids_BT: jax.Array) -> jax.Array:
     model = nnx.merge(graphdef, params)
     B, T = ids_BT.shape
-    return model.forward(ids_BT, init_cache(model.cfg, B, T), 0)[0]
+    return model.forward(ids_BT, init_cache(model.cfg, B, T))[0]
 
 
 def cached_logits(model: Transformer, ids_BT: np.ndarray) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Quantized KV cache: int8 or fp8 (e4m3) codes with one float32 scale per token and KV head.
 
-Quantize on write, dequantize on read: attention calls `write` with float keys and values and gets float32
-keys and values back from `read`, so the model code is the same as for a float cache.
+Quantize on write (`LayerCache.encode` / `LatentCache.encode` in dantinox/cache.py); attention never
+dequantizes the cache: it multiplies the scores by the key scales and the probabilities by the value scales
+(scores = (q · codes_k) · scale_k, out = (p · scale_v) · codes_v), so storage is independent of addressing
+and payload: int8 works on linear, ring, chunked and paged layers and on MLA latents.
 
 Granularity: one scale per (token, KV head), shared by that head's H channels. A token's key and value are
 computed once and written once, so a per-token scale is known at write time and no stored code is ever
@@ -16,12 +18,8 @@ head's largest magnitude maps to 448 (e4m3's largest finite value) and clipped, 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
-
-from dantinox.config import ModelConfig
 
 CODE_MAX = {"int8": 127.0, "fp8_e4m3": 448.0}  # largest code magnitude of each format
 SCALE_BYTES = 4  # one float32 scale per token and KV head
@@ -42,35 +40,3 @@ def quantize(x_BKTH: jax.Array, cache_dtype: str) -> tuple[jax.Array, jax.Array]
 def dequantize(codes_BKSH: jax.Array, scale_BKS: jax.Array) -> jax.Array:
     """float32 values from codes and their per-token, per-head scales."""
     return codes_BKSH.astype(jnp.float32) * scale_BKS[..., None]
-
-
-class QuantCache(NamedTuple):
-    """Per-head layout with quantized storage: codes of K heads and a scale per token and head."""
-
-    k: jax.Array  # [B, K, S, H] codes (int8 or float8_e4m3fn) of keys after RoPE
-    k_scale: jax.Array  # [B, K, S] float32
-    v: jax.Array  # [B, K, S, H] codes
-    v_scale: jax.Array  # [B, K, S] float32
-
-    SEQ_AXIS = 2
-
-    @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> QuantCache:
-        codes = jnp.zeros((batch, cfg.n_kv_heads, length, cfg.head_size), cfg.cache_jnp_dtype)
-        scales = jnp.zeros((batch, cfg.n_kv_heads, length), jnp.float32)
-        return cls(codes, scales, codes, scales)
-
-    @property
-    def format(self) -> str:
-        return "int8" if self.k.dtype == jnp.int8 else "fp8_e4m3"
-
-    def write(self, k_BKTH: jax.Array, v_BKTH: jax.Array, index: jax.Array | int) -> QuantCache:
-        k_q, k_s = quantize(k_BKTH, self.format)
-        v_q, v_s = quantize(v_BKTH, self.format)
-        put = jax.lax.dynamic_update_slice
-        return QuantCache(put(self.k, k_q, (0, 0, index, 0)), put(self.k_scale, k_s, (0, 0, index)),
-                          put(self.v, v_q, (0, 0, index, 0)), put(self.v_scale, v_s, (0, 0, index)))
-
-    def read(self) -> tuple[jax.Array, jax.Array]:
-        return dequantize(self.k, self.k_scale), dequantize(self.v, self.v_scale)
-

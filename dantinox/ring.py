@@ -1,68 +1,67 @@
-"""Sliding-window layers: the ring-buffer cache of a local layer (another layout on dantinox/cache.py's protocol).
+"""Sliding-window and chunked layers: ring-buffer addressing (one layout axis of dantinox/cache.py).
 
 A local layer with window W attends to the current token and the W - 1 before it, so it keeps only the
 keys and values of the last W positions: position p lives in slot p mod W (Mistral 7B's rolling buffer,
 arXiv:2310.06825 §2). The buffer holds min(length, W) slots; while it has fewer than W slots, position p
-is slot p, so growing it (dantinox.grow_cache) keeps every written token where it is. Which position a
-slot holds is not stored: it follows from how many tokens were written (`slot_positions`), so the
-buffer's bytes are exactly the keys and values, as the per-layer formula counts them.
+is slot p, so growing it keeps every written token where it is. Which position a slot holds is not
+stored: it follows from the cache's `lengths` (`positions`), so the buffer's bytes are exactly the
+stored values, as the per-layer formula counts them. Storage (float or int8 codes) and payload (K/V heads
+or MLA latents) are the other axes: a ring of int8 codes is a Ring with a quantized config.
+
+A chunked layer (Llama 4's `attention_chunk_size` C) attends only within its own chunk of C positions,
+[C·floor(p / C), p]: the same ring of C slots, with the chunk as its visibility rule.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import NamedTuple
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 
-from dantinox.config import ModelConfig
+from dantinox.cache import Linear
 
 
-class RingCache(NamedTuple):
-    """Keys and values of the last min(length, W) positions of one local layer; W is the class's WINDOW."""
+@dataclasses.dataclass(frozen=True)
+class Ring(Linear):
+    """Position p in slot p mod S of a ring of S = min(length, W) slots; keys more than W - 1 back are masked."""
 
-    k: jax.Array  # [B, K, S, H], S = min(length, W); keys after RoPE
-    v: jax.Array  # [B, K, S, H]
+    size: int  # W slots (the sliding window); for Chunked, the chunk size C
 
-    SEQ_AXIS = 2
-    WINDOW = 0  # set by RingCache.of(W)
+    def slots(self, length: int) -> int:
+        return min(length, self.size)
 
-    @staticmethod
-    @functools.cache
-    def of(window: int) -> type[RingCache]:
-        """The ring layout for window W (one class per W, so W is static and the arrays hold only K and V)."""
-        return type(f"RingCache{window}", (RingCache,), {"WINDOW": window, "__slots__": ()})
+    def visible(self, q_pos, k_pos) -> jax.Array:
+        return q_pos - k_pos < self.size  # the band: the current token and the W - 1 before it
 
-    @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> RingCache:
-        shape = (batch, cfg.n_kv_heads, min(length, cls.WINDOW), cfg.head_size)
-        return cls(jnp.zeros(shape, cfg.cache_jnp_dtype), jnp.zeros(shape, cfg.cache_jnp_dtype))
+    def locate(self, pos_BT, live_BT, after_B, S, table):
+        """Slot p mod S; of a run longer than the ring only the last S real tokens are written (distinct slots)."""
+        rows = jnp.broadcast_to(jnp.arange(pos_BT.shape[0])[:, None], pos_BT.shape)
+        keep = live_BT & (pos_BT >= after_B[:, None] - S)
+        return rows, jnp.where(keep, pos_BT % S, -1)
 
-    def write(self, k_BKTH: jax.Array, v_BKTH: jax.Array, index: jax.Array | int) -> RingCache:
-        """Store positions index .. index + T - 1 at their slots p mod W; of a longer run only the last S survive."""
-        S, T = self.k.shape[self.SEQ_AXIS], k_BKTH.shape[2]
-        n = min(T, S)  # static: a prefill longer than the buffer keeps its last S tokens
-        slots_n = (index + T - n + jnp.arange(n)) % self.WINDOW  # distinct, since n <= S <= W
-        return type(self)(self.k.at[:, :, slots_n].set(k_BKTH[:, :, T - n:].astype(self.k.dtype)),
-                          self.v.at[:, :, slots_n].set(v_BKTH[:, :, T - n:].astype(self.v.dtype)))
+    def positions(self, lengths_B: jax.Array, S: int) -> jax.Array:
+        """Position held by each slot after `lengths` tokens: the latest p < length with p = s mod S (-1: empty)."""
+        s_S = jnp.arange(S)[None, :]
+        p = s_S + S * jnp.floor_divide(lengths_B[:, None] - 1 - s_S, S)
+        return jnp.where(p >= 0, p, -1)
 
-    def read(self) -> tuple[jax.Array, jax.Array]:
-        return self.k, self.v
+    def reads_before_write(self, T: int) -> bool:
+        return T > 1  # a prompt's early queries need keys its later tokens evict; one token writes, then attends
 
-    def slot_positions(self, written: jax.Array | int) -> jax.Array:
-        """Absolute position held by each slot after `written` tokens: the latest p < written with p = s mod W.
 
-        Negative for a slot not written yet (attention masks it).
-        """
-        s_S = jnp.arange(self.k.shape[self.SEQ_AXIS])
-        return s_S + self.WINDOW * jnp.floor_divide(written - 1 - s_S, self.WINDOW)
+@dataclasses.dataclass(frozen=True)
+class Chunked(Ring):
+    """Llama 4's chunked attention: a ring of one chunk of C positions, a query sees only its own chunk."""
+
+    def visible(self, q_pos, k_pos) -> jax.Array:
+        return q_pos // self.size == k_pos // self.size
 
 
 def ring_slots_held(window: int, written: int) -> list[int | None]:
     """Which position each slot of a full ring of `window` slots holds after `written` tokens (None: empty).
 
-    The same rule as RingCache.slot_positions, in plain Python for the lab's ring-buffer view.
+    The same rule as Ring.positions, in plain Python for the lab's ring-buffer view.
     """
     held = []
     for s in range(window):

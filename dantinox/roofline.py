@@ -231,12 +231,16 @@ def datasheet_machines() -> list[Machine]:
 
 
 def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
-    """`steps` greedy decode steps, each writing slot `index` and attending over every slot of `caches`."""
+    """`steps` greedy decode steps, each writing slot `index` and attending over every slot of `caches`.
+
+    The cache is rewound to `index` tokens before each step, so every step does the same work.
+    """
     model = nnx.merge(graphdef, params)
 
     def step(_, carry):
         tokens_B, caches = carry
-        logits_B1V, caches = model.forward(tokens_B[:, None], caches, index)
+        caches = caches._replace(lengths=jnp.full_like(caches.lengths, index))
+        logits_B1V, caches = model.forward(tokens_B[:, None], caches)
         return jnp.argmax(logits_B1V[:, 0], axis=-1).astype(jnp.int32), caches
 
     return jax.lax.fori_loop(0, steps, step, (tokens_B, caches))
@@ -256,7 +260,7 @@ def _decode_loop_program(vector_512: bool):
 def _prefill(graphdef, params, prompt_BT):
     model = nnx.merge(graphdef, params)
     B, T = prompt_BT.shape
-    return model.forward(prompt_BT, init_cache(model.cfg, B, T), 0)
+    return model.forward(prompt_BT, init_cache(model.cfg, B, T))
 
 
 def _check_fits(cfg: ModelConfig, name: str, value: int) -> int:

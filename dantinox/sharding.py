@@ -64,8 +64,11 @@ def cache_spec(cfg: ModelConfig) -> PartitionSpec:
 
 
 def shard_cache(caches: Any, cfg: ModelConfig, layout: MeshPlan) -> Any:
-    """The cache moved onto the mesh: sequences over data, KV heads over model (replicated past K)."""
-    return jax.device_put(caches, NamedSharding(layout.mesh, cache_spec(cfg)))
+    """The cache moved onto the mesh: sequences over data, KV heads over model (replicated past K); the
+    per-sequence lengths over data."""
+    layers = jax.device_put(caches.layers, NamedSharding(layout.mesh, cache_spec(cfg)))
+    return caches._replace(layers=layers, lengths=jax.device_put(caches.lengths, NamedSharding(
+        layout.mesh, PartitionSpec("data"))))
 
 
 def place_inputs(layout: MeshPlan, params: Any, prompt: jax.Array) -> tuple[Any, jax.Array]:

@@ -88,26 +88,27 @@ def test_cache_is_one_latent_row_per_token_and_bytes_equal_formula(cache_dtype, 
     cfg = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=C, rope_head_dim=R,
                                       cache_dtype=cache_dtype, q_latent_dim=12)
     cache = dantinox.init_cache(cfg, batch)
-    assert len(cache) == cfg.n_layers
-    for layer in cache:
+    assert len(cache.layers) == cfg.n_layers
+    for layer in cache.layers:
         assert isinstance(layer, dantinox.LatentCache)
         assert layer.ckv.shape == (batch, cfg.max_context, C + R) and layer.ckv.dtype == cfg.cache_jnp_dtype
     by_hand = cfg.n_layers * batch * cfg.max_context * (C + R) * np.dtype(cfg.cache_jnp_dtype).itemsize
-    assert dantinox.tree_nbytes(cache) == dantinox.kv_cache_bytes(cfg, batch) == by_hand
+    assert cache.nbytes == dantinox.kv_cache_bytes(cfg, batch) == by_hand
 
 
 def test_cache_after_streaming_still_matches_formula():
     cfg, model = make()
     events = list(dantinox.stream(model, ids(1, 4), 6))
     assert [e.index for e in events] == list(range(5, 11))
-    assert dantinox.tree_nbytes(events[-1].caches) == dantinox.kv_cache_bytes(cfg, 1)
+    assert events[-1].caches.nbytes == dantinox.kv_cache_bytes(cfg, 1)
 
 
 def test_bounds_and_cache_type_errors():
     cfg, model = make()
     cache = dantinox.init_cache(cfg, 1)
+    _, nearly_full, _ = model(ids(1, cfg.max_context - 1), use_cache=True, kv_caches=cache)
     with pytest.raises(ValueError, match="cache_index: writing 2 token"):
-        model(ids(1, 2), use_cache=True, kv_caches=cache, cache_index=cfg.max_context - 1)
+        model(ids(1, 2), use_cache=True, kv_caches=nearly_full, cache_index=cfg.max_context - 1)
     with pytest.raises(ValueError, match="cache_index: must be >= 0"):
         model(ids(1, 1), use_cache=True, kv_caches=cache, cache_index=-1)
     mha_cache = dantinox.init_cache(dantinox.ModelConfig.preset("test"), 1)
@@ -155,6 +156,7 @@ def test_only_the_materialized_path_forms_per_head_keys_and_values(path):
     S = 48  # no other dimension of the test model is 48
     cfg, model = make(mla_decode=path, max_context=S)
     cache = dantinox.init_cache(cfg, 2)
-    jaxpr = jax.make_jaxpr(lambda t, c: model.forward(t, c, 10))(jnp.asarray(ids(2, 1)), cache)
+    cache = cache._replace(lengths=jnp.full((2,), 10, jnp.int32))  # as if 10 tokens were held
+    jaxpr = jax.make_jaxpr(lambda t, c: model.forward(t, c))(jnp.asarray(ids(2, 1)), cache)
     per_head_kv = [s for s in _intermediate_shapes(jaxpr.jaxpr) if {S, cfg.n_heads, cfg.head_size} <= set(s)]
     assert bool(per_head_kv) == (path == "materialized"), per_head_kv

@@ -40,8 +40,8 @@ def test_greedy_tokens_identical_with_and_without_cache(variant):
     np.testing.assert_array_equal(cached, uncached)
 
 
-def test_generation_crosses_kv_windows():
-    # max_context 300 gives windows (128, 256, 300): decoding from 5 to 300 tokens visits all three
+def test_generation_crosses_key_buckets():
+    # max_context 300 gives key buckets (128, 192, 256, 300): decoding from 5 to 300 tokens visits all four
     _, model = make(max_context=300)
     prompt = ids(1, 5)
     np.testing.assert_array_equal(dantinox.generate(model, prompt, 295), dantinox.generate(model, prompt, 295, False))
@@ -73,7 +73,7 @@ def test_causality_by_gradients():
 
     def logit_at(e, t):
         h = e
-        pos = jnp.arange(8)
+        pos = jnp.arange(8)[None]
         for block in model.blocks:
             h, _ = block(h, pos)
         return model.logits(model.norm(h))[0, t].sum()
@@ -84,10 +84,10 @@ def test_causality_by_gradients():
 
 
 def test_nothing_compiles_on_the_second_call():
-    cfg, model = make(attention="gqa", kv_heads=2, max_context=300)  # key windows (128, 192, 256, 300)
+    cfg, model = make(attention="gqa", kv_heads=2, max_context=300)  # key buckets (128, 192, 256, 300)
     prompt = ids(2, 6)
     with count_compiles() as first:
-        dantinox.generate(model, prompt, 290)  # compiles the prefill and the loops of all four windows
+        dantinox.generate(model, prompt, 290)  # compiles the prefill and the loops of all four buckets
     assert sum("_decode" in name for name in first) == 4 and sum("_prefill" in name for name in first) == 1
     with count_compiles() as compiled:
         dantinox.generate(model, prompt, 290)
@@ -102,25 +102,36 @@ def test_decode_loop_updates_the_donated_cache_in_place():
     """generate's loop takes the cache by donation: XLA reuses its buffer, so the input is consumed."""
     _, model = make(max_context=256)
     graphdef, params = nnx.split(model)
-    state = _prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), 40, 0, use_cache=True, cache_length=128)
-    out = decode_program(2, donate=True)(graphdef, params, state, None, 40, top_k=None, use_cache=True, window=128)
+    cfg = model.cfg
+    four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
+    state = _prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), four, forty, 0, init_cache_of(cfg, 2, 128))
+    out = decode_program(2, donate=True)(graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=128)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.caches))
-    assert int(out.index) == 40 and dantinox.filled_slots(out.caches) == 40
+    assert out.index.tolist() == [40, 40] and dantinox.filled_slots(out.caches).tolist() == [40, 40]
+
+
+def init_cache_of(cfg, batch, length):
+    return dantinox.init_cache(cfg, batch, length)
 
 
 def test_stream_chunks_reproduce_generate_and_report_compiles():
     cfg, model = make(max_context=300)
     prompt = ids(2, 4)
-    events = list(dantinox.stream(model, prompt, 150, chunk_tokens=16))  # crosses the 128-slot window
+    events, filled, nbytes = [], [], []
+    for e in dantinox.stream(model, prompt, 150, chunk_tokens=16):  # crosses the 128-slot key bucket
+        events.append(e)  # an event's cache is valid until the next chunk (stream donates it)
+        filled.append(dantinox.filled_slots(e.caches).tolist())
+        nbytes.append(e.caches.nbytes)
     assert [e.index for e in events] == [*range(20, 154, 16), 154]
     assert all(e.tokens.shape == (2, 16) for e in events[:-1]) and events[-1].tokens.shape == (2, 6)
     streamed = np.concatenate([prompt, *(e.tokens for e in events)], axis=1)
     np.testing.assert_array_equal(streamed, dantinox.generate(model, prompt, 150))
     np.testing.assert_array_equal(events[-1].token, streamed[:, -1])
     assert all(e.seconds > 0 for e in events)
-    assert [dantinox.filled_slots(e.caches) for e in events] == [e.index for e in events]
-    assert [dantinox.tree_nbytes(e.caches) for e in (events[0], events[-1])] == [
-        dantinox.kv_cache_bytes(cfg, 2, 128), dantinox.kv_cache_bytes(cfg, 2, 192)]  # one key window long
+    assert filled == [[e.index] * 2 for e in events]
+    assert [nbytes[0], nbytes[-1]] == [dantinox.kv_cache_bytes(cfg, 2, 128),
+                                       dantinox.kv_cache_bytes(cfg, 2, 192)]  # one key bucket long
+    assert events[0].caches.layers[0].k.is_deleted()  # donated: the next chunk updated it in place
     again = list(dantinox.stream(model, prompt, 150, chunk_tokens=16))
     assert not any(e.compiled for e in again)
     assert [e.index for e in again] == [e.index for e in events]
@@ -130,7 +141,7 @@ def test_stream_one_token_at_a_time_without_a_cache():
     _, model = make()
     prompt = ids(1, 4)
     events = list(dantinox.stream(model, prompt, 12, use_cache=False))
-    assert [e.index for e in events] == list(range(5, 17)) and all(e.caches == () for e in events)
+    assert [e.index for e in events] == list(range(5, 17)) and all(e.caches is None for e in events)
     streamed = np.concatenate([prompt[0], [int(e.token[0]) for e in events]])
     np.testing.assert_array_equal(streamed, dantinox.generate(model, prompt, 12)[0])
     with pytest.raises(ValueError, match="chunk_tokens: expected a positive integer, got 0"):
@@ -142,42 +153,21 @@ def test_filled_slots_reads_the_cache(attention):
     extra = dict(kv_heads=2) if attention == "gqa" else dict(kv_latent_dim=16, rope_head_dim=4)
     cfg, model = make(attention=attention, **extra)
     cache = dantinox.init_cache(cfg, 2)
-    assert dantinox.filled_slots(cache) == 0
+    assert dantinox.filled_slots(cache).tolist() == [0, 0]
     _, cache, _ = model(ids(2, 9), use_cache=True, kv_caches=cache, cache_index=0)
-    assert dantinox.filled_slots(cache) == 9
-    _, cache, _ = model(ids(2, 1), use_cache=True, kv_caches=cache, cache_index=9)
-    assert dantinox.filled_slots(cache) == 10
+    assert dantinox.filled_slots(cache).tolist() == [9, 9]
+    _, cache, _ = model(ids(2, 1), use_cache=True, kv_caches=cache)  # the position comes from the cache
+    assert dantinox.filled_slots(cache).tolist() == [10, 10]
 
 
-class SlotMajorCache(NamedTuple):
-    """A layout the model has never seen: keys and values stored [B, S, K, H]; only write/read know it."""
-
-    k: jax.Array
-    v: jax.Array
-
-    SEQ_AXIS = 1
-
-    def write(self, k_BKTH, v_BKTH, index):
-        at = (0, index, 0, 0)
-        return SlotMajorCache(jax.lax.dynamic_update_slice(self.k, k_BKTH.transpose(0, 2, 1, 3), at),
-                              jax.lax.dynamic_update_slice(self.v, v_BKTH.transpose(0, 2, 1, 3), at))
-
-    def read(self):
-        return self.k.transpose(0, 2, 1, 3), self.v.transpose(0, 2, 1, 3)
-
-
-def test_a_new_cache_layout_needs_only_its_write_and_read():
-    cfg, model = make(attention="gqa", kv_heads=2)
-    x = jnp.asarray(ids(2, 10))
-    shape = (2, cfg.max_context, cfg.n_kv_heads, cfg.head_size)
-    cache = tuple(SlotMajorCache(jnp.zeros(shape), jnp.zeros(shape)) for _ in range(cfg.n_layers))
-    logits, cache = model.forward(x[:, :6], cache, 0)
-    steps = [logits]
-    for t in range(6, 10):
-        logits, cache = model.forward(x[:, t:t + 1], cache, t)
-        steps.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), model(x)[0], atol=2e-5, rtol=2e-5)
-    assert dantinox.filled_slots(cache) == 10
+def test_a_gap_between_the_fill_and_the_position_is_refused():
+    cfg, model = make()
+    with pytest.raises(ValueError, match=r"^cache_index: the cache holds 0 token\(s\), so the next write goes at 0; "
+                                         r"got 10"):
+        model(ids(1, 3), use_cache=True, kv_caches=dantinox.init_cache(cfg, 1), cache_index=10)
+    _, cache, _ = model(ids(1, 3), use_cache=True, kv_caches=dantinox.init_cache(cfg, 1))
+    with pytest.raises(ValueError, match="holds 3 token"):
+        model(ids(1, 1), use_cache=True, kv_caches=cache, cache_index=2)  # overwriting is refused too
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])
@@ -186,12 +176,12 @@ def test_a_new_cache_layout_needs_only_its_write_and_read():
 def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
     cfg = dantinox.ModelConfig.preset("test", cache_dtype=cache_dtype, **variant)
     cache = dantinox.init_cache(cfg, batch)
-    assert dantinox.tree_nbytes(cache) == dantinox.kv_cache_bytes(cfg, batch, cfg.max_context)
+    assert cache.nbytes == dantinox.kv_cache_bytes(cfg, batch, cfg.max_context)
     for length in (1, 17):
         formula = dantinox.kv_cache_bytes(cfg, batch, length)
-        assert dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length)) == formula
-        assert dantinox.tree_nbytes(dantinox.cache_shapes(cfg, batch, length)) == formula
-    layer = cache[0]
+        assert dantinox.init_cache(cfg, batch, length).nbytes == formula
+        assert dantinox.cache_shapes(cfg, batch, length).nbytes == formula
+    layer = cache.layers[0]
     assert layer.k.shape == (batch, cfg.n_kv_heads, cfg.max_context, cfg.head_size)
     assert layer.k.dtype == jnp.dtype(cache_dtype)
 
@@ -199,12 +189,16 @@ def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
 @pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_dtype="fp8_e4m3", attention="gqa", kv_heads=2),
                                     dict(sliding_window=8), dict(sliding_window=8, window_pattern="1:1"),
                                     dict(sliding_window=5, window_pattern="3:1", attention="mqa"),
-                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8)],
-                         ids=["int8", "fp8-gqa", "window-local", "window-1:1", "window-3:1-mqa", "mla"])
+                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8),
+                                    dict(sliding_window=8, window_pattern="1:1", cache_dtype="int8"),
+                                    dict(attention_chunk_size=8, window_pattern="1:1"),
+                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8, cache_dtype="int8")],
+                         ids=["int8", "fp8-gqa", "window-local", "window-1:1", "window-3:1-mqa", "mla", "window-int8",
+                              "chunked", "mla-int8"])
 def test_every_layout_allocates_what_kv_cache_bytes_says(layout):
     cfg = dantinox.ModelConfig.preset("test", **layout)
     for batch, length in ((1, 3), (2, 8), (3, 17)):  # below, at and past the window
-        assert dantinox.tree_nbytes(dantinox.init_cache(cfg, batch, length)) == \
+        assert dantinox.init_cache(cfg, batch, length).nbytes == \
             dantinox.kv_cache_bytes(cfg, batch, length), (batch, length)
 
 
@@ -218,7 +212,7 @@ def test_reference_formula_by_hand(kv_heads):
 def test_reference_mha_is_six_mib_not_the_copied_0_375_mb():
     cfg = dantinox.ModelConfig.preset("reference", cache_dtype="bfloat16")
     assert dantinox.kv_cache_bytes(cfg, 1, 512) == 6 * 2**20
-    assert dantinox.tree_nbytes(dantinox.cache_shapes(cfg, 1, 512)) == 6 * 2**20
+    assert dantinox.cache_shapes(cfg, 1, 512).nbytes == 6 * 2**20
 
 
 def test_max_batch_size_subtracts_measured_weights():
@@ -244,10 +238,11 @@ def test_prompt_longer_than_max_context():
 def test_decode_past_the_end_is_refused_not_clamped():
     cfg, model = make()
     cache = dantinox.init_cache(cfg, 1)
-    with pytest.raises(ValueError, match="cache holds 64"):
-        model(ids(1, 1), use_cache=True, kv_caches=cache, cache_index=cfg.max_context)
-    with pytest.raises(ValueError, match="needs 66 slots"):
-        model(ids(1, 3), use_cache=True, kv_caches=cache, cache_index=63)
+    with pytest.raises(ValueError, match="needs 65 slots, but the cache holds 64"):
+        model(ids(1, 65), use_cache=True, kv_caches=cache)
+    _, full, _ = model(ids(1, 62), use_cache=True, kv_caches=cache)
+    with pytest.raises(ValueError, match="needs 65 slots"):
+        model(ids(1, 3), use_cache=True, kv_caches=full)
     with pytest.raises(ValueError, match=">= 0"):
         model(ids(1, 1), use_cache=True, kv_caches=cache, cache_index=-1)
 
@@ -266,8 +261,11 @@ def test_batch_and_dtype_mismatch():
     other = dantinox.init_cache(cfg.replace(cache_dtype="bfloat16"), 1)
     with pytest.raises(ValueError, match="dtype float32"):
         model(ids(1, 2), use_cache=True, kv_caches=other, cache_index=0)
-    with pytest.raises(ValueError, match="tuple of 2 per-layer caches"):
-        model(ids(1, 2), use_cache=True, kv_caches=dantinox.init_cache(cfg, 1)[:1], cache_index=0)
+    short = dantinox.init_cache(cfg, 1)
+    with pytest.raises(ValueError, match="kv_caches: expected 2 layers, got 1"):
+        model(ids(1, 2), use_cache=True, kv_caches=short._replace(layers=short.layers[:1]))
+    with pytest.raises(ValueError, match="expected a dantinox.KVCache"):
+        model(ids(1, 2), use_cache=True, kv_caches=short.layers)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -309,7 +307,7 @@ def test_bfloat16_cache_stays_close_to_float32():
     cache = dantinox.init_cache(cfg32.replace(cache_dtype="bfloat16"), 1)
     model16 = dantinox.Transformer(cfg32.replace(cache_dtype="bfloat16"), rngs=nnx.Rngs(0))
     logits, cache, _ = model16(x, use_cache=True, kv_caches=cache, cache_index=0)
-    assert cache[0].k.dtype == jnp.bfloat16
+    assert cache.layers[0].k.dtype == jnp.bfloat16
     np.testing.assert_allclose(logits, full, atol=0.1)
 
 
@@ -322,3 +320,44 @@ def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu():
     assert compiler_options(1) == VECTOR_512 and compiler_options(2) is None and compiler_options(8) is None
     assert decode_program(1, donate=True) is not decode_program(2, donate=True)
     assert decode_program(2, donate=True) is decode_program(8, donate=True)
+
+
+RAGGED_LAYOUTS = [dict(), dict(attention="gqa", kv_heads=2, cache_layout="paged", block_size=5),
+                  dict(sliding_window=4, window_pattern="1:1"), dict(cache_dtype="int8"),
+                  dict(attention="mla", kv_latent_dim=16, rope_head_dim=4)]
+
+
+@pytest.mark.parametrize("layout", RAGGED_LAYOUTS, ids=["mha", "paged", "ring", "int8", "mla"])
+def test_ragged_prompts_each_get_the_tokens_they_get_alone(layout):
+    _, model = make(**layout)
+    prompts = [ids(1, n, seed=n)[0].tolist() for n in (3, 9, 6)]
+    together = dantinox.generate(model, prompts, 25)
+    alone = [np.asarray(dantinox.generate(model, [p], 25))[0].tolist() for p in prompts]
+    assert together == alone and [len(row) for row in together] == [28, 34, 31]
+    if not layout:
+        assert dantinox.generate(model, prompts, 25, use_cache=False) == alone
+
+
+def test_rows_stop_at_their_eos():
+    _, model = make()
+    prompts = [ids(1, n, seed=10 + n)[0].tolist() for n in (4, 7)]
+    alone = [np.asarray(dantinox.generate(model, [p], 30))[0] for p in prompts]
+    eos = int(alone[0][4 + 5])  # the sixth token row 0 generates
+    rows = dantinox.generate(model, prompts, 30, eos_id=eos)
+    for row, full, n in zip(rows, alone, (4, 7), strict=True):
+        hits = np.flatnonzero(full[n:] == eos)
+        stop = n + (hits[0] + 1 if hits.size else 30)
+        assert row == full[:stop].tolist()  # everything up to and including the first eos, then nothing
+    assert rows[0][-1] == eos and len(rows[0]) <= 4 + 6
+    square = np.asarray(dantinox.generate(model, np.asarray([prompts[0]]), 30, eos_id=eos))
+    assert square.shape == (1, 34) and (square[0, len(rows[0]):] == eos).all()
+
+
+def test_ragged_prompt_errors_name_the_argument():
+    _, model = make()
+    with pytest.raises(ValueError, match="prompt_ids: every prompt needs at least one token"):
+        dantinox.generate(model, [[1, 2], []], 3)
+    with pytest.raises(ValueError, match="stream decodes prompts of one length"):
+        next(dantinox.stream(model, [[1, 2], [3]], 3))
+    with pytest.raises(ValueError, match=r"eos_id: expected None or a token id in \[0, 259\)"):
+        dantinox.generate(model, [[1, 2]], 3, eos_id=300)

@@ -9,7 +9,9 @@ from invariants import token_ids
 import content
 import dantinox
 from dantinox import quality
-from dantinox.quant import QuantCache, dequantize, quantize
+from dantinox.cache import LayerCache
+from dantinox.model import attend
+from dantinox.quant import dequantize, quantize
 
 RUN = quality.HELDOUT.parent.parent.parent / "runs" / "tiny"
 FORMATS = ["int8", "fp8_e4m3"]
@@ -21,11 +23,11 @@ FORMATS = ["int8", "fp8_e4m3"]
 def test_bytes_with_scales_equal_the_quantization_formula(cache_dtype, attention, kv_heads, batch, tokens):
     cfg = dantinox.ModelConfig.preset("test", attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
     cache = dantinox.init_cache(cfg, batch, tokens)
-    assert all(type(layer) is QuantCache for layer in cache)
+    assert all(type(layer) is LayerCache and layer.k_scale is not None for layer in cache.layers)
     formula = content.evaluate(content.load_entry("kv-cache-quantization"), "Quantized KV cache size",
                                L=cfg.n_layers, B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size,
                                q=8, z=4, G=cfg.head_size)  # one float32 scale per head of one token
-    assert dantinox.tree_nbytes(cache) == formula
+    assert cache.nbytes == formula
     entry_id, title, variables = quality.formula_for(cfg, batch, tokens)
     assert content.evaluate(content.load_entry(entry_id), title, **variables) == formula
 
@@ -56,10 +58,27 @@ def test_all_zero_vectors_stay_zero():
     assert not np.asarray(codes).any() and not np.asarray(scale).any()
 
 
+@pytest.mark.parametrize("B, T", [(2, 3), (2, 1), (1, 1)])  # (2, 1) takes the one-token arrangement
+def test_scales_folded_into_attention_equal_attention_over_dequantized_values(B, T):
+    rs = np.random.RandomState(3)
+    q = jnp.asarray(rs.randn(B, T, 2, 3, 8), jnp.float32)
+    k, v = (jnp.asarray(rs.randn(B, 2, 9, 8), jnp.float32) for _ in range(2))
+    (kc, ks), (vc, vs) = quantize(k, "int8"), quantize(v, "int8")
+    mask = jnp.asarray(rs.rand(B, T, 9) > 0.3).at[..., 0].set(True)
+    folded = attend(q, kc, vc, mask, None, ks, vs)
+    np.testing.assert_allclose(folded, attend(q, dequantize(kc, ks), dequantize(vc, vs), mask), atol=1e-5, rtol=1e-5)
+
+
+LAYOUTS = [dict(attention="gqa", kv_heads=2), dict(attention="gqa", kv_heads=2, cache_layout="paged", block_size=5),
+           dict(attention="mla", kv_latent_dim=16, rope_head_dim=4),
+           dict(attention="mla", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized")]
+
+
 @pytest.mark.parametrize("cache_dtype", FORMATS)
-def test_step_by_step_decode_equals_one_pass_through_the_cache(cache_dtype):
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["gqa", "paged", "mla-absorbed", "mla-materialized"])
+def test_step_by_step_decode_equals_one_pass_through_the_cache(cache_dtype, layout):
     """Per-token scales: a token's codes never depend on later tokens, so decoding equals the one-pass logits."""
-    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype=cache_dtype)
+    cfg = dantinox.ModelConfig.preset("test", cache_dtype=cache_dtype, **layout)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     x = token_ids(2, 20)
     one_pass = quality.cached_logits(model, x)
@@ -69,13 +88,16 @@ def test_step_by_step_decode_equals_one_pass_through_the_cache(cache_dtype):
         logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
         steps.append(logits)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, axis=1)), one_pass, atol=1e-4, rtol=1e-4)
-    assert cache[0].k.dtype == cfg.cache_jnp_dtype and cache[0].k_scale.dtype == jnp.float32
+    codes, scales = cache.layers[0][0], cache.layers[0][-1]
+    assert codes.dtype == cfg.cache_jnp_dtype and scales.dtype == jnp.float32
+    assert cache.nbytes == dantinox.kv_cache_bytes(cfg, 2, 32) or cfg.cache_layout == "paged"
+    np.testing.assert_array_equal(dantinox.generate(model, x[:, :5], 12), dantinox.generate(model, x[:, :5], 12))
 
 
-def test_generate_grows_a_quantized_cache_across_key_windows():
+def test_generate_grows_a_quantized_cache_across_key_buckets():
     cfg = dantinox.ModelConfig.preset("test", max_context=200, cache_dtype="int8")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    out = dantinox.generate(model, token_ids(1, 5), max_new_tokens=140)  # passes the 128-slot window
+    out = dantinox.generate(model, token_ids(1, 5), max_new_tokens=140)  # passes the 128-slot key bucket
     assert out.shape == (1, 145)
 
 
@@ -93,8 +115,7 @@ def test_logit_error_against_the_float_cache_on_the_trained_model(cache_dtype, m
 
 @pytest.mark.parametrize("kw,match", [
     (dict(cache_dtype="int4"), "cache_dtype: expected one of float32, bfloat16, float16, int8, fp8_e4m3"),
-    (dict(cache_dtype="int8", attention="mla", kv_latent_dim=8, rope_head_dim=4), "cache_dtype: 'int8' quantizes"),
-    (dict(cache_dtype="fp8_e4m3", paradigm="diffusion"), "cache_dtype: 'fp8_e4m3' quantizes"),
+    (dict(cache_dtype="fp8_e4m3", paradigm="diffusion"), "cache_dtype: paradigm='diffusion' caches float keys"),
 ])
 def test_config_errors_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -104,5 +125,5 @@ def test_config_errors_name_the_field(kw, match):
 def test_a_float_cache_is_refused_where_int8_is_expected():
     cfg = dantinox.ModelConfig.preset("test", cache_dtype="int8")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=r"kv_caches\[0\]: expected QuantCache"):
+    with pytest.raises(ValueError, match=r"kv_caches\[0\]\.k: expected dtype int8"):
         model(token_ids(1, 3), use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(cache_dtype="float32"), 1))

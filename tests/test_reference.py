@@ -48,7 +48,10 @@ def test_attend_matches_a_numpy_reference(causal, B, T, K, G):
     q_BTKGH = rs.randn(B, T, K, G, H).astype(np.float32)
     k_BKSH, v_BKSH = rs.randn(2, B, K, S, H).astype(np.float32)
     q_pos_T, kv_len = np.arange(6 - T, 6), 6  # T new tokens after 6 - T cached; slot 6 is unfilled
-    got = attend(q_BTKGH, k_BKSH, v_BKSH, jnp.asarray(q_pos_T), kv_len, causal)
+    visible_TS = np.arange(S)[None, :] < kv_len
+    if causal:
+        visible_TS = visible_TS & (np.arange(S)[None, :] <= q_pos_T[:, None])
+    got = attend(q_BTKGH, k_BKSH, v_BKSH, jnp.broadcast_to(jnp.asarray(visible_TS), (B, T, S)))
     for b in range(B):
         want = np_attention(q_BTKGH[b].reshape(T, K * G, H), k_BKSH[b].transpose(1, 0, 2),
                             v_BKSH[b].transpose(1, 0, 2), causal, q_pos_T, kv_len)

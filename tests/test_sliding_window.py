@@ -10,7 +10,8 @@ import content
 import dantinox
 from dantinox import quality
 from dantinox.model import attend
-from dantinox.ring import RingCache, ring_slots_held
+from dantinox.cache import LayerCache, View
+from dantinox.ring import Chunked, Ring, ring_slots_held
 
 PATTERNS = ["local", "1:1", "2:1", "5:1"]
 
@@ -32,7 +33,7 @@ def test_ring_buffer_bytes_equal_the_per_layer_formula(pattern, tokens, kv_heads
     entry = content.load_entry("sliding-window-attention")
     formula = content.evaluate(entry, "Hybrid sliding-window cache size", L_g=cfg.n_layers - local, L_l=local,
                                B=3, T=tokens, W=8, H_kv=cfg.n_kv_heads, d_h=cfg.head_size, bytes=cfg.cache_itemsize)
-    assert dantinox.tree_nbytes(cache) == formula
+    assert cache.nbytes == formula
     if pattern == "local":  # every layer local: the entry's plain sliding-window formula agrees too
         assert formula == content.evaluate(entry, "Sliding-window cache size", L=6, B=3, T=tokens, W=8,
                                            H_kv=cfg.n_kv_heads, d_h=cfg.head_size, bytes=cfg.cache_itemsize)
@@ -48,7 +49,8 @@ def test_patterns_place_global_layers_as_gemma_does():
 
 
 def np_band_reference(model, tokens_T):
-    """Numpy forward keeping every position's keys and values (a full cache) and masking outside the band."""
+    """Numpy forward keeping every position's keys and values (a full cache) and masking outside the band
+    (sliding-window layers) or outside the query's own chunk (chunked layers)."""
     cfg = model.cfg
     P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
     N, K, H, T = cfg.n_heads, cfg.n_kv_heads, cfg.head_size, len(tokens_T)
@@ -62,12 +64,14 @@ def np_band_reference(model, tokens_T):
         return np.concatenate([x[..., :half] * c - x[..., half:] * s, x[..., half:] * c + x[..., :half] * s], -1)
 
     x = P(model.embed.embedding)[tokens_T]
-    for block, window in zip(model.blocks, cfg.layer_windows, strict=True):
+    for block, window, chunk in zip(model.blocks, cfg.layer_windows, cfg.layer_chunks, strict=True):
         q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel), [N * H, (N + K) * H], -1)
         q, k, v = rope(q.reshape(T, N, H)), rope(k.reshape(T, K, H)), v.reshape(T, K, H)
         band = pos[None, :] <= pos[:, None]
         if window is not None:
             band &= pos[:, None] - pos[None, :] < window
+        if chunk is not None:
+            band &= pos[:, None] // chunk == pos[None, :] // chunk
         out = np.zeros((T, N, H))
         for n in range(N):
             scores = np.where(band, q[:, n] @ k[:, n // (N // K)].T / np.sqrt(H), -np.inf)
@@ -90,7 +94,7 @@ def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, p
         logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
         steps.append(logits)
     cached = np.asarray(jnp.concatenate(steps, axis=1))
-    assert [layer.k.shape[2] for layer in cache] == [5 if w else 32 for w in cfg.layer_windows]
+    assert [layer.k.shape[2] for layer in cache.layers] == [5 if w else 32 for w in cfg.layer_windows]
     for b in range(2):
         np.testing.assert_allclose(cached[b], np_band_reference(model, x[b]), atol=2e-4, rtol=2e-4)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)  # no-cache forward too
@@ -109,14 +113,14 @@ def test_ring_slots_hold_the_latest_positions_and_their_keys():
     cfg, model = make(window=4, pattern="local")
     x = token_ids(1, 11)
     _, cache, _ = model(x, use_cache=True, kv_caches=dantinox.init_cache(cfg, 1, 16))
-    ring = cache[0]
-    assert type(ring) is RingCache.of(4) and ring.k.shape[2] == 4
-    held = np.asarray(ring.slot_positions(11))
+    ring = cache.layers[0]
+    assert ring.k.shape[2] == 4
+    held = np.asarray(Ring(4).positions(cache.lengths, 4))[0]
     assert held.tolist() == ring_slots_held(4, 11) == [8, 9, 10, 7]  # position p in slot p mod 4
     assert ring_slots_held(4, 2) == [0, 1, None, None]
     _, full_cache, _ = dantinox.Transformer(cfg.replace(sliding_window=None), rngs=nnx.Rngs(0))(
         x, use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(sliding_window=None), 1, 16))
-    np.testing.assert_allclose(ring.k[0, :, :, :], full_cache[0].k[0][:, held], atol=1e-6)
+    np.testing.assert_allclose(ring.k[0, :, :, :], full_cache.layers[0].k[0][:, held], atol=1e-6)
 
 
 def test_greedy_decode_identical_with_and_without_cache():
@@ -130,7 +134,9 @@ def test_greedy_decode_identical_with_and_without_cache():
 def test_band_mask_in_attend_matches_numpy():
     rs = np.random.RandomState(1)
     q, k, v = rs.randn(1, 6, 1, 1, 4), rs.randn(1, 1, 6, 4), rs.randn(1, 1, 6, 4)
-    got = np.asarray(attend(q, k, v, jnp.arange(6), 6, True, window=3))[0, :, 0, 0]
+    pos = jnp.arange(6)[None]
+    mask = View(LayerCache(k, v), pos, Ring(3)).mask(pos, causal=True)
+    got = np.asarray(attend(q, k, v, mask))[0, :, 0, 0]
     for t in range(6):
         keys = range(max(0, t - 2), t + 1)  # itself and the two before it
         s = np.array([q[0, t, 0, 0] @ k[0, 0, j] for j in keys]) / 2.0
@@ -142,8 +148,9 @@ def test_band_mask_in_attend_matches_numpy():
     (dict(window_pattern="1:1"), "window_pattern: only used with a sliding_window"),
     (dict(sliding_window=4, window_pattern="1:2"), "window_pattern: expected 'local' or 'n:1'"),
     (dict(sliding_window=0), "sliding_window"),
-    (dict(sliding_window=4, attention="mla", kv_latent_dim=8, rope_head_dim=4), "sliding_window: works with attention"),
-    (dict(sliding_window=4, paradigm="diffusion"), "sliding_window: works with paradigm"),
+    (dict(sliding_window=4, attention_chunk_size=4), "attention_chunk_size: a layer is either sliding-window"),
+    (dict(sliding_window=4, paradigm="diffusion"), "sliding_window: paradigm='diffusion' caches float keys"),
+    (dict(cache_layout="pages"), "cache_layout: expected one of contiguous, paged, got 'pages'"),
 ])
 def test_config_errors_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -171,3 +178,55 @@ def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
                  "--sliding_window", "8", "--window_pattern", "3:2"]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "dantinox train: error: window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), got '3:2'")
+
+
+@pytest.mark.parametrize("pattern", ["local", "1:1"])
+@pytest.mark.parametrize("prefill", [3, 10])  # inside the first chunk, and past it
+def test_chunked_layers_equal_the_chunk_mask_reference(pattern, prefill):
+    """Llama 4's chunked attention (attention_chunk_size C): a ring of C slots per chunked layer, a query sees
+    only its own chunk; cached decoding equals a numpy forward over all keys with the chunk mask."""
+    cfg = dantinox.ModelConfig.preset("test", n_layers=4, attention_chunk_size=4, window_pattern=pattern,
+                                      attention="gqa", kv_heads=2)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    x = token_ids(2, 15)
+    logits, cache, _ = model(x[:, :prefill], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2, 16))
+    steps = [logits]
+    for t in range(prefill, x.shape[1]):
+        logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache)
+        steps.append(logits)
+    cached = np.asarray(jnp.concatenate(steps, axis=1))
+    assert [layer.k.shape[2] for layer in cache.layers] == [4 if c else 16 for c in cfg.layer_chunks]
+    for b in range(2):
+        np.testing.assert_allclose(cached[b], np_band_reference(model, x[b]), atol=2e-4, rtol=2e-4)
+    np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)
+    np.testing.assert_array_equal(dantinox.generate(model, x[:, :5], 20), dantinox.generate(model, x[:, :5], 20, False))
+    assert Chunked(4).visible(jnp.array(5), jnp.array(3)) == jnp.array(False)  # 3 is in the chunk before 5's
+
+
+@pytest.mark.parametrize("path", ["absorbed", "materialized"])
+def test_mla_latents_in_a_ring(path):
+    """The ring is addressing, the latent is payload: a sliding-window MLA layer caches W latents."""
+    cfg, model = make(window=5, pattern="1:1", attention="mla", kv_latent_dim=16, rope_head_dim=4, mla_decode=path)
+    x = token_ids(2, 14)
+    cached = quality.cached_logits(model, x)
+    np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)
+    np.testing.assert_array_equal(dantinox.generate(model, x[:, :4], 20), dantinox.generate(model, x[:, :4], 20, False))
+    assert dantinox.init_cache(cfg, 2, 12).nbytes == dantinox.kv_cache_bytes(cfg, 2, 12)
+
+
+@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_layout="paged", block_size=5),
+                                    dict(cache_layout="paged", block_size=3, cache_dtype="int8")],
+                         ids=["ring-int8", "paged-ring", "paged-ring-int8"])
+def test_rings_compose_with_int8_storage_and_paged_global_layers(layout):
+    cfg, model = make(window=5, pattern="1:1", attention="gqa", kv_heads=2, **layout)
+    prompt = token_ids(2, 7)
+    np.testing.assert_array_equal(dantinox.generate(model, prompt, 30), dantinox.generate(model, prompt, 30, False)
+                                  if not cfg.quantized_cache else dantinox.generate(model, prompt, 30))
+    float_cfg = cfg.replace(cache_dtype="float32", cache_layout="contiguous")
+    same = quality.with_changes(model, cache_dtype="float32", cache_layout="contiguous")
+    if not cfg.quantized_cache:  # paging changes where tokens live, not what attention computes
+        np.testing.assert_array_equal(dantinox.generate(model, prompt, 30), dantinox.generate(same, prompt, 30))
+    else:  # int8 rounding: the logits stay close to the float ring's
+        ids_BT = token_ids(2, 23)
+        err = quality.max_logit_error(quality.cached_logits(model, ids_BT), quality.cached_logits(same, ids_BT))
+        assert err < 0.05 and float_cfg.sliding_window == 5
