@@ -37,7 +37,7 @@ from flax import nnx
 import dantinox
 import dantinox.model
 from dantinox.cache import init_cache
-from dantinox.generate import VECTOR_512, _prefill_jit, _step, compiler_options, window_for
+from dantinox.generate import VECTOR_512, _prefill_jit, _step, bucket_for, compiler_options
 from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
 
 HERE = Path(__file__).resolve().parent
@@ -147,8 +147,9 @@ def step_times(filled: tuple[int, ...], max_context: int, short: int = 8, long: 
 
     out = {}
     for n in filled:
-        window = window_for(max_context, n + long)  # the window generate() uses once n + long tokens are held
-        state = _prefill_jit(graphdef, params, prompt(1, n), n + long, 0, use_cache=True, cache_length=window)
+        window = bucket_for(max_context, n + long)  # the key bucket generate() uses once n + long tokens are held
+        state = _prefill_jit(graphdef, params, prompt(1, n), jnp.full((1,), n, jnp.int32),
+                             jnp.full((1,), n + long, jnp.int32), 0, init_cache(model.cfg, 1, window))
         t_short = best_of(lambda: run(state, short, window), 5)  # noqa: B023
         t_long = best_of(lambda: run(state, long, window), 5)  # noqa: B023
         out[n] = 1e3 * (t_long - t_short) / (long - short)

@@ -76,7 +76,7 @@ def decode_grid(models: dict[str, dantinox.Transformer], repeats: int) -> dict[s
 @partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
 def _decode_steps(graphdef, params, state: DecodeState, n_steps):
     """`n_steps` greedy steps of generate()'s own step function; the state is donated so writes are in place."""
-    step = lambda _, s: _step(graphdef, params, s, None, None, True, TOKENS)  # noqa: E731
+    step = lambda _, s: _step(graphdef, params, s, None, None, True, TOKENS)  # noqa: E731  (generate's own step)
     return jax.lax.fori_loop(0, n_steps, step, state)
 
 
@@ -84,7 +84,9 @@ def filled_state(cfg: dantinox.ModelConfig, batch: int) -> DecodeState:
     """A decode state at position FIRST_STEP of a zeroed 512-slot cache."""
     tokens = jnp.zeros((batch, cfg.max_context), jnp.int32)
     logits = jnp.zeros((batch, cfg.vocab_size), jnp.float32)
-    return DecodeState(tokens, dantinox.init_cache(cfg, batch), jnp.int32(FIRST_STEP), jnp.int32(cfg.max_context),
+    cache = dantinox.init_cache(cfg, batch)
+    held = jnp.full((batch,), FIRST_STEP, jnp.int32)
+    return DecodeState(tokens, cache._replace(lengths=held), held, jnp.full((batch,), cfg.max_context, jnp.int32),
                        logits, jax.random.key(0))
 
 

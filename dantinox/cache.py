@@ -315,7 +315,10 @@ def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = F
         widths[axis] = (n - old, 0) if at_end else (0, n - old)
         return jnp.pad(a, widths)
 
-    return tuple(layer.map_slots(lambda a, axis, n=lay.addressing.slots(length): fit(a, axis, n))
+    def fit_layer(layer: Any, n: int) -> Any:
+        return layer.map_slots(lambda a, axis: fit(a, axis, n))
+
+    return tuple(fit_layer(layer, lay.addressing.slots(length))
                  for layer, lay in zip(layers, layouts(cfg), strict=True))
 
 

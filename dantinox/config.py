@@ -50,7 +50,7 @@ class ModelConfig:
     # Sliding-window attention (dantinox/ring.py); see layer_windows for where the global layers go.
     sliding_window: int | None = None  # W: a local layer attends to the current token and the W - 1 before it
     window_pattern: str = "local"  # "local" (every layer) or "n:1" (n local layers per global one)
-    attention_chunk_size: int | None = None  # C: chunked layers attend within their chunk (Llama 4); global layers as window_pattern
+    attention_chunk_size: int | None = None  # C: chunked layers see only their chunk (Llama 4); placed as windows are
     # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a block table.
     cache_layout: str = "contiguous"
     block_size: int = 16  # token slots per page of a paged cache

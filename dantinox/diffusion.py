@@ -217,7 +217,8 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         start = P + block * block_size
         # First step of the block: one full forward decodes and refreshes the cache (no extra NFE).
         logits_BTV, caches = _full_forward(model, state.tokens)
-        fresh = state.cache if cache_mode == "none" else _split_cache(model.cfg, caches, start, start + block_size, *slots)
+        fresh = (state.cache if cache_mode == "none"
+                 else _split_cache(model.cfg, caches, start, start + block_size, *slots))
         state = advance(state, jax.lax.dynamic_slice_in_dim(logits_BTV, start, block_size, axis=1), block,
                         start, fresh)
 

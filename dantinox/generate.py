@@ -237,7 +237,7 @@ def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.n
     layout = None if mesh is None else sharding.plan(cfg, mesh, prompt.shape[0])
     if layout is not None:  # weights replicated, prompts over "data"; XLA partitions the programs
         if cfg.cache_layout == "paged":
-            raise ValueError("mesh: the paged cache is one pool and table on one device; use "
+            raise ValueError("mesh: the paged cache runs on one device (one pool, one block table); use "
                              "cache_layout='contiguous' with a mesh")
         params, prompt = sharding.place_inputs(layout, params, prompt)
     bucket = bucket_for(cfg.max_context, prompt.shape[1])

@@ -49,7 +49,8 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
 def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
-    slots = T, or min(T, W) for a sliding-window layer's ring buffer (min(T, C) for a chunked layer); elements per token = 2 · K · H, or
+    slots = T, or min(T, W) for a sliding-window layer's ring buffer (min(T, C) for a chunked one);
+    elements per token = 2 · K · H, or
     C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
     MLA's latent).
     `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
@@ -116,8 +117,8 @@ def measure_cache(cfg: ModelConfig, batch: int, tokens: int, budget: int) -> Cac
     if tokens > cfg.max_context:  # checked here: raised inside eval_shape, JAX would append its traceback note
         raise ValueError(f"tokens: a cache holds at most max_context={cfg.max_context} tokens, got {tokens}")
     shapes = _cache_shapes(cfg, batch, tokens)
-    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(shapes.layers[0])._fields, shapes.layers[0], strict=True)
-                    if a is not None}
+    first = shapes.layers[0]
+    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(first)._fields, first, strict=True) if a is not None}
     if shapes.nbytes > budget:
         return CacheMeasurement(shapes.nbytes, "shapes", layer_shapes)
     cache = jax.block_until_ready(init_cache(cfg, batch, tokens))

@@ -27,7 +27,7 @@ import numpy as np
 from flax import nnx
 
 from dantinox.blocks import BlockManager, PoolExhausted, blocks_for  # noqa: F401  (the allocator; re-exported)
-from dantinox.cache import KVCache, Linear, empty_cache, tree_nbytes
+from dantinox.cache import KVCache, Linear, empty_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 

@@ -79,9 +79,12 @@ def place_inputs(layout: MeshPlan, params: Any, prompt: jax.Array) -> tuple[Any,
 
 
 def device_bytes(tree: Any) -> dict[int, int]:
-    """Bytes each device holds of a pytree of arrays, summed from every array's addressable shards."""
+    """Bytes each device holds of a pytree of arrays, summed from every array's addressable shards.
+
+    A KVCache counts its stored layers (its lengths are bookkeeping, as in dantinox.tree_nbytes).
+    """
     out: dict[int, int] = {}
-    for leaf in jax.tree.leaves(tree):
+    for leaf in jax.tree.leaves(getattr(tree, "layers", tree)):
         for shard in leaf.addressable_shards:
             out[shard.device.id] = out.get(shard.device.id, 0) + shard.data.nbytes
     return out

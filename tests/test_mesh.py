@@ -33,7 +33,7 @@ for attention, kv in (("mha", None), ("gqa", 2)):
         layout = sharding.plan(cfg, mesh, 4)
         out["runs"].append(dict(
             attention=attention, K=cfg.n_kv_heads, shape=list(shape), same_tokens=bool((tokens == single).all()),
-            slots=caches[0].k.shape[2], per_device=sorted(set(sharding.device_bytes(caches).values())),
+            slots=caches.layers[0].k.shape[2], per_device=sorted(set(sharding.device_bytes(caches).values())),
             devices_holding=len(sharding.device_bytes(caches)), total=dantinox.tree_nbytes(caches),
             replicated=layout.replicated,
             heads=[list(r["heads"]) for r in sharding.holdings(cfg, layout, 4)],

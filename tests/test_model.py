@@ -1,6 +1,5 @@
 """Invariants of the autoregressive model and its static KV cache (tiny sizes, CPU, seconds)."""
 
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

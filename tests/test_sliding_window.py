@@ -9,8 +9,8 @@ from invariants import token_ids
 import content
 import dantinox
 from dantinox import quality
-from dantinox.model import attend
 from dantinox.cache import LayerCache, View
+from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
 
 PATTERNS = ["local", "1:1", "2:1", "5:1"]

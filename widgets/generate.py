@@ -281,8 +281,8 @@ class GeneratePanel(widgets.VBox):
             if use_cache:
                 allocated = dantinox.tree_nbytes(event.caches)
                 run.allocated_bytes.append(allocated)
-                run.filled_bytes.append(dantinox.filled_slots(event.caches) * allocated
-                                        // cache_length(event.caches))
+                run.filled_bytes.append(int(dantinox.filled_slots(event.caches)[0]) * allocated
+                                        // cache_length(model.cfg, event.caches))
             run.wall_seconds = time.perf_counter() - start
             if self._stop.is_set():
                 run.stopped = True

@@ -61,7 +61,7 @@ def read_mesh(cfg: dantinox.ModelConfig, shape: tuple[int, int], batch: int, con
     if total > budget:
         spec = jax.sharding.NamedSharding(layout.mesh, sharding.cache_spec(cfg))
         per = 0
-        for leaf in jax.tree.leaves(dantinox.cache_shapes(cfg, batch, context)):
+        for leaf in jax.tree.leaves(dantinox.cache_shapes(cfg, batch, context).layers):
             n = 1
             for dim in spec.shard_shape(leaf.shape):
                 n *= dim
