@@ -30,6 +30,7 @@ from plotly.subplots import make_subplots
 import dantinox
 from dantinox import tokenizer
 from dantinox.cache import cache_length
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 
@@ -147,7 +148,7 @@ class GeneratePanel(widgets.VBox):
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True,
                                           layout=widgets.Layout(width="90px"))
         self.status, self.text, self.stats = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.figure = go.FigureWidget(make_subplots(
+        self.figure = FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
                                             "model time per new token (measured)")))
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
