@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_specs import spec_for
+from lab_specs import Press, spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb"))
@@ -154,11 +154,13 @@ def _slider_step(scope, description: str, key: str = "ArrowRight") -> str:
     """Move a slider (on screen, by its description) one step with the keyboard; its new readout."""
     label = _label(scope, description)
     slider = scope.locator(".widget-slider").filter(has=label).filter(visible=True).first
-    shown = slider.locator(".widget-readout").inner_text()
+    cell = _cell_with(slider.page, slider)
+    shown, before = slider.locator(".widget-readout").inner_text(), _kernel_text(cell)
     slider.locator(".noUi-handle").focus()
     slider.page.keyboard.press(key)
     _wait_for(lambda: slider.locator(".widget-readout").inner_text() != shown, 10,
               f"slider {description} did not move from {shown}")
+    _wait_for(lambda: _kernel_text(cell) != before, 30, f"moving slider {description} changed no readout")
     return slider.locator(".widget-readout").inner_text()
 
 
@@ -210,7 +212,16 @@ def _explorer_after_switching_entry(page, name: str) -> None:
                           f"{str(cell.evaluate(PLOTS, item.title))[:600]})")
 
 
-SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry}
+def _decode_ratio_needs_equal_settings(page, name: str) -> None:
+    """Decode with the cache at one batch (a press before this), without it at the next: no ratio is shown."""
+    assert _slider_step(page, "concurrency B") == "2", f"{name}: the lab's batch did not start at B=1"
+    _press(page, name, Press(label="decode without cache", expect=r"No ratio: .*\(B=1 vs B=2\)"))
+    stats = _kernel_text(_cell_with(page, _button(page, "decode without cache").first))
+    assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
+
+
+SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
+             "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
