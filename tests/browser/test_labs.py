@@ -92,6 +92,14 @@ def _save_screenshot(cell, stem: str, folder: Path) -> Path:
     return path
 
 
+def _slider_shown(slider) -> str:
+    """A slider's value as shown: its readout, or the typed-number box beside it (the formula explorer's)."""
+    readout = slider.locator(".widget-readout")
+    if readout.count() and readout.first.is_visible():
+        return readout.first.inner_text()
+    return slider.locator("xpath=following-sibling::*[1]").locator("input").input_value()
+
+
 def _move_slider(page, name: str, spec):
     """Move a slider one step with the keyboard; some text the kernel writes in its cell must change."""
     sliders = page.locator(".widget-slider")
@@ -102,10 +110,10 @@ def _move_slider(page, name: str, spec):
                                  f"entry in tests/browser/lab_specs.py")
     slider = sliders.first
     cell = _cell_with(page, slider)
-    before, shown = _kernel_text(cell), slider.locator(".widget-readout").inner_text()
+    before, shown = _kernel_text(cell), _slider_shown(slider)
     slider.locator(".noUi-handle").focus()
     page.keyboard.press(spec.key)
-    if slider.locator(".widget-readout").inner_text() == shown:  # already at that end: the other way
+    if _slider_shown(slider) == shown:  # already at that end: the other way
         page.keyboard.press("ArrowLeft" if spec.key == "ArrowRight" else "ArrowRight")
     _wait_for(lambda: _kernel_text(cell) != before, 30,
               f"{name}: moving slider {spec.slider or '(first)'} changed no readout")
@@ -155,13 +163,12 @@ def _slider_step(scope, description: str, key: str = "ArrowRight") -> str:
     label = _label(scope, description)
     slider = scope.locator(".widget-slider").filter(has=label).filter(visible=True).first
     cell = _cell_with(slider.page, slider)
-    shown, before = slider.locator(".widget-readout").inner_text(), _kernel_text(cell)
+    shown, before = _slider_shown(slider), _kernel_text(cell)
     slider.locator(".noUi-handle").focus()
     slider.page.keyboard.press(key)
-    _wait_for(lambda: slider.locator(".widget-readout").inner_text() != shown, 10,
-              f"slider {description} did not move from {shown}")
+    _wait_for(lambda: _slider_shown(slider) != shown, 10, f"slider {description} did not move from {shown}")
     _wait_for(lambda: _kernel_text(cell) != before, 30, f"moving slider {description} changed no readout")
-    return slider.locator(".widget-readout").inner_text()
+    return _slider_shown(slider)
 
 
 PLOTS = """(cell, title) => [...cell.querySelectorAll('.js-plotly-plot')]
@@ -190,7 +197,8 @@ def _explorer_after_switching_entry(page, name: str) -> None:
     readout = cell.locator(".widget-htmlmath-content").filter(has_text=item.title).filter(visible=True).first
     readout.wait_for()  # the kernel has rebuilt the controls for this formula
     x = next(iter(item.variables))
-    value = _number(_slider_step(cell, f"{x} [{item.variables[x].unit}]"))
+    description = f"{x} [{item.variables[x].unit}]"
+    value = _number(_slider_step(cell, description))
 
     def agrees() -> bool:
         shown = re.findall(r"=\s*([\d,]+(?:\.\d+)?) B\b", readout.inner_text())
@@ -207,9 +215,19 @@ def _explorer_after_switching_entry(page, name: str) -> None:
         x0, x1, y0, y1 = line["x"][k - 1], line["x"][k], line["y"][k - 1], line["y"][k]
         return abs(y0 + (y1 - y0) * (value - x0) / (x1 - x0) - result) <= 1e-9 * result
 
-    _wait_for(agrees, 10, f"{name}: after switching entry and formula and moving {x} to {value:g}, the "
-                          f"explorer's plot does not show the readout ({readout.inner_text()[-200:]!r}; plot data "
-                          f"{str(cell.evaluate(PLOTS, item.title))[:600]})")
+    def fail(what: str) -> str:
+        return (f"{name}: after switching entry and formula and {what} {x} to {value:g}, the explorer's plot "
+                f"does not show the readout ({readout.inner_text()[-200:]!r}; plot data "
+                f"{str(cell.evaluate(PLOTS, item.title))[:600]})")
+
+    _wait_for(agrees, 30, fail("moving"))
+    # the box beside the slider: a typed value applies, the readout and the plot follow it
+    box = _label(cell, description).locator("xpath=ancestor::*[contains(@class,'widget-slider')][1]").locator(
+        "xpath=following-sibling::*[1]").locator("input")
+    value = value + 7
+    box.fill(f"{value:g}")
+    box.press("Enter")
+    _wait_for(agrees, 30, fail("typing"))
 
 
 def _decode_ratio_needs_equal_settings(page, name: str) -> None:
