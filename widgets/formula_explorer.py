@@ -26,7 +26,7 @@ import traitlets
 
 import content
 from content import expr, ranges
-from content.units import format_value, number_text, param_text
+from content.units import format_value, number_text, param_text, parse_number
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 
@@ -75,21 +75,6 @@ def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
         if text not in out or v in keep:
             out[text] = v
     return sorted(out.values())
-
-
-def parse_number(text: str) -> float:
-    """'4096', '4,096', '6.4e9', '1/8' -> a float; anything else raises ValueError."""
-    cleaned = text.strip().replace(",", "").replace("_", "").replace(" ", "")
-    parts = cleaned.split("/")
-    if len(parts) > 2 or not all(parts):
-        raise ValueError(text)
-    numbers = [float(part) for part in parts]  # raises ValueError on 'abc'
-    if len(numbers) == 2 and numbers[1] == 0:
-        raise ValueError(text)
-    value = numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0]
-    if not np.isfinite(value):
-        raise ValueError(text)
-    return value
 
 
 def nearest(var: Any, options: list[float], value: float) -> int | float:

@@ -5,7 +5,9 @@
     quiz.score, quiz.attempts, quiz.to_json()
 
 Numeric answers are computed from the entry's science items (never typed in content) and accepted
-within the check's relative tolerance. The score counts first attempts. Every attempt is written, as it
+within the check's relative tolerance; each numeric question says which answers that accepts (from ... to
+...), so what it asks and how it grades agree. Typed numbers may carry commas, the unit or a fraction (1/8).
+The score counts first attempts. Every attempt is written, as it
 happens, to the answer store (`classroom.store`, $DANTINOX_ANSWERS_DB or the user's data directory), so
 reopening the lab shows earlier answers and score; "reset my answers" starts the entry over. Inside a
 JupyterHub server with the classroom service configured, each attempt is also sent to that service.
@@ -25,6 +27,8 @@ import ipywidgets as widgets
 import content
 from classroom.store import AnswerStore, Attempt, current_learner, new_key
 from classroom.summary import question_rows
+from content.units import parse_number as _parse
+from content.units import tolerance_text
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"
@@ -40,14 +44,21 @@ def _number_text(value: float) -> str:
 
 
 def parse_number(text: str, unit: str) -> float:
-    """A learner's typed number: commas and the unit are allowed ('6,291,456 B'); anything else is refused."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
+    """A learner's typed number: commas, the unit and fractions are allowed ('6,291,456 B', '1/8')."""
+    cleaned = text.strip()
     if unit and cleaned.endswith(unit):
         cleaned = cleaned[: -len(unit)].strip()
     try:
-        return float(cleaned)
+        return _parse(cleaned)
     except ValueError:
-        raise ValueError(f"answer: expected a number in {unit}, got {text!r}") from None
+        raise ValueError(f"answer: expected a number in {unit} (such as 4,096 or 1/8), got {text!r}") from None
+
+
+def accepted_text(value: float, tolerance: float, unit: str) -> str:
+    """'answers from 98.85 to 99.65 MiB are accepted (±0.4 %)': what `content.is_correct` accepts, in words."""
+    lo, hi = sorted((value * (1 - tolerance), value * (1 + tolerance)))
+    return (f"answers from {_number_text(lo)} to {_number_text(hi)} {unit} are accepted "
+            f"({tolerance_text(tolerance)} of the formula's value)")
 
 
 class Quiz(widgets.VBox):
@@ -107,8 +118,9 @@ class Quiz(widgets.VBox):
                                      layout=widgets.Layout(width="260px"))
             use_lab.on_click(lambda _: self.use_params(self.params_source()))
             extra.append(use_lab)
-        self.export_button = widgets.Button(description="show my answers (JSON)", layout=widgets.Layout(width="220px"))
-        self.export_area = widgets.Textarea(layout=widgets.Layout(width="100%", height="120px", display="none"))
+        self.export_button = widgets.Button(description="show my answers", icon="table",
+                                            layout=widgets.Layout(width="200px"))
+        self.export_area = widgets.HTML(layout=widgets.Layout(display="none"))  # a table of the attempts
         self.export_button.on_click(lambda _: self._show_export())
         self.reset_button = widgets.Button(description="reset my answers", icon="undo",
                                            layout=widgets.Layout(width="180px"))
@@ -130,9 +142,12 @@ class Quiz(widgets.VBox):
                 text = content.render_question(self.entry, i, own or None)
                 if own:
                     text += " (numbers from your lab settings)"
+                value = content.check_answer(self.entry, i, own or None)
+                grading = (f"<div style='color:#555;font-size:90%'>Graded: "
+                           f"{esc(accepted_text(value, check.tolerance, check.unit))}.</div>")
             else:
-                text = check.question
-            self.questions[i].value = f"<b>Q{i + 1}.</b> {esc(text)}"
+                text, grading = check.question, ""
+            self.questions[i].value = f"<b>Q{i + 1}.</b> {esc(text)}{grading}"
             if i in self.lab_checks:  # its numbers changed: feedback on the old ones would mislead
                 self.feedback[i].value = ""
         self._show_score()
@@ -211,15 +226,15 @@ class Quiz(widgets.VBox):
                 note = note[len(verdict):].strip()
             lines = [verdict, note] if note else [verdict]
         else:
-            expected, tol = _number_text(float(attempt.expected)), f"±{check.tolerance:.0%}"
+            value = float(attempt.expected)
+            expected, accepted = _number_text(value), accepted_text(value, check.tolerance, check.unit)
             given = attempt.response
             try:
                 given = _number_text(parse_number(given, check.unit))
             except ValueError:
                 pass
-            lines = [f"Correct: {expected} {check.unit} (accepted within {tol})." if attempt.correct else
-                     f"Not quite: the formula gives {expected} {check.unit}; you answered {given} "
-                     f"(accepted within {tol})."]
+            lines = [f"Correct: {expected} {check.unit}; {accepted}." if attempt.correct else
+                     f"Not quite: the formula gives {expected} {check.unit}; you answered {given}; {accepted}."]
         if earlier:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(attempt.time))
             lines.insert(0, f"Your earlier answer ({when}, attempt {attempt.attempt}): {attempt.response}")
@@ -231,8 +246,10 @@ class Quiz(widgets.VBox):
     def _submit(self, index: int) -> None:
         field = self.inputs[index]
         try:
-            if field.value is None or field.value == "":
-                raise ValueError("answer: choose an option or type a number first")
+            if field.value is None or str(field.value).strip() == "":
+                check = self.entry.checks[index]
+                raise ValueError("answer: choose an option first" if check.kind == "choice" else
+                                 f"answer: type a number in {check.unit} first")
             self.answer(index, field.value)
         except ValueError as err:
             self.feedback[index].value = error_box(str(err))
@@ -284,8 +301,35 @@ class Quiz(widgets.VBox):
         """Every attempt on screen, as JSON: what `summarise` and `dantinox answers export` read."""
         return json.dumps(self.records, indent=1)
 
+    def answers_html(self) -> str:
+        """The attempts on screen as a table a learner reads (the JSON is `to_json`, or `dantinox answers
+        export`)."""
+        if not self.attempts:
+            return "<i>No answers yet.</i>"
+        head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in
+                       ("question", "attempt", "your answer", "the formula's answer", "result", "when"))
+        rows = []
+        for a in self.attempts:
+            check = self.entry.checks[a.check_index] if a.check_index < len(self.entry.checks) else None
+            unit = f" {check.unit}" if check is not None and check.kind == "numeric" else ""
+            expected = a.expected
+            if unit:
+                try:
+                    expected = _number_text(float(a.expected))
+                except ValueError:
+                    pass
+            cells = (f"Q{a.check_index + 1}", str(a.attempt), f"{a.response}{unit}", f"{expected}{unit}",
+                     "right" if a.correct else "wrong", time.strftime("%Y-%m-%d %H:%M", time.localtime(a.time)))
+            colour = RIGHT if a.correct else WRONG
+            rows.append("<tr style='border-top:1px solid #eee'>" + "".join(
+                f"<td style='padding:2px 8px{';color:' + colour if k == 4 else ''}'>{esc(c)}</td>"
+                for k, c in enumerate(cells)) + "</tr>")
+        return (f"<table style='border-collapse:collapse;font-size:90%'><tr>{head}</tr>{''.join(rows)}</table>"
+                f"<div style='color:#555;font-size:90%'>{len(self.attempts)} answer(s) to {esc(self.entry.name)}; "
+                f"<code>dantinox answers export</code> writes them as JSON.</div>")
+
     def _show_export(self) -> None:
-        self.export_area.value = self.to_json()
+        self.export_area.value = self.answers_html()
         self.export_area.layout.display = None
 
 
