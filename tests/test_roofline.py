@@ -158,6 +158,9 @@ def test_lab_renders_and_responds(entry):
     lab.measure()
     assert lab.error == "" and [p.x for p in lab.reading.decode_points] == [1, 2]
     assert [p.x for p in lab.reading.prefill_points] == [8]
+    busy = []  # while a measurement runs, neither button takes a second click
+    lab._measure("timing", lambda: busy.append((lab.measure_button.disabled, lab.profile_button.disabled)))
+    assert busy == [(True, True)] and not lab.measure_button.disabled and not lab.profile_button.disabled
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
 

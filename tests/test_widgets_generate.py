@@ -16,7 +16,16 @@ import dantinox
 from dantinox import tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
-from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, DecodeSettings, find_run, same_model, step_ratio
+from widgets.generate import (
+    MAX_REDRAWS_PER_S,
+    DecodeRun,
+    DecodeSettings,
+    find_run,
+    progress_text,
+    same_model,
+    seconds_left,
+    step_ratio,
+)
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
@@ -119,11 +128,19 @@ def test_trained_weights_are_used_when_a_run_matches(lab, tmp_path):
 
 
 def test_refusals_are_shown_not_raised(lab, tmp_path):
-    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=62)
+    with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 61\] \(the 64-token context "
+                                         r"of this preset less the 3-token prompt\), got 62"):
+        GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=62)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=61)
+    assert panel.new_tokens.max == 61  # every slider position fits after the prompt
+    panel.prompt.value = "abcdef"  # a longer prompt: the slider's end follows it
+    assert panel.new_tokens.max == panel.new_tokens.value == 58
     panel.run(use_cache=True, wait=True)
-    assert "= 65 exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
-    with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 63\]"):
-        GeneratePanel(lab, preset=None, new_tokens=64)
+    assert panel.error == "" and len(panel.runs["cache"].tokens) == 58
+    panel.prompt.value = "x" * 64  # no room left: said at once, and a click refuses it
+    assert "leave no room to decode" in panel.status.value
+    panel.run(use_cache=True, wait=True)
+    assert "exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
     with pytest.raises(ValueError, match=r"preset: expected None \(the lab's\) or one of"):
         GeneratePanel(lab, preset="huge")
     small = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=2, budget_bytes=100)
@@ -150,6 +167,18 @@ def test_the_ratio_compares_only_runs_with_identical_settings_and_shows_its_spre
     assert r.held == 27 and r.cache_ms == (2.0, 4.0) and r.no_cache_ms == (20.0, 30.0)  # the B=2 run left out
     assert r.ratio == pytest.approx(25.0 / 3.0) and r.spread == pytest.approx((5.0, 15.0))
     assert one.differences(other) == ["B=1 vs B=2"]
+
+
+def test_progress_estimates_the_time_left_from_the_chunks_so_far(lab):
+    settings = DecodeSettings(lab.reading.cfg, batch=1, prompt_tokens=3, new_tokens=40)
+    cached = _timed(True, settings, [1.0, 1.0])  # 8 ms per 8-step chunk after a compile: 1 ms a step
+    cached.tokens = [0] * 24
+    assert seconds_left(cached, 40) == pytest.approx(16 * 1e-3)
+    uncached = _timed(False, settings, [1.9, 2.7])  # per step ∝ tokens held: 19 and 27 held
+    uncached.tokens = [0] * 24
+    assert seconds_left(uncached, 40) == pytest.approx(0.1e-3 * sum(range(28, 44)))
+    assert "compiling the decode step first" in progress_text(DecodeRun(True, 1, 3), 40)
+    assert "about 0 s left" in progress_text(cached, 40) and "24 of 40 tokens" in progress_text(cached, 40)
 
 
 def test_runs_at_different_batches_show_no_ratio(lab, tmp_path):

@@ -171,6 +171,33 @@ class DecodeRun:
         return self.batch * len(self.tokens) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
 
+def seconds_left(run: DecodeRun, new_tokens: int) -> float | None:
+    """Estimated seconds to finish, from the steady chunks so far (None before one): with the cache a step
+    costs the same at every length; without it, a step recomputes the prefix, so its cost grows with it."""
+    steady = run.steady()
+    if not steady:
+        return None
+    done = len(run.tokens)
+    end = run.prompt_tokens + new_tokens
+    held_now = run.held[-1] if run.held else run.prompt_tokens
+    steps_left = max(0, new_tokens - done)
+    if run.use_cache:
+        per_step = sum(run.seconds[i] for i in steady) / sum(run.steps[i] for i in steady)
+        return per_step * steps_left
+    per_token_held = sum(run.seconds[i] for i in steady) / sum(run.steps[i] * run.held[i] for i in steady)
+    return per_token_held * sum(range(held_now + 1, min(end, held_now + steps_left) + 1))
+
+
+def progress_text(run: DecodeRun, new_tokens: int) -> str:
+    """'decoding without the cache: 40 of 243 tokens; about 12 s left (estimate from the chunks so far)'."""
+    kind = "with the cache" if run.use_cache else "without the cache (every step recomputes the prefix)"
+    left = seconds_left(run, new_tokens)
+    eta = ("compiling the decode step first" if left is None else
+           f"about {left:,.0f} s left (estimated from the chunks so far)")
+    return (f"<div style='color:#555'>decoding {kind}: {len(run.tokens)} of {new_tokens} tokens × B={run.batch}; "
+            f"{esc(eta)}</div>")
+
+
 class GeneratePanel(widgets.VBox):
     """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute).
 
@@ -196,12 +223,13 @@ class GeneratePanel(widgets.VBox):
         self.history: list[DecodeRun] = []  # every run, oldest first (the last MAX_HISTORY)
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
-        longest = self.config().max_context - 1
+        context, prompt_tokens = self.config().max_context, max(1, len(tokenizer.encode(prompt)))
+        longest = max(1, context - prompt_tokens)  # what fits after the prompt
         if new_tokens is None:  # fill the context: the no-cache cost grows with every token held
-            new_tokens = max(1, min(longest - len(tokenizer.encode(prompt)), 512))
+            new_tokens = min(longest, 512)
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
-            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for the "
-                             f"{longest + 1}-token context of this preset, got {new_tokens!r}")
+            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] (the {context}-token context "
+                             f"of this preset less the {prompt_tokens}-token prompt), got {new_tokens!r}")
         self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
                                             layout=widgets.Layout(width="520px"))
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
@@ -211,6 +239,7 @@ class GeneratePanel(widgets.VBox):
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True,
                                           layout=widgets.Layout(width="90px"))
         self.status, self.text, self.stats = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.progress = widgets.HTML()  # tokens so far and the time left, while a decode runs
         self.figure = FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
                                             "model time per decode step (measured)")))
@@ -224,10 +253,12 @@ class GeneratePanel(widgets.VBox):
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
         self.stop_button.on_click(lambda _: self._stop.set())
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
-        super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text,
-                          self.figure])
+        super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.progress, self.status, self.stats,
+                          self.text, self.figure])
         lab.observe(self._fit_to_lab, names="reading")
         self.preset.observe(self._fit_to_lab, names="value")
+        self.prompt.observe(self._fit_to_lab, names="value")
+        self._fit_to_lab(None)
 
     def config(self) -> dantinox.ModelConfig:
         """The model decoded: the lab's setting, on this panel's preset when it has one."""
@@ -239,13 +270,19 @@ class GeneratePanel(widgets.VBox):
                                            cache_dtype=cfg.cache_dtype)
 
     def _fit_to_lab(self, _change) -> None:
-        """The new-token slider spans the model's context (the prompt's share is checked on click)."""
+        """The new-token slider spans what fits: the model's context less the prompt, so every position of
+        the slider is accepted."""
         if self.lab.reading is None:
             return
         try:
-            longest = self.config().max_context - 1
+            longest = self.config().max_context - max(1, len(tokenizer.encode(self.prompt.value)))
         except ValueError as err:  # e.g. the lab's K does not divide this preset's heads: say so now
             self.status.value = error_box(f"decode preset {self.preset.value}: {err}")
+            return
+        if longest < 1:
+            self.status.value = error_box(f"prompt: {len(tokenizer.encode(self.prompt.value))} tokens leave no "
+                                          f"room to decode in this preset's {self.config().max_context}-token "
+                                          f"context; shorten it")
             return
         self.status.value = ""
         self.new_tokens.max = longest
@@ -335,6 +372,7 @@ class GeneratePanel(widgets.VBox):
         run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids), settings=settings)
         self.runs["cache" if use_cache else "no cache"] = run
         self.history = [*self.history, run][-MAX_HISTORY:]
+        self.progress.value = progress_text(run, self.new_tokens.value)
         ids = np.tile(np.asarray([prompt_ids], np.int32), (batch, 1))
         start = last_draw = time.perf_counter()
         for event in dantinox.stream(model, ids, self.new_tokens.value, use_cache=use_cache,
@@ -355,8 +393,10 @@ class GeneratePanel(widgets.VBox):
                 break
             if run.wall_seconds - (last_draw - start) >= 1 / MAX_REDRAWS_PER_S:
                 self._show(run, cfg)
+                self.progress.value = progress_text(run, self.new_tokens.value)
                 last_draw = time.perf_counter()
         run.wall_seconds = time.perf_counter() - start
+        self.progress.value = ""
         self._show(run, cfg)
 
     # Drawing --------------------------------------------------------------------------------------

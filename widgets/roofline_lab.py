@@ -138,14 +138,18 @@ class RooflineLab(Lab):
         return None if reading is None else self.profile
 
     def _measure(self, note: str, work) -> RooflineReading | None:
-        """Run a measurement with `note` on screen, then redraw; an error is shown, never raised."""
+        """Run a measurement with `note` on screen and both buttons disabled (a second click would queue a
+        second run), then redraw; an error is shown, never raised."""
         self.status_html.value = note_box(note)
+        self.measure_button.disabled = self.profile_button.disabled = True
         try:
             work()
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
             self.error = describe(err)
             self.status_html.value = error_box(self.error)
             return None
+        finally:
+            self.measure_button.disabled = self.profile_button.disabled = False
         return self.refresh()
 
     # Reading and drawing ------------------------------------------------------------------------
