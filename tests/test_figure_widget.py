@@ -30,7 +30,16 @@ def test_figure_widget_holds_the_same_figure_as_plotlys():
     for figure in (ours, theirs):
         for trace in figure["data"]:
             trace.pop("uid")  # random per trace
-    assert ours == theirs
+    assert ours["data"] == theirs["data"]
+    assert {k: ours["layout"][k] for k in layout} == {k: theirs["layout"][k] for k in layout}
+
+
+def test_large_ticks_are_powers_of_ten_and_the_modebar_stands_clear_of_the_title():
+    fig = FigureWidget(layout=dict(title=dict(text="t")))
+    assert fig.layout.template.layout.xaxis.exponentformat == fig.layout.template.layout.yaxis.exponentformat \
+        == "power"  # never plotly's 'B' for billions beside a byte axis
+    assert fig.layout.modebar.orientation == "v"
+    assert FigureWidget(layout=dict(modebar=dict(orientation="h"))).layout.modebar.orientation == "h"
 
 
 def test_no_widget_builds_a_plain_plotly_figure_widget():

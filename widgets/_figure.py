@@ -66,6 +66,15 @@ def _bundle() -> str:
 
 
 class FigureWidget(go.FigureWidget):
-    """go.FigureWidget whose removed views stop listening (see the module docstring)."""
+    """go.FigureWidget whose removed views stop listening (see the module docstring), with two defaults:
+    large tick numbers as powers of ten (plotly's SI suffixes put "2B", billions, beside a unit [B], bytes)
+    and the modebar standing upright at the right (lying flat, it covers the title)."""
 
     _esm = _bundle()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for axis in ("xaxis", "yaxis"):  # the template's axis applies to every axis of the figure
+            self.layout.template.layout[axis].exponentformat = "power"
+        if self.layout.modebar.orientation is None:
+            self.layout.modebar.orientation = "v"

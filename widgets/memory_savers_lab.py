@@ -36,7 +36,7 @@ MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / 
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
               "delta_bits_per_byte", "agreement_vs_mha", "agreement_vs_own_float", "max_logit_error")
 COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "latent": "#6a1b9a",
-          "window": "#ef6c00", "window, not retrained": "#ffcc80", "combined": "#c62828"}
+          "window": "#ef6c00", "window, not retrained": "#6d4c41", "combined": "#c62828"}
 
 
 def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
@@ -58,26 +58,36 @@ def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
     return data
 
 
+UNTRAINED = "window, not retrained"  # the family whose quality is not comparable (no training with the window)
+
+
 def frontier_figure(data: dict[str, Any], selected: str | None = None) -> go.Figure:
     """Cache bytes per token (log x) against the bits-per-byte change vs float MHA; `selected` ringed in red."""
     fig = go.Figure()
     for family, color in COLORS.items():
         rows = [r for r in data["rows"] if r["family"] == family]
         if rows:
-            fig.add_trace(go.Scatter(
+            untrained = family == UNTRAINED
+            fig.add_trace(go.Scatter(  # labels on hover and in the table: a dozen point labels overlap
                 x=[r["bytes_per_token"] for r in rows], y=[r["delta_bits_per_byte"] for r in rows],
-                mode="markers+text", text=[r["label"] for r in rows], textposition="top center", name=family,
-                marker=dict(size=11, color=color),
+                mode="markers", text=[r["label"] for r in rows],
+                name=f"{family} (not comparable)" if untrained else family,
+                marker=dict(size=11, color="white" if untrained else color, symbol="circle-open" if untrained
+                            else "circle", line=dict(color=color, width=2.5)),
                 hovertemplate="%{text}<br>%{x:,.0f} B/token<br>Δ %{y:+.4f} bits/byte<extra></extra>"))
     chosen = [r for r in data["rows"] if r["label"] == selected]
     fig.add_trace(go.Scatter(x=[r["bytes_per_token"] for r in chosen], y=[r["delta_bits_per_byte"] for r in chosen],
                              mode="markers", name="your selection", hoverinfo="skip",
                              marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(color="#d50000", width=3))))
     fig.update_layout(
-        title=f"Cache bytes vs quality (measured by benchmarks/memory_savers.py on {data['date']})",
+        title=dict(text=f"Cache bytes vs quality<br><sup>measured by benchmarks/memory_savers.py on {data['date']}"
+                        f" · further down and left is better among retrained runs<br>hollow: windows imposed on "
+                        f"MHA weights without retraining, not a fair comparison</sup>",
+                   x=0, xref="paper", xanchor="left"),
         xaxis=dict(title=f"KV cache bytes per token at {data['tokens']} tokens (log)", type="log"),
-        yaxis=dict(title="bits per byte − float MHA's (held-out text; lower is better)"),
-        height=460, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
+        yaxis=dict(title="bits per byte − float MHA's<br>(held-out text; lower is better)"),
+        height=540, width=820, margin=dict(l=80, r=40, t=100, b=120),
+        legend=dict(orientation="h", x=0, y=-0.22, xanchor="left", yanchor="top"))
     return fig
 
 

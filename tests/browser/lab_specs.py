@@ -48,11 +48,13 @@ SPECS: dict[str, LabSpec] = {
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
                         scenarios=("explorer_after_switching_entry",)),
-    "memory-savers": LabSpec(slider="tokens decoded"),  # the ring-buffer view: which slots a local layer holds
+    # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",)),
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0))),
-    "serving": LabSpec(slider="block size (tokens)"),  # re-serves the trace: waste bar and block tables follow
+    # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
+    "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",)),
 }
 
 

@@ -238,8 +238,59 @@ def _decode_ratio_needs_equal_settings(page, name: str) -> None:
     assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
 
 
+LABEL_PROBLEMS = """() => {
+  const problems = [];
+  const texts = '.xtick text, .ytick text, .y2tick text, .legendtext, .gtitle, .g-xtitle, .g-ytitle, .g-y2title, '
+    + '.g-x2title, .g-y3title, .annotation-text, .textpoint text, .gtitle-subtitle';
+  for (const gd of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot')) {
+    if (gd.offsetParent === null || !(gd.data || []).length) continue;  // hidden, or no traces (default axes)
+    const fig = gd.querySelector('.main-svg').getBoundingClientRect();
+    const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '(untitled)';
+    const name = `${title.split('<br>')[0].slice(0, 60)} [${(gd.data || []).length} traces, `
+      + `${Math.round(fig.width)}x${Math.round(fig.height)} px, cell ${[...document.querySelectorAll('.jp-CodeCell')]
+          .indexOf(gd.closest('.jp-CodeCell'))}]`;
+    const boxes = [...gd.querySelectorAll(texts)]
+      .filter(e => e.textContent.trim() && e.getBoundingClientRect().width > 0)
+      .map(e => ({text: e.textContent.trim().slice(0, 50), r: e.getBoundingClientRect()}));
+    for (const b of boxes) {
+      if (b.r.left < fig.left - 1 || b.r.right > fig.right + 1 || b.r.top < fig.top - 1 || b.r.bottom > fig.bottom + 1)
+        problems.push(`${name}: '${b.text}' is cut off at the figure's edge`);
+    }
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i].r, b = boxes[j].r;
+      const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+      const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+      if (w > 2 && h > 2) problems.push(`${name}: '${boxes[i].text}' overlaps '${boxes[j].text}'`);
+    }
+  }
+  for (const e of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .widget-html-content')) {
+    if (e.offsetParent !== null && e.scrollWidth > e.clientWidth + 2)
+      problems.push(`a readout is wider than its box (${e.scrollWidth} > ${e.clientWidth} px): `
+                    + e.textContent.trim().slice(0, 80));
+  }
+  return problems;
+}"""
+
+
+def _labels_clear(page, name: str) -> None:
+    """Every plot's titles, ticks, legend entries and labels lie inside its figure and apart; no readout is
+    wider than its box (cut off at the right)."""
+    problems: list[str] = []
+
+    def clear() -> bool:  # a plot being redrawn (a slider just moved) is briefly empty: wait for it to settle
+        problems[:] = page.evaluate(LABEL_PROBLEMS)
+        return not problems
+
+    try:
+        _wait_for(clear, 10, "labels")
+    except AssertionError:
+        pass
+    assert not problems, f"{name}: labels cut off or on top of each other:\n" + "\n".join(problems[:20])
+
+
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
-             "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings}
+             "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
+             "labels_clear": _labels_clear}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
