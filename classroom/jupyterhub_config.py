@@ -57,7 +57,7 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
     c.JupyterHub.bind_url = f"http://{hub_ip}:{hub_port}"
     service = {"name": service_name, "url": service_url, "oauth_no_confirm": True, "display": True}
     if managed:
-        service["command"] = [python, "-m", "dantinox.cli", "classroom", "serve", "--port", str(service_port)]
+        service["command"] = [python, "-m", "dantinox_labs.cli", "classroom", "serve", "--port", str(service_port)]
         service["environment"] = {"DANTINOX_CLASSROOM_DB": str(Path(db_path).resolve())}
     else:
         if not api_token:

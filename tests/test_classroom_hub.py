@@ -266,7 +266,7 @@ def test_the_shipped_config_starts_the_service_and_a_server_token_can_post():
 
 
 def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
-    from dantinox.cli import main
+    from dantinox_labs.cli import main
 
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
     assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 1
@@ -298,7 +298,7 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     monkeypatch.setenv("DANTINOX_HUB_PASSWORD", "class-2026")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10101"]
+    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox_labs.cli", "classroom", "serve", "--port", "10101"]
     assert c.Authenticator.admin_users == set()  # shared password and no admin password: no admins
     assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")

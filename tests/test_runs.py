@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "dantinox.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dantinox_labs.cli", *args], capture_output=True, text=True,
                           cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
@@ -118,9 +118,9 @@ def test_cli_refuses_diffusion_options_on_an_autoregressive_run(run_dir):
 
 
 def test_the_cli_trains_on_the_text_of_the_concept_entries():
-    from dantinox.cli import content_corpus
+    import content
 
-    text = content_corpus()
+    text = content.corpus_text()
     assert "KV cache" in text and len(text) > 10_000
 
 

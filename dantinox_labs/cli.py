@@ -1,7 +1,8 @@
-"""The `dantinox` command: train, generate, validate content, print the reference tables.
+"""The `dantinox` command: train, generate, validate content, run a class, print the reference tables.
 
-Errors in what the user typed or pointed at end in one line on stderr and a non-zero exit, never a
-traceback.
+The composition root: each subcommand imports only the library it delegates to, so `dantinox content
+check` and `dantinox classroom serve` start without JAX. Errors in what the user typed or pointed at end
+in one line on stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,37 +12,24 @@ import sys
 import time
 
 
-def content_corpus() -> str:
-    """The prose of the concept entries in content/entries/, loaded by the strict content loader."""
-    import content
+def _jax_command() -> None:
+    """The commands that run the model, not `import dantinox`, turn on the persistent compilation cache."""
+    from dantinox import enable_compilation_cache
 
-    texts: list[str] = []
-
-    def collect(node) -> None:
-        if isinstance(node, str):
-            if len(node) > 20 and not node.startswith("http"):
-                texts.append(" ".join(node.split()))
-        elif isinstance(node, dict):
-            for value in node.values():
-                collect(value)
-        elif isinstance(node, list):
-            for value in node:
-                collect(value)
-
-    for entry in content.load_all().values():
-        collect(entry.model_dump())
-    if not texts:
-        raise ValueError(f"corpus: no text found in {content.CONTENT_DIR}; pass --corpus FILE")
-    return "\n".join(texts)
+    enable_compilation_cache()
 
 
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    _jax_command()
+
     from dantinox.train import train
 
     if args.corpus is None:
-        text = content_corpus()
+        import content
+
+        text = content.corpus_text()
     elif not Path(args.corpus).is_file():
         raise ValueError(f"--corpus: {args.corpus} is not a file")
     else:
@@ -55,6 +43,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    _jax_command()
     from dantinox.rundir import Generator
 
     gen = Generator(args.run_dir)
@@ -93,6 +82,7 @@ def _content_check(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace) -> int:
+    _jax_command()
     from dantinox.memory import reference_tables
 
     print(reference_tables())
@@ -184,10 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dantinox._jax_setup import enable_compilation_cache
-
     args = build_parser().parse_args(argv)
-    enable_compilation_cache()  # the command, not `import dantinox`, turns the persistent cache on
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 1
