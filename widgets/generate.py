@@ -30,11 +30,11 @@ from plotly.subplots import make_subplots
 import dantinox
 from dantinox import tokenizer
 from dantinox.cache import cache_length
+from dantinox_labs import shipped
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNS_DIR = ROOT / "runs"
+RUNS_DIR = shipped.RUNS
 MIB = 2**20
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
@@ -197,7 +197,8 @@ class GeneratePanel(widgets.VBox):
                     _, trained = dantinox.load_run(run_dir)
                     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
                     nnx.update(model, nnx.state(trained, nnx.Param))  # weights do not depend on the cache dtype
-                    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+                    home = shipped.RUNS.parent  # shown as runs/<name>, in a checkout or a wheel
+                    shown = run_dir.relative_to(home) if run_dir.is_relative_to(home) else run_dir
                     where = f"trained weights from {shown}"
                 except ValueError as err:
                     model, seen = None, [*seen, f"{run_dir.name} was not loaded: {err}"]
