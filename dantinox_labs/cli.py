@@ -89,6 +89,23 @@ def _tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lab(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from dantinox_labs import workspace
+
+    folder = workspace.labs_folder() if args.dir is None else Path(args.dir)
+    for change in workspace.prepare(folder):
+        print(f"dantinox lab: {change}", flush=True)
+    if args.prepare_only:
+        print(folder)
+        return 0
+    argv, env = workspace.lab_command(folder, args.jupyter_args)
+    print(f"dantinox lab: opening your copy of the labs in {folder}", flush=True)
+    os.execve(argv[0], argv, env)  # JupyterLab replaces this process: Ctrl+C stops it as usual
+
+
 def _classroom_serve(args: argparse.Namespace) -> int:
     from classroom.service import serve
 
@@ -168,18 +185,32 @@ def build_parser() -> argparse.ArgumentParser:
     ae.add_argument("--db", default=None, help="the answer store (default: $DANTINOX_ANSWERS_DB, else the data dir)")
     ae.set_defaults(func=_answers_export)
 
+    lb = sub.add_parser("lab", allow_abbrev=False,
+                        help="open your own copy of the labs in JupyterLab (copied from the shipped labs)",
+                        description="Copies the shipped labs into your working folder where they are missing or a "
+                                    "newer version shipped (your edited copy is kept under earlier/), then starts "
+                                    "JupyterLab there. Other options go to JupyterLab, e.g. --port=8890.")
+    lb.add_argument("--dir", default=None, help="the working folder (default: $DANTINOX_LABS_DIR, else labs/ in "
+                                                "your user data directory)")
+    lb.add_argument("--prepare-only", action="store_true", help="update the working folder, print it, and stop")
+    lb.set_defaults(func=_lab, takes_extra=True)
+
     tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")
     tb.set_defaults(func=_tables)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.jupyter_args = extra
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 1
+    except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 2 as for a usage error
         print(f"dantinox {args.command}: error: {err}", file=sys.stderr)
-        return 1
+        return 2
 
 
 if __name__ == "__main__":

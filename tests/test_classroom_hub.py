@@ -269,7 +269,7 @@ def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     from dantinox_labs.cli import main
 
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
-    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 1
+    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
 

@@ -140,7 +140,7 @@ def test_cli_train_smoke(tmp_path, corpus, steps):
 ])
 def test_cli_errors_are_one_line(args, match):
     res = run_cli(*args)
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and match in res.stderr
 
@@ -176,5 +176,5 @@ def test_diffusion_run_generates_through_generator_and_cli(diffusion_run_dir):
 def test_diffusion_cli_refuses_partial_blocks(diffusion_run_dir):
     res = run_cli("generate", "--run_dir", str(diffusion_run_dir), "--prompt", "x", "--max_new_tokens", "10",
                   "--block_size", "8")
-    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "block_size" in res.stderr

@@ -168,6 +168,6 @@ def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
                  "--sliding_window", "8", "--window_pattern", "1:1"]) == 0
     assert dantinox.load_run(run)[0].layer_windows == (8, None, 8, None)
     assert main(["train", "--run_dir", str(tmp_path / "bad"), "--steps", "1", "--corpus", str(corpus),
-                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 1
+                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "dantinox train: error: window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), got '3:2'")
