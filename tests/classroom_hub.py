@@ -1,7 +1,9 @@
 """A real JupyterHub, its proxy and the classroom service on free localhost ports, for tests and benchmarks.
 
-The hub uses the dummy authenticator and spawns no user servers; learners and instructors are made through
-the hub's REST API with a test-only admin service token, and their tokens are asked of the API too.
+The hub logs in with the shipped shared-password mode (`Hub.class_password` for learners,
+`Hub.instructor_password` for instructors and admins) and spawns no user servers; learners and instructors
+are made through the hub's REST API with a test-only admin service token, and their tokens are asked of the
+API too.
 The classroom service is registered as an external service so a test can kill -9 and restart it.
 """
 
@@ -88,6 +90,7 @@ class Hub:
         self.service_url = f"{self.url}/services/{SERVICE}"  # through the proxy
         self.direct_url = f"http://127.0.0.1:{self.service_port}/services/{SERVICE}"  # the peer: no proxy
         self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
+        self.class_password, self.instructor_password = "class-" + secrets.token_hex(4), secrets.token_hex(20)
         self.db = self.dir / "classroom.sqlite"
         self.managed, self.proc, self.service, self.extra_config = managed, None, None, extra_config
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
@@ -99,12 +102,12 @@ class Hub:
         path.write_text(f"""
 from classroom.jupyterhub_config import configure
 configure(c, hub_port={self.port}, hub_ip="127.0.0.1", db_path={str(self.db)!r}, service_port={self.service_port},
-          managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r})
+          managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r},
+          auth="shared", class_password={self.class_password!r}, instructor_password={self.instructor_password!r})
 c.JupyterHub.hub_port = {self.hub_port}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = {str(self.dir / "proxy.pid")!r}
-c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.db_url = "sqlite:///{self.dir / 'hub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(self.dir / "cookie_secret")!r}
 c.JupyterHub.cleanup_servers = True

@@ -84,8 +84,8 @@ def test_only_instructors_and_admins_open_the_dashboard(hub):
         assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
 
 
-def browser_login(h: Hub, name: str):
-    """A browser session: log in to the hub (dummy authenticator), then open the dashboard through OAuth."""
+def login_form(h: Hub, name: str, password: str):
+    """Post the hub's login form as a browser does; returns (session, response) without following it."""
     import re
 
     import requests
@@ -93,16 +93,37 @@ def browser_login(h: Hub, name: str):
     session = requests.Session()
     page = session.get(h.url + "/hub/login", timeout=30).text
     xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
-    login = session.post(h.url + "/hub/login", data={"username": name, "password": "any", "_xsrf": xsrf},
+    login = session.post(h.url + "/hub/login", data={"username": name, "password": password, "_xsrf": xsrf},
                          allow_redirects=False, timeout=30)  # no user server to go to: stop at the hub
+    return session, login
+
+
+def browser_login(h: Hub, name: str, password: str | None = None):
+    """A browser session: log in to the hub with the class (or given) password, then open the dashboard."""
+    session, login = login_form(h, name, password or h.class_password)
     assert login.status_code == 302, login.text[:300]
     return session, session.get(h.service_url + "/", timeout=30)  # hub OAuth redirects, then the page
+
+
+def test_the_class_password_never_logs_in_an_instructor_or_an_admin(hub):
+    hub.add_users("late-teacher")
+    hub.add_to_group("instructors", "late-teacher")  # made an instructor after the hub started, on the admin page
+    for who in ("teacher", "boss", "late-teacher"):
+        session, login = login_form(hub, who, hub.class_password)
+        assert login.status_code == 403  # the login page again, no session
+        page = session.get(hub.service_url + "/", timeout=30)  # ends on the hub's login page
+        assert "Classroom dashboard" not in page.text and "/hub/login" in page.url
+        assert "learner" not in session.get(hub.service_url + "/api/attempts?format=csv", timeout=30).text
+    assert login_form(hub, "alice", hub.instructor_password)[1].status_code == 403  # not a learner's password
+    assert login_form(hub, "new-learner", hub.class_password)[1].status_code == 302
+    _, page = browser_login(hub, "late-teacher", hub.instructor_password)
+    assert page.status_code == 200 and "Classroom dashboard" in page.text
 
 
 def test_the_dashboard_in_a_browser_goes_through_hub_oauth(hub):
     import re
 
-    session, page = browser_login(hub, "teacher")
+    session, page = browser_login(hub, "teacher", hub.instructor_password)
     assert page.status_code == 200 and "Classroom dashboard" in page.text
     xsrf = re.search(r'<meta name="xsrf" content="([^"]+)">', page.text).group(1)
     fetch = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin"}  # what the page's fetch() sends
@@ -290,17 +311,40 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     from classroom_hub import ROOT
     from traitlets.config.loader import PyFileConfigLoader
 
+    from classroom.hub_auth import ClassroomPasswordAuthenticator
+
     def load():
         return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT / "classroom")).load_config()
 
     monkeypatch.setenv("DANTINOX_INSTRUCTORS", "ada, grace")
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "shared")
     monkeypatch.setenv("DANTINOX_HUB_PASSWORD", "class-2026")
+    monkeypatch.setenv("DANTINOX_HUB_INSTRUCTOR_PASSWORD", "i" * 32)
+    monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10101"]
-    assert c.Authenticator.admin_users == set()  # shared password and no admin password: no admins
+    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10202"]
+    assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
+    assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
+    assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
     assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
+    assert c.Spawner.http_timeout == 120
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
-    with pytest.raises(ValueError, match="^DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
+    with pytest.raises(SystemExit, match="DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
         load()
+
+
+def test_the_hub_refuses_to_start_with_instructors_and_no_instructor_password(tmp_path):
+    import os
+    import subprocess
+
+    from classroom_hub import BIN, ROOT
+
+    env = {**os.environ, "DANTINOX_INSTRUCTORS": "ada", "DANTINOX_HUB_AUTH": "shared",
+           "DANTINOX_HUB_PASSWORD": "class-2026"}
+    env.pop("DANTINOX_HUB_INSTRUCTOR_PASSWORD", None)
+    proc = subprocess.run([str(BIN / "jupyterhub"), "-f", str(ROOT / "classroom" / "jupyterhub_config.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "DANTINOX_HUB_INSTRUCTOR_PASSWORD: expected a password" in proc.stderr
+    assert not (tmp_path / "jupyterhub.sqlite").exists()  # refused before the hub made anything
