@@ -56,6 +56,10 @@ CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE deliver
 """
 
 
+class KeyConflict(ValueError):
+    """An attempt's key is already stored for another learner: refused, never acknowledged as delivered."""
+
+
 def _expect(ok: bool, name: str, what: str, got: Any) -> None:
     if not ok:
         shown = repr(got)
@@ -208,16 +212,38 @@ class AnswerStore:
         """Record `attempt` unless its key is already stored; True if it was new.
 
         outbox=True also queues it for delivery to a classroom service (see `pending`)."""
-        if not isinstance(attempt, Attempt):
-            raise ValueError(f"attempt: expected an Attempt, got {type(attempt).__name__}")
-        a = attempt
+        return self.add_many([attempt], outbox=outbox)[0]
+
+    def add_many(self, attempts: list[Attempt], *, outbox: bool = False, number: bool = False) -> list[bool]:
+        """Record several attempts in one transaction (all or none); per attempt, whether it was new.
+
+        number=True gives each new attempt its number in arrival order (1 + the learner's earlier attempts at
+        the check since their last reset), whatever number it carried. A key already stored under another
+        learner raises KeyConflict and stores nothing."""
+        for a in attempts:
+            if not isinstance(a, Attempt):
+                raise ValueError(f"attempt: expected an Attempt, got {type(a).__name__}")
+        out = []
         with self._lock, self._write():
-            cur = self._db.execute(
-                f"INSERT OR IGNORE INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
-                 a.response, a.expected, int(a.correct), a.attempt, float(a.time), a.content_version,
-                 0 if outbox else None))
-            return cur.rowcount == 1
+            for a in attempts:
+                row = self._db.execute("SELECT learner FROM attempts WHERE key = ?", (a.key,)).fetchone()
+                if row is not None:
+                    if row[0] != a.learner:
+                        raise KeyConflict(f"attempt.key: {a.key} is already stored for another learner")
+                    out.append(False)
+                    continue
+                n = a.attempt
+                if number:
+                    (n,) = self._db.execute("SELECT COUNT(*) + 1 FROM attempts WHERE learner = ? AND entry_id = ? "
+                                            "AND check_index = ? AND hidden = 0",
+                                            (a.learner, a.entry_id, a.check_index)).fetchone()
+                self._db.execute(
+                    f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
+                     a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
+                     0 if outbox else None))
+                out.append(True)
+        return out
 
     def reset(self, learner: str, entry_id: str) -> int:
         """Hide `learner`'s attempts at `entry_id` from resume and score; returns how many were hidden.

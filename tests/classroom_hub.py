@@ -10,6 +10,7 @@ The classroom service is registered as an external service so a test can kill -9
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import secrets
@@ -202,12 +203,23 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
 VERSION = "0" * 64  # a valid content_version for generated attempts
 
 
+@functools.cache
+def _kv_cache_entry():
+    import content
+
+    return content.load_entry("kv-cache")
+
+
 def make_attempt(learner: str, i: int) -> dict:
-    """A valid attempt JSON with a fresh idempotency key (generated data, not a real answer)."""
-    return {"key": secrets.token_hex(16), "learner": learner, "entry_id": "kv-cache", "check_index": i % 3,
-            "question": f"generated question {i % 3}", "params": {"tokens": float(i)}, "response": str(i % 4),
-            "expected": "2", "correct": i % 4 == 2, "attempt": i // 3 + 1, "time": time.time(),
-            "content_version": VERSION}
+    """A gradable attempt at one of kv-cache's checks with a fresh idempotency key (generated answers, not a
+    real learner's). The verdict, question and attempt number are left for the service to decide."""
+    entry = _kv_cache_entry()
+    index = i % len(entry.checks)
+    check = entry.checks[index]
+    response = check.options[i % len(check.options)] if check.kind == "choice" else str(i)
+    return {"key": secrets.token_hex(16), "learner": learner, "entry_id": "kv-cache", "check_index": index,
+            "question": "as the client saw it", "params": {}, "response": response, "expected": "?",
+            "correct": False, "attempt": 1, "time": time.time(), "content_version": VERSION}
 
 
 def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None, timeout: float = 60.0) -> list:

@@ -12,6 +12,8 @@ import signal
 import sqlite3
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -155,6 +157,71 @@ def test_bad_bodies_get_one_line_errors(hub):
     assert status == 400 and json.loads(body)["error"] == "attempts[1]: attempt: missing field(s) correct"
     status, body, _ = http("GET", hub.service_url + "/api/attempts?format=xml", hub.tokens["teacher"])
     assert status == 400 and "format: expected json or csv" in json.loads(body)["error"]
+
+
+def test_the_service_grades_numbers_and_words_every_attempt_itself(hub):
+    import content
+
+    entry = content.load_entry("kv-cache")
+    c = next(i for i, ch in enumerate(entry.checks) if ch.kind == "choice")
+    check = entry.checks[c]
+    wrong = check.options[(check.answer + 1) % len(check.options)]
+    hub.add_users("eve")
+    hub.tokens["eve"] = hub.token_for("eve")
+    lie = {"correct": True, "expected": wrong, "question": "what eve wants the dashboard to say"}
+    first = {**make_attempt("eve", 0), "check_index": c, "response": wrong, **lie}
+    assert post(hub, "eve", first)[0] == 200
+    backdated = {**make_attempt("eve", 0), "check_index": c, "response": check.options[check.answer],
+                 "attempt": 1, "time": 1.0, "correct": False}  # an earlier "first try", right this time
+    assert post(hub, "eve", backdated)[0] == 200
+    rows = {a["key"]: a for a in get_json(hub, "teacher", "/api/attempts?learner=eve")[1]}
+    got, late = rows[first["key"]], rows[backdated["key"]]
+    assert (got["correct"], got["attempt"], got["question"], got["expected"]) == \
+        (False, 1, check.question, check.options[check.answer])  # graded from the entry, not from the body
+    assert (late["correct"], late["attempt"]) == (True, 2) and late["time"] >= got["time"] > 1.0  # by arrival
+    assert got["content_version"] == content.content_version("kv-cache")
+    eve = next(r for r in get_json(hub, "teacher", "/api/summary")[1]["learners"] if r["learner"] == "eve")
+    assert eve["first_try_right"] == 0  # the back-dated right answer did not become her first try
+    value = content.check_answer(entry, 0, {"T": 1024.0})
+    numeric = {**make_attempt("eve", 0), "check_index": 0, "params": {"T": 1024.0}, "response": f"{value:,.4f}"}
+    assert post(hub, "eve", numeric)[0] == 200
+    assert get_json(hub, "eve", "/api/attempts/mine")[1][-1]["correct"] is True
+
+
+def test_unknown_entries_checks_and_params_are_refused_whole(hub):
+    before = len(stored(hub))
+    cases = [({"entry_id": "made-up-entry"}, "attempts[1].entry_id: expected an entry of this course"),
+             ({"check_index": 99}, "attempts[1].check_index: expected 0 to"),
+             ({"check_index": 0, "params": {"T": 1e300}}, "attempts[1].params.T: expected"),
+             ({"check_index": 0, "params": {"tokens": 1.0}}, "attempts[1].params: expected some of"),
+             ({"check_index": 0, "response": "six"}, "attempts[1].answer: expected a number in MiB"),
+             ({"check_index": 2, "response": "an option nobody wrote"}, "attempts[1].response: expected one of"),
+             ({"check_index": 2 ** 63}, "attempts[1].check_index: expected 0 to")]
+    for change, message in cases:
+        status, body, _ = post(hub, "alice", [make_attempt("alice", 0), {**make_attempt("alice", 0), **change}])
+        assert status == 400 and json.loads(body)["error"].startswith(message), (change, body)
+    deep = "[" * 100_000 + "]" * 100_000
+    for raw in (deep.encode(), b'{"key": "\\ud800"}'):
+        req = urllib.request.Request(hub.service_url + "/api/attempts", data=raw, method="POST",
+                                     headers={"Authorization": f"token {hub.tokens['alice']}"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 400
+    status, body, _ = http("POST", hub.service_url + "/api/attempts", hub.tokens["alice"], ["x" * (5 << 20)])
+    assert status == 413 and b"body: expected at most" in body
+    assert len(stored(hub)) == before  # the valid first attempt of each batch was not kept behind the refusal
+    taken = make_attempt("alice", 0)
+    assert post(hub, "alice", taken)[0] == 200
+    status, body, _ = post(hub, "bob", {**taken, "learner": "bob"})  # bob reuses alice's key
+    assert status == 409 and "already stored for another learner" in json.loads(body)["error"]
+
+
+def test_a_learner_flooding_the_service_is_rate_limited(hub):
+    hub.add_users("mallory")
+    hub.tokens["mallory"] = hub.token_for("mallory")
+    statuses = [post(hub, "mallory", [make_attempt("mallory", i) for i in range(1000)])[0] for _ in range(4)]
+    assert statuses[:3] == [200, 200, 200] and statuses[3] == 429
+    assert post(hub, "alice", make_attempt("alice", 1))[0] == 200  # the others are not slowed down
 
 
 def test_summary_and_exports_match_the_records(hub):

@@ -35,7 +35,8 @@ def test_first_attempts_and_first_choices_per_question(entry):
     rows = question_rows(attempts, {"kv-cache": entry})
     first, choice = rows
     assert (first["check"], first["learners"], first["first_try_rate"]) == (0, 1, 1.0)
-    assert first["question"] == "How many MiB for 12 layers?"  # as shown, numbers filled in
+    # from content, the check's own numbers filled in: never the text a learner's client posted
+    assert first["question"] == content.render_question(entry, 0) != "How many MiB for 12 layers?"
     assert (choice["learners"], choice["attempts"], choice["first_try_right"]) == (2, 4, 1)
     counts = {o["option"]: o["first_choice"] for o in choice["options"]}
     assert counts[options[wrong]] == 1 and counts[options[key]] == 1 and sum(counts.values()) == 2
