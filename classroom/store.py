@@ -169,6 +169,25 @@ def _row_to_attempt(row: tuple) -> Attempt:
                    attempt=attempt, time=t, content_version=version)
 
 
+def _private_file(path: Path) -> None:
+    """Create `path` readable and writable by this OS account only: missing directories 0700, the file 0600.
+
+    SQLite gives the -wal and -shm files it creates the database file's mode. An existing file (say from an
+    older version) is narrowed to 0600 too; directories that exist already are left as they are."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+        os.chmod(d, 0o700)  # whatever the umask
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists() and p.stat().st_mode & 0o077 and p.stat().st_uid == os.getuid():
+            os.chmod(p, 0o600)
+
+
 class AnswerStore:
     """An SQLite file of attempts; safe to share between threads of one process and between processes."""
 
@@ -178,7 +197,7 @@ class AnswerStore:
         if self.path.exists() and self.path.is_dir():
             raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_file(self.path)
             # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                        check_same_thread=False)

@@ -229,6 +229,8 @@ def test_summary_and_exports_match_the_records(hub):
     status, summary = get_json(hub, "teacher", "/api/summary")
     rows = stored(hub)
     assert status == 200 and summary["attempts"] == len(rows)
+    for path in (hub.db, hub.db.with_name(hub.db.name + "-wal")):  # no other OS account reads the answers
+        assert path.stat().st_mode & 0o777 == 0o600, path
     assert summary["learner_count"] == len({learner for learner, _ in rows})
     assert sum(q["attempts"] for q in summary["questions"]) == len(rows)
     status, body, headers = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])
