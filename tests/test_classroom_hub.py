@@ -12,12 +12,13 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
 
 import pytest
-from classroom_hub import Hub, http, make_attempt, run_load, wait_until
+from classroom_hub import SERVICE, Hub, http, make_attempt, run_load, wait_until
 
 from classroom.client import Delivery, deliver_pending
 from classroom.jupyterhub_config import classroom_roles
@@ -222,6 +223,36 @@ def test_a_learner_flooding_the_service_is_rate_limited(hub):
     statuses = [post(hub, "mallory", [make_attempt("mallory", i) for i in range(1000)])[0] for _ in range(4)]
     assert statuses[:3] == [200, 200, 200] and statuses[3] == 429
     assert post(hub, "alice", make_attempt("alice", 1))[0] == 200  # the others are not slowed down
+
+
+def refused_within(h: Hub, token: str, who: str, path: str = "/api/attempts") -> float:
+    """Seconds until a request with `token` is refused, polling every 0.2 s for at most 20 s."""
+    start = time.monotonic()
+    while time.monotonic() - start < 20:
+        if path == "/api/attempts":
+            status = http("POST", h.service_url + path, token, make_attempt(who, 0))[0]
+        else:
+            status = http("GET", h.service_url + path, token)[0]
+        if status in (401, 403):
+            return time.monotonic() - start
+        time.sleep(0.2)
+    return float("inf")
+
+
+def test_revoked_tokens_deleted_users_and_removed_instructors_stop_within_seconds(hub):
+    hub.add_users("rita", "sam", "tina")
+    hub.add_to_group("instructors", "tina")
+    made = hub.admin("POST", "/users/rita/tokens", {"scopes": [f"access:services!service={SERVICE}"]})
+    sam, tina = hub.token_for("sam"), hub.token_for("tina")
+    for token, who in ((made["token"], "rita"), (sam, "sam")):
+        assert http("POST", hub.service_url + "/api/attempts", token, make_attempt(who, 0))[0] == 200
+    assert http("GET", hub.service_url + "/api/summary", tina)[0] == 200
+    hub.admin("DELETE", f"/users/rita/tokens/{made['id']}")
+    assert refused_within(hub, made["token"], "rita") < 5
+    hub.admin("DELETE", "/users/sam")
+    assert refused_within(hub, sam, "sam") < 5
+    hub.admin("DELETE", "/groups/instructors/users", {"users": ["tina"]})
+    assert refused_within(hub, tina, "tina", "/api/summary") < 8  # the role is asked again after ROLE_CACHE_S
 
 
 def test_summary_and_exports_match_the_records(hub):
