@@ -26,8 +26,6 @@ Endpoints, under the service prefix (`/services/classroom/`):
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import json
 import os
 import time
@@ -278,11 +276,7 @@ class AttemptsHandler(_Handler):
 
 def attempts_csv(rows: list[Attempt]) -> str:
     """Attempts as CSV with a header even when there are none (an empty class still exports its columns)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(Attempt)], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(attempt_table(rows))
-    return buffer.getvalue()
+    return to_csv(attempt_table(rows), fieldnames=[f.name for f in fields(Attempt)])
 
 
 class MyAttemptsHandler(_Handler):

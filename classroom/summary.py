@@ -112,12 +112,26 @@ def attempt_table(attempts: Iterable[Attempt | Mapping[str, Any]]) -> list[dict[
     return out
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet shows as text: text that would start a formula gets a leading apostrophe."""
+    if not isinstance(value, str | list | dict):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def to_csv(rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> str:
+    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr.
+
+    Text cells are neutralised against formula injection (`csv_cell`): a question, a response or a hub user
+    name such as `=HYPERLINK(...)` opens as the text it is. Numbers stay numbers."""
     buffer = io.StringIO()
-    if rows:
-        names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
+    names = fieldnames or list(dict.fromkeys(k for row in rows for k in row))  # every column, first-seen order
+    if names:
         writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()

@@ -81,8 +81,9 @@ def test_a_learner_reads_and_writes_only_their_own_records(hub):
 def test_only_instructors_and_admins_open_the_dashboard(hub):
     assert http("GET", hub.service_url + "/", hub.tokens["alice"])[0] == 403
     for who in ("teacher", "boss"):  # the instructors group, a hub admin
-        status, body, _ = http("GET", hub.service_url + "/", hub.tokens[who])
+        status, body, headers = http("GET", hub.service_url + "/", hub.tokens[who])
         assert status == 200 and b"Classroom dashboard" in body
+        assert headers["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in headers["Content-Security-Policy"]
         # content reaches the page only through textContent: no HTML-parsing sink exists to escape for
         assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
 
@@ -267,6 +268,24 @@ def test_summary_and_exports_match_the_records(hub):
     status, body, headers = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
     assert len(body.decode().strip().splitlines()) == len(rows) + 1  # header + one line per attempt
+
+
+def test_csv_exports_open_as_text_in_a_spreadsheet(hub):
+    import csv
+    import io
+
+    hub.add_users("=1+1")  # a hub name is any text its authenticator allows
+    token = hub.token_for("=1+1")
+    for response in ("+6", "-6", "@6"[1:]):
+        attempt = {**make_attempt("=1+1", 0), "check_index": 0, "response": response}
+        assert http("POST", hub.service_url + "/api/attempts", token, attempt)[0] == 200
+    for path in ("/api/attempts?format=csv", "/api/summary?format=csv"):
+        status, body, headers = http("GET", hub.service_url + path, hub.tokens["teacher"])
+        assert status == 200 and headers["X-Content-Type-Options"] == "nosniff"
+        cells = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))], path
+    text = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])[1].decode()
+    assert "'=1+1" in text and "'+6" in text and "'-6" in text
 
 
 def test_dashboard_counts_each_option_with_the_belief_it_embodies(hub):

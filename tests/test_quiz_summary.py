@@ -79,3 +79,9 @@ def test_illustrative_records_are_reproducible_and_valid(entry):
             assert a.correct == (a.response == check.options[check.answer])
     with pytest.raises(ValueError, match="^learners: expected a whole number from 1 to 10000, got 0$"):
         illustrative_attempts({"kv-cache": entry}, learners=0)
+
+
+def test_csv_cells_that_would_start_a_formula_are_text():
+    rows = [{"learner": "=HYPERLINK(\"http://x\")", "response": "-2+3", "n": -1.5, "note": "@SUM(A1)", "ok": "6"}]
+    assert next(csv.reader(io.StringIO(to_csv(rows).splitlines()[1]))) == \
+        ["'=HYPERLINK(\"http://x\")", "'-2+3", "-1.5", "'@SUM(A1)", "6"]
