@@ -30,6 +30,7 @@ from dantinox.quant import dequantize, quantize
 from dantinox.ring import ring_slots_held
 from dantinox_labs import shipped
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
 
 MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
@@ -156,10 +157,10 @@ class MemorySaversLab(Lab):
         self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
         self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
                                        layout=layout)
-        self.figure = go.FigureWidget(frontier_figure(self.data))
+        self.figure = FigureWidget(frontier_figure(self.data))
         self.readout_html, self.ring_html, status = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.quant_html = widgets.HTML()
-        self.quant_figure = go.FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
+        self.quant_figure = FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
         super().__init__([self.selection, status, self.figure, self.readout_html,
                           widgets.HTML("<h4>Ring buffer of a local layer</h4>"), self.window, self.written,
                           self.ring_html, widgets.HTML("<h4>A key vector before and after int8</h4>"),
