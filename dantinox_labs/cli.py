@@ -19,23 +19,21 @@ def _jax_command() -> None:
     enable_compilation_cache()
 
 
-def _new_run_dir(run_dir: str, overwrite: bool):
-    """The folder a run will be written to, checked before any training: never an existing run unless asked."""
+def _check_run_dir(run_dir: str, overwrite: bool) -> None:
+    """Where the run will be written, checked before any training: never over an existing run unless asked."""
+    import os
     from pathlib import Path
 
-    path = Path(run_dir)
-    blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise ValueError(f"--run_dir: {blocking} is a file; expected a folder for the new run")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
+    path = Path(run_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--run_dir: {existing} is a file; expected a folder for the new run")
+    if existing == path and any(path.iterdir()) and not overwrite:
         what = "a run" if (path / "config.json").is_file() else "files"
         raise ValueError(f"--run_dir: {run_dir} already holds {what}; choose a new folder, or pass --overwrite "
                          "to replace it")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--run_dir: cannot create {run_dir} ({err.strerror})") from None
-    return path
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--run_dir: {existing} is not writable")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -45,7 +43,7 @@ def _train(args: argparse.Namespace) -> int:
         raise ValueError(f"--window_pattern {args.window_pattern}: applies only with --sliding_window W")
     if args.corpus is not None and not Path(args.corpus).is_file():
         raise ValueError(f"--corpus: {args.corpus} is not a file")
-    _new_run_dir(args.run_dir, args.overwrite)
+    _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
     from dantinox.train import train
