@@ -31,6 +31,31 @@ def load_all(root: str | Path | None = None) -> dict[str, Entry]:
     return {r.entry.id: r.entry for r in records}
 
 
+def corpus_text(root: str | Path | None = None) -> str:
+    """The prose of every entry in `root` (strings over 20 characters, URLs left out), one per line.
+
+    What `dantinox train` learns from by default: the course's own text, loaded by the strict loader.
+    """
+    texts: list[str] = []
+
+    def collect(node) -> None:
+        if isinstance(node, str):
+            if len(node) > 20 and not node.startswith("http"):
+                texts.append(" ".join(node.split()))
+        elif isinstance(node, dict):
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for entry in load_all(root).values():
+        collect(entry.model_dump())
+    if not texts:
+        raise ContentError(f"root: no prose found in the entries of {_root(root)}")
+    return "\n".join(texts)
+
+
 def load_entry(id: str, root: str | Path | None = None) -> Entry:
     """One entry by id, validated together with the entries it depends on (its prerequisites, transitively)."""
     directory = _root(root)
