@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     time REAL NOT NULL,
     content_version TEXT NOT NULL,
     hidden INTEGER NOT NULL DEFAULT 0,
-    delivered INTEGER
+    delivered INTEGER,  -- NULL not for delivery, 0 in the outbox, 1 acknowledged, -1 refused (set aside)
+    refusal TEXT  -- why the service refused it (delivered = -1)
 );
 CREATE INDEX IF NOT EXISTS attempts_by_learner ON attempts (learner, entry_id, check_index);
 CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE delivered = 0;
@@ -208,6 +209,9 @@ class AnswerStore:
             with self._write():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+                if "refusal" not in columns:  # a file from before refused attempts were set aside
+                    self._db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
         except sqlite3.DatabaseError as err:
             raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except OSError as err:
@@ -280,6 +284,12 @@ class AnswerStore:
             self._db.executemany("UPDATE attempts SET delivered = 1 WHERE key = ? AND delivered = 0",
                                  [(k,) for k in keys])
 
+    def set_aside(self, key: str, reason: str) -> None:
+        """Take an attempt the service refused out of the outbox, keeping it and the reason (see `refused`)."""
+        with self._lock, self._write():
+            self._db.execute("UPDATE attempts SET delivered = -1, refusal = ? WHERE key = ? AND delivered = 0",
+                             (reason[:500], key))
+
     # Reading --------------------------------------------------------------------------------------
     def attempts(self, learner: str | None = None, entry_id: str | None = None, *,
                  include_reset: bool = False) -> list[Attempt]:
@@ -318,6 +328,13 @@ class AnswerStore:
         with self._lock:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
         return [_row_to_attempt(r) for r in rows]
+
+    def refused(self) -> list[tuple[Attempt, str]]:
+        """Attempts the classroom service refused, with its reason, oldest first (never sent again)."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
+                                    "ORDER BY seq").fetchall()
+        return [(_row_to_attempt(r[:-1]), r[-1]) for r in rows]
 
     def count(self) -> int:
         """How many attempts the file holds, reset ones included."""

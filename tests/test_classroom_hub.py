@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 from classroom_hub import SERVICE, Hub, http, make_attempt, run_load, wait_until
 
-from classroom.client import Delivery, deliver_pending
+from classroom.client import BackgroundDelivery, Delivery, deliver_pending
 from classroom.jupyterhub_config import classroom_roles
 from classroom.store import AnswerStore, Attempt
 
@@ -315,14 +315,30 @@ def test_outbox_waits_for_a_restarted_service_and_counts_once(hub, tmp_path):
         store.add(Attempt.from_json(make_attempt("olga", i)), outbox=True)
     down = deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5)
     assert down.delivered == 0 and down.pending == 5 and "HTTP 50" in down.error  # the proxy answers for it
-    hub.start_service()
-    assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(5, 0, None)
+    sender = BackgroundDelivery(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5, backoff=(0.2, 1))
+    wait_until(lambda: sender.last is not None and sender.last.error, "a failed background round", 30)
+    hub.start_service()  # no new answer: the background sender retries on its own
+    assert sender.wait_idle(30) and store.pending() == []
+    assert {k for learner, k in stored(hub) if learner == "olga"} == {a.key for a in store.attempts()}
     store.add(Attempt.from_json(make_attempt("olga", 9)), outbox=True)
     with sqlite3.connect(store.path) as db:  # as if the ack was lost: every attempt is sent again
         db.execute("UPDATE attempts SET delivered = 0")
     assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(6, 0, None)
     olga = [key for learner, key in stored(hub) if learner == "olga"]
     assert sorted(olga) == sorted(a.key for a in store.attempts())  # six rows, none twice
+
+
+def test_a_refused_attempt_does_not_hold_back_the_rest_of_the_outbox(hub, tmp_path):
+    store = AnswerStore(tmp_path / "carol.sqlite")
+    good = [Attempt.from_json(make_attempt("carol", i)) for i in range(4)]
+    renamed = Attempt.from_json(make_attempt("carol-before-rename", 0))  # queued under her old hub name
+    for a in (good[0], renamed, *good[1:]):
+        store.add(a, outbox=True)
+    result = deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"])
+    assert (result.delivered, result.pending, result.refused) == (4, 0, 1)
+    assert "attempts[0].learner: expected 'carol'" in result.refusal
+    assert [(a.key, why[:8]) for a, why in store.refused()] == [(renamed.key, "HTTP 403")]
+    assert {a.key for a in good} <= {k for learner, k in stored(hub) if learner == "carol"}
 
 
 @pytest.fixture(scope="module")
