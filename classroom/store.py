@@ -212,6 +212,10 @@ class AnswerStore:
                 columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
                 if "refusal" not in columns:  # a file from before refused attempts were set aside
                     self._db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
+            # reads have their own connection: in WAL mode they never wait for a writer, in this process or another
+            self._rdb = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                        check_same_thread=False)
+            self._read_lock = threading.Lock()
         except sqlite3.DatabaseError as err:
             raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except OSError as err:
@@ -221,8 +225,9 @@ class AnswerStore:
         return _Transaction(self._db)
 
     def close(self) -> None:
-        """Close the connection (the file stays)."""
+        """Close the connections (the file stays)."""
         self._db.close()
+        self._rdb.close()
 
     def __enter__(self) -> AnswerStore:
         return self
@@ -306,40 +311,40 @@ class AnswerStore:
         if not include_reset:
             where.append("hidden = 0")
         sql = f"SELECT {_COLUMNS} FROM attempts" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY time, seq", args).fetchall()
+        with self._read_lock:
+            rows = self._rdb.execute(sql + " ORDER BY time, seq", args).fetchall()
         return [_row_to_attempt(r) for r in rows]
 
     def was_reset(self, key: str) -> bool:
         """Whether the attempt with this key has been hidden by a reset (False if unknown)."""
-        with self._lock:
-            row = self._db.execute("SELECT hidden FROM attempts WHERE key = ?", (key,)).fetchone()
+        with self._read_lock:
+            row = self._rdb.execute("SELECT hidden FROM attempts WHERE key = ?", (key,)).fetchone()
         return bool(row and row[0])
 
     def next_attempt(self, learner: str, entry_id: str, check_index: int) -> int:
         """The attempt number the next answer to this check gets (1 after a reset)."""
-        with self._lock:
-            (n,) = self._db.execute("SELECT COUNT(*) FROM attempts WHERE learner = ? AND entry_id = ? AND "
+        with self._read_lock:
+            (n,) = self._rdb.execute("SELECT COUNT(*) FROM attempts WHERE learner = ? AND entry_id = ? AND "
                                     "check_index = ? AND hidden = 0", (learner, entry_id, check_index)).fetchone()
         return n + 1
 
     def pending(self) -> list[Attempt]:
         """The outbox: attempts added with outbox=True and not yet marked delivered, oldest first."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
+        with self._read_lock:
+            rows = self._rdb.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
         return [_row_to_attempt(r) for r in rows]
 
     def refused(self) -> list[tuple[Attempt, str]]:
         """Attempts the classroom service refused, with its reason, oldest first (never sent again)."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
+        with self._read_lock:
+            rows = self._rdb.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
                                     "ORDER BY seq").fetchall()
         return [(_row_to_attempt(r[:-1]), r[-1]) for r in rows]
 
     def count(self) -> int:
         """How many attempts the file holds, reset ones included."""
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+        with self._read_lock:
+            return self._rdb.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
 
 
 class _Transaction:

@@ -341,6 +341,27 @@ def test_a_refused_attempt_does_not_hold_back_the_rest_of_the_outbox(hub, tmp_pa
     assert {a.key for a in good} <= {k for learner, k in stored(hub) if learner == "carol"}
 
 
+def test_a_held_database_lock_freezes_no_read(hub):
+    holder = sqlite3.connect(hub.db, isolation_level=None)  # another process's writer, stuck inside a transaction
+    holder.execute("BEGIN IMMEDIATE")
+    result = {}
+    writer = threading.Thread(target=lambda: result.update(post=post(hub, "alice", make_attempt("alice", 2))))
+    try:
+        writer.start()
+        time.sleep(0.3)
+        for who, path in (("alice", "/api/me"), ("alice", "/api/attempts/mine"), ("teacher", "/api/summary"),
+                          ("teacher", "/api/attempts?learner=bob")):
+            start = time.monotonic()
+            assert get_json(hub, who, path)[0] == 200
+            assert time.monotonic() - start < 2, path  # answered while the write waits for the lock
+        assert writer.is_alive()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    writer.join(30)
+    assert result["post"][0] == 200  # the waiting write went through once the lock was released
+
+
 @pytest.fixture(scope="module")
 def class_of_50(hub):
     names = [f"learner{i:02d}" for i in range(50)]
