@@ -384,7 +384,11 @@ def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.
         port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
     store = AnswerStore(db if db is not None else default_db_path())
     app = make_app(store)
-    app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+    try:
+        app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+    except OSError as err:
+        raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); is an earlier classroom "
+                         f"service still running (after the hub was killed)? Stop it, then restart the hub") from None
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()

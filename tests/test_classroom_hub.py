@@ -451,6 +451,25 @@ def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
 
 
+def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import socket
+
+    from dantinox.cli import main
+
+    h = Hub()  # not started: only its environment for a service
+    for name, value in h.service_env().items():
+        if name.startswith("JUPYTERHUB_"):
+            monkeypatch.setenv(name, value)
+    with socket.socket() as held:  # an orphaned service from a hub killed with kill -9
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "earlier classroom service" in err
+    h.stop()
+
+
 def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_path):
     from classroom_hub import free_port
 

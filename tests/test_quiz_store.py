@@ -226,3 +226,38 @@ def test_with_the_real_client_an_unreachable_service_leaves_the_attempt_queued(e
     assert quiz.answer(0, 6.0) is True
     assert until(lambda: "classroom service unreachable" in quiz.status.value)
     assert len(store.pending()) == 1
+
+
+def damaged_store(tmp_path, entry):
+    """A store whose header is intact and whose data pages are overwritten (a disk fault, a bad copy)."""
+    path = tmp_path / "damaged.sqlite"
+    store = AnswerStore(path)
+    quiz = Quiz(entry, learner="ada", store=store)
+    for i in range(300):
+        quiz.answer(0, float(i))
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[4096 * 2:] = b"\xff" * (len(data) - 4096 * 2)  # every page after the first two
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_damaged_store_is_one_line_and_the_quiz_still_opens(entry, tmp_path, capsys):
+    path = damaged_store(tmp_path, entry)
+    assert main(["answers", "export", "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "answers export: error:" in err
+    quiz = Quiz(entry, learner="ada", store=AnswerStore(path))  # no traceback: the quiz is shown and says why
+    assert "could not read earlier answers (database disk image is malformed)" in quiz.status.value
+    assert quiz.answer(0, 6.0) is True
+
+
+def test_export_out_that_cannot_be_written_leaves_no_file(entry, store, tmp_path, capsys):
+    Quiz(entry, learner="ada", store=store).answer(0, 6.0)
+    target = tmp_path / "taken"
+    target.mkdir()  # a directory where the file should go: the write fails like a full disk would
+    assert main(["answers", "export", "--db", str(store.path), "--learner", "ada", "--out", str(target)]) == 2
+    assert capsys.readouterr().err.startswith("dantinox answers export: error: --out: cannot write")
+    assert target.is_dir() and not (tmp_path / "taken.part").exists()
