@@ -44,7 +44,7 @@ def answers_export(args: argparse.Namespace) -> int:
     learner = args.learner or current_learner()
     if path.is_file():
         try:
-            with AnswerStore(path) as store:
+            with AnswerStore(path, readonly=True) as store:  # exports even from a read-only file or a full disk
                 rows = export_rows(store, learner, args.entry)
         except ValueError as err:
             return _fail(command, str(err))

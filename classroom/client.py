@@ -177,7 +177,8 @@ class BackgroundDelivery:
 
             first = send_all(url, token, direct, timeout=self.timeout, acknowledged=forget,
                              refused=lambda a, why: forget({a.key}))
-        result = deliver_pending(self.store, url=url, token=token, timeout=self.timeout) if self.store else \
+        writable = self.store is not None and not self.store.readonly  # a read-only outbox cannot be marked
+        result = deliver_pending(self.store, url=url, token=token, timeout=self.timeout) if writable else \
             Delivery(0, 0, None if url and token else f"${URL_ENV if not url else TOKEN_ENV} is not set")
         with self._lock:
             held = len(self._direct)

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import platformdirs
 
@@ -192,12 +193,24 @@ def _private_file(path: Path) -> None:
 class AnswerStore:
     """An SQLite file of attempts; safe to share between threads of one process and between processes."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, readonly: bool = False):
+        """Open (creating if needed) the store at `path`; readonly=True only reads an existing file, so earlier
+        answers can still be shown and exported from a read-only file or a full disk."""
         self.path = Path(path).expanduser() if path is not None else default_path()
+        self.readonly = readonly
         self._lock = threading.RLock()  # one connection shared by a process's threads (a service, a kernel)
         if self.path.exists() and self.path.is_dir():
             raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
         try:
+            if readonly:
+                if not self.path.is_file():
+                    raise ValueError(f"answer store {self.path}: expected an existing file to read, got none")
+                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                           check_same_thread=False)
+                self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()
+                self._rdb, self._read_lock = self._db, self._lock
+                return
             _private_file(self.path)
             # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -227,7 +240,8 @@ class AnswerStore:
     def close(self) -> None:
         """Close the connections (the file stays)."""
         self._db.close()
-        self._rdb.close()
+        if self._rdb is not self._db:
+            self._rdb.close()
 
     def __enter__(self) -> AnswerStore:
         return self
@@ -337,8 +351,11 @@ class AnswerStore:
     def refused(self) -> list[tuple[Attempt, str]]:
         """Attempts the classroom service refused, with its reason, oldest first (never sent again)."""
         with self._read_lock:
-            rows = self._rdb.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
-                                    "ORDER BY seq").fetchall()
+            try:
+                rows = self._rdb.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
+                                         "ORDER BY seq").fetchall()
+            except sqlite3.OperationalError:  # a file from before refusals were kept, opened read-only
+                return []
         return [(_row_to_attempt(r[:-1]), r[-1]) for r in rows]
 
     def count(self) -> int:

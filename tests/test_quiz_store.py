@@ -261,3 +261,25 @@ def test_export_out_that_cannot_be_written_leaves_no_file(entry, store, tmp_path
     assert main(["answers", "export", "--db", str(store.path), "--learner", "ada", "--out", str(target)]) == 2
     assert capsys.readouterr().err.startswith("dantinox answers export: error: --out: cannot write")
     assert target.is_dir() and not (tmp_path / "taken.part").exists()
+
+
+def test_a_store_that_cannot_be_written_still_shows_earlier_answers(entry, tmp_path, monkeypatch, capsys):
+    import errno
+
+    import classroom.store
+
+    path = tmp_path / "answers.sqlite"
+    Quiz(entry, learner="ada", store=AnswerStore(path)).answer(0, 6.0)
+    monkeypatch.setenv("DANTINOX_ANSWERS_DB", str(path))
+
+    def read_only_disk(p):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(classroom.store, "_private_file", read_only_disk)
+    quiz = Quiz(entry, learner="ada")
+    assert quiz.store.readonly and "Read-only file system" in quiz.status.value
+    assert quiz.score == 1 and "Your earlier answer" in quiz.feedback[0].value  # resumed from the file
+    quiz.answer(0, 5.0)
+    assert "could not save this answer" in quiz.status.value and "this session only" in quiz.status.value
+    assert main(["answers", "export", "--db", str(path), "--learner", "ada"]) == 0  # exported read-only
+    assert len(json.loads(capsys.readouterr().out)) == 1

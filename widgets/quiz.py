@@ -72,6 +72,10 @@ class Quiz(widgets.VBox):
             except ValueError as err:
                 self._unsaved = str(err)
                 self.status.value = error_box(f"{err}; answers are kept for this session only")
+                try:  # a read-only file or a full disk: earlier answers can still be shown
+                    self.store = AnswerStore(readonly=True)
+                except ValueError:
+                    self.store = None
         self.attempts: list[Attempt] = []
         self.first_try: dict[int, bool] = {}  # check index -> whether its first answer was right
         self.shown_params: dict[int, dict[str, float]] = {}  # numeric check -> params its question shows
