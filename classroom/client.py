@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import threading
 import urllib.error
 import urllib.request
@@ -27,7 +28,7 @@ from classroom.store import AnswerStore, Attempt
 URL_ENV = "DANTINOX_CLASSROOM_URL"
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
 BATCH = 200  # attempts per request, well under the service's limit
-BACKOFF_S = (1.0, 60.0)  # first and longest wait between delivery rounds while the service is unreachable
+BACKOFF_S = (1.0, 15.0)  # first and longest wait between delivery rounds while the service is unreachable
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ class BackgroundDelivery:
     def _run(self) -> None:
         delay = self.backoff[0]
         while True:
-            self._wake.wait(None if self._idle.is_set() else delay)
+            # jitter: a class's kernels that failed together do not all come back in the same instant
+            self._wake.wait(None if self._idle.is_set() else delay * random.uniform(0.5, 1.0))
             self._wake.clear()
             try:
                 result = self.round()
