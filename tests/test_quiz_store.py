@@ -283,3 +283,18 @@ def test_a_store_that_cannot_be_written_still_shows_earlier_answers(entry, tmp_p
     assert "could not save this answer" in quiz.status.value and "this session only" in quiz.status.value
     assert main(["answers", "export", "--db", str(path), "--learner", "ada"]) == 0  # exported read-only
     assert len(json.loads(capsys.readouterr().out)) == 1
+
+
+@pytest.mark.parametrize("code", [401, 404, 429, 502, 503])
+def test_a_proxy_restart_or_a_busy_service_is_not_a_refusal(entry, store, service, monkeypatch, code):
+    import classroom.client
+
+    def unavailable(url, token, payload, *, timeout=10.0):
+        raise urllib.error.HTTPError(url, code, "unavailable", {}, io.BytesIO(b"<html>proxy</html>"))
+
+    monkeypatch.setattr(classroom.client, "post_attempts", unavailable)
+    quiz = Quiz(entry, learner="ada", store=store)
+    quiz.answer(0, 6.0)
+    assert until(lambda: f"HTTP {code}" in quiz.status.value)
+    assert len(store.pending()) == 1 and store.refused() == []  # kept for the next round, not set aside
+    assert "refused" not in quiz.status.value
