@@ -498,7 +498,7 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10202"]
+    assert c.JupyterHub.services[0]["command"][-4:] == ["-m", "classroom.service", "--port", "10202"]
     assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
     assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
     assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
