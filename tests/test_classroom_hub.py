@@ -443,10 +443,10 @@ def test_the_shipped_config_starts_the_service_and_a_server_token_can_post():
 
 
 def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
-    from dantinox.cli import main
+    from dantinox_labs.cli import main
 
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
-    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 1
+    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
 
@@ -454,7 +454,7 @@ def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
 def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     import socket
 
-    from dantinox.cli import main
+    from dantinox_labs.cli import main
 
     h = Hub()  # not started: only its environment for a service
     for name, value in h.service_env().items():
@@ -464,7 +464,7 @@ def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 1
+        assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "earlier classroom service" in err
     h.stop()
