@@ -40,6 +40,7 @@ class ModelConfig:
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
+    scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
     # Multi-head latent attention (attention="mla").
     kv_latent_dim: int | None = None  # C, width of the cached KV latent
     rope_head_dim: int | None = None  # R, width of the decoupled RoPE key shared by all heads
