@@ -43,6 +43,7 @@ from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 PEER_VENV = HERE / ".peer-venv"
+PEER_PACKAGES = ("torch==2.13.0", "transformers", "gguf", "accelerate", "jinja2")
 VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
 MORE_VARIANTS = {**VARIANTS, "MQA": dict(attention="mqa")}  # the attention-arrangement A/B also covers K = 1
 BATCHES = (1, 8)
@@ -189,10 +190,11 @@ def ensure_peer_env() -> Path:
     python = PEER_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    check = subprocess.run([str(python), "-c", "import torch, transformers"], capture_output=True)
-    if check.returncode:
-        print("installing the peer (torch==2.13.0, transformers) into benchmarks/.peer-venv ...", flush=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "transformers"], check=True)
+    check = subprocess.run([str(python), "-c", "import torch, transformers, gguf, accelerate, jinja2"],
+                           capture_output=True)
+    if check.returncode:  # gguf and accelerate: transformers' GGUF loader; jinja2: its chat templates
+        print(f"installing the peer ({', '.join(PEER_PACKAGES)}) into benchmarks/.peer-venv ...", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
     return python
 
 
