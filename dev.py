@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The project's single entry point; needs nothing but Python 3.11.
 
-    python3 dev.py lab     set up .venv if needed, then open JupyterLab on labs/
+    python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
                            (under nbval, and in JupyterLab in a real Chromium: tests/browser)
 
@@ -84,13 +84,10 @@ def _run(cmd: list[str], **kw) -> None:
 
 
 def lab(extra: list[str]) -> None:
+    """`dantinox lab`: the learner's own copy of labs/ (the tracked notebooks stay clean) in JupyterLab."""
     setup()
-    args = [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={ROOT / 'labs'}"]
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
-        args.append("--no-browser")  # no screen: JupyterLab prints the URL with its token instead
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--allow-root")  # containers and CI machines often run as root; Jupyter refuses otherwise
-    os.execv(args[0], args + extra)
+    dantinox = BIN / ("dantinox.exe" if os.name == "nt" else "dantinox")
+    os.execv(dantinox, [str(dantinox), "lab", *extra])
 
 
 def test(extra: list[str]) -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/classroom_load.py                  # about a minute on 2 CPU cores
     .venv/bin/python benchmarks/classroom_load.py --learners 50 --attempts 100 --repeats 2
 
-Starts a real JupyterHub (dummy authenticator, the pure-Python configurable-http-proxy) with the classroom
+Starts a real JupyterHub (the shipped shared-password mode, the pure-Python configurable-http-proxy) with the classroom
 service, makes `--learners` hub users with service-scoped tokens, and has every learner post `--attempts`
 single attempts one after another, all learners at once (generated attempts, as the quiz sends them).
 The peer, measured in the same run on the same hub, service and tokens: the same load posted straight to

@@ -56,6 +56,10 @@ CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE deliver
 """
 
 
+class KeyConflict(ValueError):
+    """An attempt's key is already stored for another learner: refused, never acknowledged as delivered."""
+
+
 def _expect(ok: bool, name: str, what: str, got: Any) -> None:
     if not ok:
         shown = repr(got)
@@ -165,6 +169,25 @@ def _row_to_attempt(row: tuple) -> Attempt:
                    attempt=attempt, time=t, content_version=version)
 
 
+def _private_file(path: Path) -> None:
+    """Create `path` readable and writable by this OS account only: missing directories 0700, the file 0600.
+
+    SQLite gives the -wal and -shm files it creates the database file's mode. An existing file (say from an
+    older version) is narrowed to 0600 too; directories that exist already are left as they are."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+        os.chmod(d, 0o700)  # whatever the umask
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists() and p.stat().st_mode & 0o077 and p.stat().st_uid == os.getuid():
+            os.chmod(p, 0o600)
+
+
 class AnswerStore:
     """An SQLite file of attempts; safe to share between threads of one process and between processes."""
 
@@ -174,7 +197,7 @@ class AnswerStore:
         if self.path.exists() and self.path.is_dir():
             raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_file(self.path)
             # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                        check_same_thread=False)
@@ -208,16 +231,38 @@ class AnswerStore:
         """Record `attempt` unless its key is already stored; True if it was new.
 
         outbox=True also queues it for delivery to a classroom service (see `pending`)."""
-        if not isinstance(attempt, Attempt):
-            raise ValueError(f"attempt: expected an Attempt, got {type(attempt).__name__}")
-        a = attempt
+        return self.add_many([attempt], outbox=outbox)[0]
+
+    def add_many(self, attempts: list[Attempt], *, outbox: bool = False, number: bool = False) -> list[bool]:
+        """Record several attempts in one transaction (all or none); per attempt, whether it was new.
+
+        number=True gives each new attempt its number in arrival order (1 + the learner's earlier attempts at
+        the check since their last reset), whatever number it carried. A key already stored under another
+        learner raises KeyConflict and stores nothing."""
+        for a in attempts:
+            if not isinstance(a, Attempt):
+                raise ValueError(f"attempt: expected an Attempt, got {type(a).__name__}")
+        out = []
         with self._lock, self._write():
-            cur = self._db.execute(
-                f"INSERT OR IGNORE INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
-                 a.response, a.expected, int(a.correct), a.attempt, float(a.time), a.content_version,
-                 0 if outbox else None))
-            return cur.rowcount == 1
+            for a in attempts:
+                row = self._db.execute("SELECT learner FROM attempts WHERE key = ?", (a.key,)).fetchone()
+                if row is not None:
+                    if row[0] != a.learner:
+                        raise KeyConflict(f"attempt.key: {a.key} is already stored for another learner")
+                    out.append(False)
+                    continue
+                n = a.attempt
+                if number:
+                    (n,) = self._db.execute("SELECT COUNT(*) + 1 FROM attempts WHERE learner = ? AND entry_id = ? "
+                                            "AND check_index = ? AND hidden = 0",
+                                            (a.learner, a.entry_id, a.check_index)).fetchone()
+                self._db.execute(
+                    f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
+                     a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
+                     0 if outbox else None))
+                out.append(True)
+        return out
 
     def reset(self, learner: str, entry_id: str) -> int:
         """Hide `learner`'s attempts at `entry_id` from resume and score; returns how many were hidden.

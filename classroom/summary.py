@@ -6,14 +6,13 @@
 The instructor notebook and the classroom dashboard both call these, so they show the same numbers.
 A learner's *first* attempt at a check is what counts: the first-try rate, and for choice questions which
 option each learner picked first (what they believed before any feedback). Attempts may be `Attempt`
-objects or their JSON dicts. Standard library only; entries are read by attribute, never imported.
+objects or their JSON dicts. Entries are read by attribute; question text comes from `content`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +41,13 @@ def belief(entry: Any, check_index: int, option: int) -> str:
     return entry.misconception[mapped].claim if mapped is not None else check.options[option]
 
 
+def _question_text(entry: Any, check_index: int) -> str:
+    """The question as content words it, a numeric check's own numbers filled in."""
+    import content  # no jax: the service and the instructor notebook both have it
+
+    return content.render_question(entry, check_index)
+
+
 def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
                   entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per check answered at least once: learners, attempts, first-try right and rate; with `entries`, also
@@ -49,9 +55,7 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
     attempts = [_as_attempt(a) for a in attempts]
     firsts = first_attempts(attempts)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
-    shown: dict[tuple[str, int], Counter] = defaultdict(Counter)
     for a in attempts:
-        shown[a.entry_id, a.check_index][a.question] += 1
         row = rows.setdefault((a.entry_id, a.check_index), {"entry": a.entry_id, "check": a.check_index,
                                                            "learners": 0, "attempts": 0, "first_try_right": 0})
         row["attempts"] += 1
@@ -67,7 +71,7 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
         if entry is not None and key[1] < len(entry.checks):
             check = entry.checks[key[1]]
             row["kind"] = check.kind
-            row["question"] = shown[key].most_common(1)[0][0]  # as most attempts showed it, numbers filled in
+            row["question"] = _question_text(entry, key[1])  # from content, never from what learners posted
             if check.kind == "choice":
                 picked = [a.response for (_, e, c), a in firsts.items() if (e, c) == key]
                 row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked.count(text),
@@ -108,12 +112,26 @@ def attempt_table(attempts: Iterable[Attempt | Mapping[str, Any]]) -> list[dict[
     return out
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet shows as text: text that would start a formula gets a leading apostrophe."""
+    if not isinstance(value, str | list | dict):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def to_csv(rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> str:
+    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr.
+
+    Text cells are neutralised against formula injection (`csv_cell`): a question, a response or a hub user
+    name such as `=HYPERLINK(...)` opens as the text it is. Numbers stay numbers."""
     buffer = io.StringIO()
-    if rows:
-        names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
+    names = fieldnames or list(dict.fromkeys(k for row in rows for k in row))  # every column, first-seen order
+    if names:
         writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()

@@ -10,7 +10,7 @@ import pytest
 
 import content
 from classroom.store import AnswerStore
-from dantinox.cli import main
+from dantinox_labs.cli import main
 from widgets.quiz import Quiz
 
 

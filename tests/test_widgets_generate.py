@@ -1,6 +1,7 @@
 """The generate panel: real chunked decoding on the tiny "test" preset, and the trained runs it picks."""
 
 import contextlib
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ import dantinox
 from dantinox import tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
-from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, find_run, same_model
+from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, DecodeSettings, find_run, same_model, step_ratio
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
@@ -70,7 +71,7 @@ def test_cached_decoding_streams_chunks_and_the_filling_cache(lab, tmp_path):
     assert "untrained weights" in panel.status.value and "no runs in" in panel.status.value
     names = [t.name for t in panel.figure.data]
     assert "bytes held for filled tokens (measured)" in names and "formula for those tokens (derived)" in names
-    timing = next(t for t in panel.figure.data if t.name == "cache: ms per token (measured)")
+    timing = next(t for t in panel.figure.data if t.name == "cache, B=1: ms per decode step (measured)")
     assert len(timing.y) == len(run.steady())
     assert "model time" in panel.stats.value and "on screen" in panel.stats.value
     assert not panel.cached_button.disabled
@@ -91,8 +92,10 @@ def test_uncached_decoding_gives_the_same_tokens_without_recompiling_on_reclick(
     assert panel.error == ""
     assert panel.runs["no cache"].tokens == panel.runs["cache"].tokens  # greedy: same text either way
     assert panel.runs["no cache"].filled_bytes == []
-    shown = r"at 23 tokens held, a token takes [\d.]+ ms without the cache and [\d.]+ ms with it"
-    assert re.search(shown, panel.stats.value)
+    shown = (r"at 23 tokens held, one decode step \(one token for each of the B=1 sequences\) takes [\d.]+ ms "
+             r"without the cache and [\d.]+ ms with it: [\d.]+× as long")
+    assert re.search(shown, panel.stats.value) and "one run of each" in panel.stats.value
+    assert panel.ratio() is not None and len(panel.ratio().cache_ms) == 1
     model = panel.model_for(lab.reading.cfg)[0]
     panel.new_tokens.value = 16  # a different T, a second click: the compiled chunk is reused
     with compilations() as compiled:
@@ -127,6 +130,39 @@ def test_refusals_are_shown_not_raised(lab, tmp_path):
     small.run(use_cache=True, wait=True)
     assert small.error.startswith("concurrency B: the static KV cache for B=1 needs")
     assert not small.cached_button.disabled
+
+
+def _timed(use_cache, settings, ms):
+    """A finished run whose steady chunks (8 steps each, after one that compiled) took `ms` per step."""
+    held = [11 + 8 * i for i in range(len(ms) + 1)]
+    return DecodeRun(use_cache=use_cache, batch=settings.batch, prompt_tokens=settings.prompt_tokens, held=held,
+                     steps=[8] * len(held), seconds=[9.0, *(m * 8e-3 for m in ms)],
+                     compiled=[True] + [False] * len(ms), settings=settings)
+
+
+def test_the_ratio_compares_only_runs_with_identical_settings_and_shows_its_spread(lab):
+    one = DecodeSettings(lab.reading.cfg, batch=1, prompt_tokens=3, new_tokens=20)
+    other = dataclasses.replace(one, batch=2)
+    runs = [_timed(True, one, [1.0, 2.0]), _timed(False, other, [30.0, 40.0])]
+    assert step_ratio(runs, one) is None and step_ratio(runs, other) is None  # B=1 with, B=2 without: no pair
+    runs += [_timed(False, one, [10.0, 20.0]), _timed(False, one, [15.0, 30.0]), _timed(True, one, [1.0, 4.0])]
+    r = step_ratio(runs, one)
+    assert r.held == 27 and r.cache_ms == (2.0, 4.0) and r.no_cache_ms == (20.0, 30.0)  # the B=2 run left out
+    assert r.ratio == pytest.approx(25.0 / 3.0) and r.spread == pytest.approx((5.0, 15.0))
+    assert one.differences(other) == ["B=1 vs B=2"]
+
+
+def test_runs_at_different_batches_show_no_ratio(lab, tmp_path):
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=12)
+    panel.run(use_cache=True, wait=True)
+    lab.update(batch=2)
+    try:
+        panel.run(use_cache=False, wait=True)
+    finally:
+        lab.update(batch=1)
+    assert panel.error == "" and panel.ratio() is None
+    assert "No ratio: the last run with the cache and the last without differ (B=1 vs B=2)" in panel.stats.value
+    assert "as long" not in panel.stats.value
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

@@ -19,13 +19,13 @@ import time
 
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 import traitlets
 
 import dantinox
 from dantinox import tokenizer
 from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box
 from widgets.readings import formula_params
 
@@ -145,7 +145,7 @@ class DiffusionLab(Lab):
         self.caption = widgets.HTML()
         self.sequence = widgets.HTML()
         self.table = widgets.HTML()
-        self.figure = go.FigureWidget(layout=dict(
+        self.figure = FigureWidget(layout=dict(
             height=340, margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
             xaxis=dict(title="step (model evaluation)"), yaxis=dict(title="cache (KiB)", rangemode="tozero"),
             legend=dict(orientation="h", y=-0.25)))

@@ -24,6 +24,7 @@ import traitlets
 import content
 from content import expr, ranges
 from content.units import format_value, number_text, param_text
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc
 
 GRID_STEPS = 96  # slider positions over a range; a narrow linear integer range gets every integer
@@ -130,7 +131,7 @@ class FormulaExplorer(widgets.VBox):
         self.specs_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
         self.formula_html = widgets.HTMLMath()
         self.status_html = widgets.HTML()
-        self.figure = go.FigureWidget(layout=dict(
+        self.figure = FigureWidget(layout=dict(
             height=340, width=680, margin=dict(l=70, r=20, t=50, b=50), showlegend=False,
             hovermode="closest"))
         self.figure.add_traces([go.Scatter(mode="lines", name="formula"),

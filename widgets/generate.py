@@ -3,6 +3,7 @@
     panel = GeneratePanel(lab)
     panel.run(use_cache=True, wait=True)     # what the first button does (it runs in a thread)
     panel.runs["cache"].tokens_per_s         # model time: the compiled decode steps, nothing else
+    panel.ratio()                            # with / without the cache, only between runs of equal settings
 
 Decoding uses `dantinox.stream` in chunks of CHUNK_TOKENS steps, one compiled call per chunk timed to
 `block_until_ready`, so the per-token times on screen are the model's own; drawing is throttled to at most
@@ -10,6 +11,10 @@ MAX_REDRAWS_PER_S and timed separately (the wall-clock rate). Chunks that compil
 out of the curves and the rates and counted beside them. Weights come from the run in `runs/` whose
 model matches the lab's setting (tiny MHA, GQA K=2, MQA ship trained); otherwise they are random and
 the panel says so.
+
+A decode step makes one token for each of the B sequences; its time is what the panel plots and compares.
+The "as long" ratio is shown only between runs with identical settings (model, cache dtype, B, prompt
+length, new tokens), with its spread over every repeat of those settings: one run of each is one sample.
 """
 
 from __future__ import annotations
@@ -30,14 +35,16 @@ from plotly.subplots import make_subplots
 import dantinox
 from dantinox import tokenizer
 from dantinox.cache import cache_length
+from dantinox_labs import shipped
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNS_DIR = ROOT / "runs"
+RUNS_DIR = shipped.RUNS
 MIB = 2**20
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
+MAX_HISTORY = 40  # runs kept for the ratio's spread
 
 
 def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
@@ -71,6 +78,60 @@ def find_run(cfg: dantinox.ModelConfig, runs_dir: str | Path = RUNS_DIR) -> tupl
     return found, seen
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """What a decode's step times depend on: runs are compared only when these are equal."""
+
+    cfg: dantinox.ModelConfig
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+
+    def differences(self, other: DecodeSettings) -> list[str]:
+        """'B=1 vs B=2' and the like, one per setting that differs."""
+        def named(s: DecodeSettings) -> dict[str, str]:
+            return {"model": describe(s.cfg), "cache": s.cfg.cache_dtype, "B": str(s.batch),
+                    "prompt": f"{s.prompt_tokens} tokens", "new tokens": str(s.new_tokens)}
+        a, b = named(self), named(other)
+        return [f"{k}={a[k]} vs {k}={b[k]}" if k in ("B", "cache") else f"{k} {a[k]} vs {b[k]}"
+                for k in a if a[k] != b[k]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRatio:
+    """One decode step without the cache over one with it, at the same tokens held, over repeated runs."""
+
+    held: int  # tokens held at the compared step (the last one both kinds of run timed)
+    batch: int
+    cache_ms: tuple[float, ...]  # measured: one decode step with the cache, one value per run
+    no_cache_ms: tuple[float, ...]  # measured: the same step recomputing the prefix, one value per run
+
+    @property
+    def ratio(self) -> float:
+        """Median without over median with."""
+        return float(np.median(self.no_cache_ms) / np.median(self.cache_ms))
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The lowest and highest ratio any pair of these runs gives."""
+        return min(self.no_cache_ms) / max(self.cache_ms), max(self.no_cache_ms) / min(self.cache_ms)
+
+
+def step_ratio(runs: list[DecodeRun], settings: DecodeSettings) -> StepRatio | None:
+    """The with/without ratio over every run made with `settings`; None without one of each to compare."""
+    same = [r for r in runs if r.settings == settings]
+    kinds = [[r for r in same if r.use_cache], [r for r in same if not r.use_cache]]
+    if not all(kinds):
+        return None
+    timed = [{r.held[i]: r.seconds[i] / r.steps[i] * 1e3 for i in r.steady()} for r in same]
+    common = set.intersection(*(set(t) for t in timed))
+    if not common:
+        return None
+    held = max(common)
+    ms = {id(r): t[held] for r, t in zip(same, timed, strict=True)}
+    return StepRatio(held, settings.batch, tuple(ms[id(r)] for r in kinds[0]), tuple(ms[id(r)] for r in kinds[1]))
+
+
 @dataclasses.dataclass
 class DecodeRun:
     """What one click produced, chunk by chunk: tokens, model time, and the cache bytes after each chunk."""
@@ -87,12 +148,14 @@ class DecodeRun:
     allocated_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: the cache as allocated
     wall_seconds: float = 0.0  # measured: the whole loop, drawing included
     stopped: bool = False
+    settings: DecodeSettings | None = None  # what the step times depend on
 
     def steady(self) -> list[int]:
         """Indices of the chunks that compiled nothing."""
         return [i for i, c in enumerate(self.compiled) if not c]
 
     def ms_per_token(self) -> list[float]:
+        """Milliseconds per decode step (one token for each of the B sequences), steady chunks only."""
         return [self.seconds[i] / self.steps[i] * 1e3 for i in self.steady()]
 
     @property
@@ -129,7 +192,8 @@ class GeneratePanel(widgets.VBox):
         self._models: dict[dantinox.ModelConfig, tuple[dantinox.Transformer, str]] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.runs: dict[str, DecodeRun] = {}
+        self.runs: dict[str, DecodeRun] = {}  # the last run of each kind
+        self.history: list[DecodeRun] = []  # every run, oldest first (the last MAX_HISTORY)
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
         longest = self.config().max_context - 1
@@ -147,14 +211,14 @@ class GeneratePanel(widgets.VBox):
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True,
                                           layout=widgets.Layout(width="90px"))
         self.status, self.text, self.stats = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.figure = go.FigureWidget(make_subplots(
+        self.figure = FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
-                                            "model time per new token (measured)")))
+                                            "model time per decode step (measured)")))
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms per token (chunks that compiled left out)", rangemode="tozero",
+        self.figure.update_yaxes(title_text="ms per step of B tokens (compiling chunks left out)", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
@@ -197,7 +261,8 @@ class GeneratePanel(widgets.VBox):
                     _, trained = dantinox.load_run(run_dir)
                     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
                     nnx.update(model, nnx.state(trained, nnx.Param))  # weights do not depend on the cache dtype
-                    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+                    home = shipped.RUNS.parent  # shown as runs/<name>, in a checkout or a wheel
+                    shown = run_dir.relative_to(home) if run_dir.is_relative_to(home) else run_dir
                     where = f"trained weights from {shown}"
                 except ValueError as err:
                     model, seen = None, [*seen, f"{run_dir.name} was not loaded: {err}"]
@@ -267,8 +332,10 @@ class GeneratePanel(widgets.VBox):
         model, where = self.model_for(cfg)
         self.status.value = note_box(esc(f"{where}. Preset {self.preset.value or self.lab.preset.value}, "
                                          f"{describe(cfg)}, cache {cfg.cache_dtype}, B={batch}."))
-        run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids))
+        settings = DecodeSettings(cfg, batch, len(prompt_ids), self.new_tokens.value)
+        run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids), settings=settings)
         self.runs["cache" if use_cache else "no cache"] = run
+        self.history = [*self.history, run][-MAX_HISTORY:]
         ids = np.tile(np.asarray([prompt_ids], np.int32), (batch, 1))
         start = last_draw = time.perf_counter()
         for event in dantinox.stream(model, ids, self.new_tokens.value, use_cache=use_cache,
@@ -308,16 +375,39 @@ class GeneratePanel(widgets.VBox):
                          f"{badge('measured', 'wall clock, drawing and compiling included')}"
                          + (f"; {left_out} chunk(s) that compiled left out" if left_out else "")
                          + (" (stopped)" if r.stopped else ""))
-        if "cache" in self.runs and "no cache" in self.runs:
-            a, b = self.runs["cache"], self.runs["no cache"]
-            both = sorted(set(a.held[i] for i in a.steady()) & set(b.held[i] for i in b.steady()))
-            if both:
-                last = both[-1]
-                ms = [r.seconds[r.held.index(last)] / r.steps[r.held.index(last)] * 1e3 for r in (a, b)]
-                lines.append(f"at {last} tokens held, a token takes {ms[1]:,.2f} ms without the cache and "
-                             f"{ms[0]:,.2f} ms with it: {ms[1] / ms[0]:,.1f}× as long {badge('measured')}")
+        comparison = self.comparison_text()
+        if comparison:
+            lines.append(comparison)
         self.stats.value = "<br>".join(lines)
         self._draw(cfg)
+
+    def ratio(self) -> StepRatio | None:
+        """Without / with the cache for the last two runs' settings, when both kinds share them."""
+        a, b = self.runs.get("cache"), self.runs.get("no cache")
+        if a is None or b is None or a.settings != b.settings:
+            return None
+        return step_ratio(self.history, a.settings)
+
+    def comparison_text(self) -> str:
+        """The ratio line, or why there is none: runs with different settings are never compared."""
+        a, b = self.runs.get("cache"), self.runs.get("no cache")
+        if a is None or b is None:
+            return ""
+        if a.settings != b.settings:
+            return (f"<i>No ratio: the last run with the cache and the last without differ "
+                    f"({esc('; '.join(a.settings.differences(b.settings)))}). Decode both with the same "
+                    f"settings to compare them.</i>")
+        r = self.ratio()
+        if r is None:
+            return ""
+        c, n = np.median(r.cache_ms), np.median(r.no_cache_ms)
+        low, high = r.spread
+        repeats = (f"over {len(r.cache_ms)} run(s) with the cache and {len(r.no_cache_ms)} without, with these "
+                   f"settings: {low:,.1f}× to {high:,.1f}×" if len(r.cache_ms) + len(r.no_cache_ms) > 2 else
+                   "one run of each: timings vary between runs, so press both again to see the spread")
+        return (f"at {r.held} tokens held, one decode step (one token for each of the B={r.batch} sequences) "
+                f"takes {n:,.2f} ms without the cache and {c:,.2f} ms with it: {r.ratio:,.1f}× as long "
+                f"{badge('measured', 'median over runs with identical settings')}; {repeats}")
 
     def _draw(self, cfg: dantinox.ModelConfig) -> None:
         traces = []
@@ -333,7 +423,8 @@ class GeneratePanel(widgets.VBox):
                                      name="allocated cache, grown per key window (measured)", xaxis="x", yaxis="y"))
         for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale
             traces.append(go.Scatter(x=[r.held[i] for i in r.steady()], y=r.ms_per_token(), mode="lines+markers",
-                                     name=f"{name}: ms per token (measured)", xaxis="x2", yaxis="y2"))
+                                     name=f"{name}, B={r.batch}: ms per decode step (measured)", xaxis="x2",
+                                     yaxis="y2"))
         fig = self.figure
         if len(fig.data) != len(traces):
             fig.data = []

@@ -28,10 +28,12 @@ import dantinox
 from dantinox import quality
 from dantinox.quant import dequantize, quantize
 from dantinox.ring import ring_slots_held
+from dantinox_labs import shipped
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
 
-MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "memory_savers.json"
+MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
               "delta_bits_per_byte", "agreement_vs_mha", "agreement_vs_own_float", "max_logit_error")
 COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "latent": "#6a1b9a",
@@ -143,8 +145,8 @@ class MemorySaversLab(Lab):
     def __init__(self, measurements: str | Path = MEASUREMENTS, run_dir: str | Path | None = None,
                  selection: str = "MHA int8"):
         self.data = load_measurements(measurements)
-        run_dir = Path(run_dir) if run_dir else MEASUREMENTS.parent.parent.parent / "runs" / "tiny"
-        self.keys_KTH = trained_keys(run_dir, quality.HELDOUT.read_text(encoding="utf-8"))
+        run_dir = Path(run_dir) if run_dir else shipped.run("tiny")
+        self.keys_KTH = trained_keys(run_dir, shipped.heldout_text())
         labels = [r["label"] for r in self.data["rows"]]
         style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
         self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
@@ -155,10 +157,10 @@ class MemorySaversLab(Lab):
         self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
         self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
                                        layout=layout)
-        self.figure = go.FigureWidget(frontier_figure(self.data))
+        self.figure = FigureWidget(frontier_figure(self.data))
         self.readout_html, self.ring_html, status = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.quant_html = widgets.HTML()
-        self.quant_figure = go.FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
+        self.quant_figure = FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
         super().__init__([self.selection, status, self.figure, self.readout_html,
                           widgets.HTML("<h4>Ring buffer of a local layer</h4>"), self.window, self.written,
                           self.ring_html, widgets.HTML("<h4>A key vector before and after int8</h4>"),

@@ -23,6 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 import content
+from classroom.grading import parse_number
 from classroom.store import AnswerStore, Attempt, current_learner, new_key
 from classroom.summary import question_rows
 from widgets._html import error_box, esc
@@ -37,17 +38,6 @@ WRAP_OPTIONS_CSS = ("<style>.dx-quiz .widget-radio-box label{height:auto;display
 
 def _number_text(value: float) -> str:
     return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
-
-
-def parse_number(text: str, unit: str) -> float:
-    """A learner's typed number: commas and the unit are allowed ('6,291,456 B'); anything else is refused."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
-    if unit and cleaned.endswith(unit):
-        cleaned = cleaned[: -len(unit)].strip()
-    try:
-        return float(cleaned)
-    except ValueError:
-        raise ValueError(f"answer: expected a number in {unit}, got {text!r}") from None
 
 
 class Quiz(widgets.VBox):

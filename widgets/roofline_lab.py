@@ -25,6 +25,7 @@ from dantinox import roofline
 from dantinox.config import DTYPES
 from dantinox.profile import CATEGORIES, StepProfile
 from widgets._controls import Lab, describe
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
 from widgets.roofline_reading import (
@@ -78,7 +79,7 @@ class RooflineLab(Lab):
                                              layout=widgets.Layout(width="260px"))
         self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.profile: StepProfile | None = None
-        self.figure = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
+        self.figure = FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
         buttons = widgets.HBox([self.measure_button, self.profile_button])

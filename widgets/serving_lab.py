@@ -19,12 +19,12 @@ import time
 
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 import traitlets
 
 import dantinox
 from dantinox.serving import LENGTHS, ServeResult, make_trace, serve
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box, readout_table
 
 # label -> (policy, reservation), in the order of the paper's Fig. 2: baselines first, paging last
@@ -115,10 +115,10 @@ class ServingLab(Lab):
                                         layout=layout)
         self.n = widgets.IntSlider(min=1, max=4, description="samples per request n", style=style, layout=layout)
         self.lengths_html, self.readout_html, self.tables_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.bars = go.FigureWidget(layout=dict(barmode="stack", height=340, margin=dict(l=40, r=10, t=60, b=40),
+        self.bars = FigureWidget(layout=dict(barmode="stack", height=340, margin=dict(l=40, r=10, t=60, b=40),
                                                 yaxis=dict(title="share of KV memory (%)", range=[0, 100]),
                                                 legend=dict(orientation="h", y=-0.25)))
-        self.lines = go.FigureWidget(layout=dict(height=360, margin=dict(l=40, r=10, t=40, b=40),
+        self.lines = FigureWidget(layout=dict(height=360, margin=dict(l=40, r=10, t=40, b=40),
                                                  xaxis=dict(title="decode step"), legend=dict(orientation="h", y=-0.3)))
         status = widgets.HTML()
         super().__init__([self.block_size, self.budget_mib, self.rate, self.lengths, self.n, status,

@@ -29,15 +29,16 @@ class LabSpec:
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
     screenshot: str | None = None  # text inside the cell to photograph; None: the slider's (or first plot's) cell
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
+    scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
 
 
 DEFAULT = LabSpec()
 
 SPECS: dict[str, LabSpec] = {
+    # decodes with the cache at B=1, then without it at B=2: the panel must refuse to compare the two
     "kv-cache": LabSpec(slider="tokens T",
-                        presses=(Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),
-                                 Press(label="decode without cache", expect=r"ms without the cache and")),
-                        screenshot="decode with KV cache"),
+                        presses=(Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),),
+                        scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache"),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),)),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
     "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
@@ -45,7 +46,8 @@ SPECS: dict[str, LabSpec] = {
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
     "concepts": LabSpec(slider="T [tokens]",
-                        presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),)),
+                        presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
+                        scenarios=("explorer_after_switching_entry",)),
     "memory-savers": LabSpec(slider="tokens decoded"),  # the ring-buffer view: which slots a local layer holds
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_specs import spec_for
+from lab_specs import Press, spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb"))
@@ -138,6 +138,92 @@ def _press(page, name: str, press) -> None:
     _wait_for(button.is_enabled, press.timeout_s, f"{name}: {what} stayed disabled (its work never ended)")
 
 
+def _label(scope, description: str):
+    """A widget's description label, as an inner locator for `filter(has=...)` (built from the page)."""
+    page = getattr(scope, "page", scope)
+    return page.locator(".widget-label", has_text=re.compile(f"^{re.escape(description)}$"))
+
+
+def _dropdown(scope, description: str):
+    """The <select> of an ipywidgets Dropdown by its description, among those on screen."""
+    label = _label(scope, description)
+    return scope.locator(".widget-dropdown").filter(has=label).filter(visible=True).locator("select")
+
+
+def _slider_step(scope, description: str, key: str = "ArrowRight") -> str:
+    """Move a slider (on screen, by its description) one step with the keyboard; its new readout."""
+    label = _label(scope, description)
+    slider = scope.locator(".widget-slider").filter(has=label).filter(visible=True).first
+    cell = _cell_with(slider.page, slider)
+    shown, before = slider.locator(".widget-readout").inner_text(), _kernel_text(cell)
+    slider.locator(".noUi-handle").focus()
+    slider.page.keyboard.press(key)
+    _wait_for(lambda: slider.locator(".widget-readout").inner_text() != shown, 10,
+              f"slider {description} did not move from {shown}")
+    _wait_for(lambda: _kernel_text(cell) != before, 30, f"moving slider {description} changed no readout")
+    return slider.locator(".widget-readout").inner_text()
+
+
+PLOTS = """(cell, title) => [...cell.querySelectorAll('.js-plotly-plot')]
+  .filter(g => g.offsetParent !== null && ((g.layout.title || {}).text || '').startsWith(title))
+  .map(g => g.data.map(t => ({x: Array.from(t.x || []), y: Array.from(t.y || [])})))"""
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _explorer_after_switching_entry(page, name: str) -> None:
+    """Switch entry and back, switch formula, move a slider: the plot's dot and line follow the readout."""
+    import content  # the same entries the lab shows
+
+    entries = content.load_all()
+    kv, other = entries["kv-cache"], entries["attention"]
+    item = kv.science_item("KV cache per token")
+    picker = _dropdown(page, "entry")
+    cell = _cell_with(page, picker)
+    for entry in (other, kv):
+        picker.select_option(label=entry.name)
+        _wait_for(lambda e=entry: cell.locator(".widget-html-content h3").first.inner_text() == e.name, 30,
+                  f"{name}: selecting {entry.name} did not show its page")
+    _dropdown(cell, "formula").select_option(label=item.title)
+    readout = cell.locator(".widget-htmlmath-content").filter(has_text=item.title).filter(visible=True).first
+    readout.wait_for()  # the kernel has rebuilt the controls for this formula
+    x = next(iter(item.variables))
+    value = _number(_slider_step(cell, f"{x} [{item.variables[x].unit}]"))
+
+    def agrees() -> bool:
+        shown = re.findall(r"=\s*([\d,]+(?:\.\d+)?) B\b", readout.inner_text())
+        plots = cell.evaluate(PLOTS, f"{item.title} vs {x}")
+        if not shown or len(plots) != 1:
+            return False
+        (line, dot), result = plots[0], _number(shown[-1])
+        if dot["x"] != [value] or dot["y"] != [result]:
+            return False
+        # the dot lies on the line: the formula is linear in its first variable, so interpolate
+        k = next(i for i, v in enumerate(line["x"]) if v >= value)
+        if line["x"][k] == value:
+            return line["y"][k] == result
+        x0, x1, y0, y1 = line["x"][k - 1], line["x"][k], line["y"][k - 1], line["y"][k]
+        return abs(y0 + (y1 - y0) * (value - x0) / (x1 - x0) - result) <= 1e-9 * result
+
+    _wait_for(agrees, 10, f"{name}: after switching entry and formula and moving {x} to {value:g}, the "
+                          f"explorer's plot does not show the readout ({readout.inner_text()[-200:]!r}; plot data "
+                          f"{str(cell.evaluate(PLOTS, item.title))[:600]})")
+
+
+def _decode_ratio_needs_equal_settings(page, name: str) -> None:
+    """Decode with the cache at one batch (a press before this), without it at the next: no ratio is shown."""
+    assert _slider_step(page, "concurrency B") == "2", f"{name}: the lab's batch did not start at B=1"
+    _press(page, name, Press(label="decode without cache", expect=r"No ratio: .*\(B=1 vs B=2\)"))
+    stats = _kernel_text(_cell_with(page, _button(page, "decode without cache").first))
+    assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
+
+
+SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
+             "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings}
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp_path):
     spec, source = spec_for(notebook.stem), notebook.read_text(encoding="utf-8")
@@ -184,6 +270,8 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
                 _answer_quiz(page, notebook.name)
             for press in spec.presses:
                 _press(page, notebook.name, press)
+            for scenario in spec.scenarios:
+                SCENARIOS[scenario](page, notebook.name)
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 

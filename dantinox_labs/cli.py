@@ -1,7 +1,8 @@
-"""The `dantinox` command: train, generate, validate content, print the reference tables.
+"""The `dantinox` command: train, generate, validate content, run a class, print the reference tables.
 
-Errors in what the user typed or pointed at end in one line on stderr and a non-zero exit, never a
-traceback.
+The composition root: each subcommand imports only the library it delegates to, so `dantinox content
+check` and `dantinox classroom serve` start without JAX. Errors in what the user typed or pointed at end
+in one line on stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,37 +12,24 @@ import sys
 import time
 
 
-def content_corpus() -> str:
-    """The prose of the concept entries in content/entries/, loaded by the strict content loader."""
-    import content
+def _jax_command() -> None:
+    """The commands that run the model, not `import dantinox`, turn on the persistent compilation cache."""
+    from dantinox import enable_compilation_cache
 
-    texts: list[str] = []
-
-    def collect(node) -> None:
-        if isinstance(node, str):
-            if len(node) > 20 and not node.startswith("http"):
-                texts.append(" ".join(node.split()))
-        elif isinstance(node, dict):
-            for value in node.values():
-                collect(value)
-        elif isinstance(node, list):
-            for value in node:
-                collect(value)
-
-    for entry in content.load_all().values():
-        collect(entry.model_dump())
-    if not texts:
-        raise ValueError(f"corpus: no text found in {content.CONTENT_DIR}; pass --corpus FILE")
-    return "\n".join(texts)
+    enable_compilation_cache()
 
 
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    _jax_command()
+
     from dantinox.train import train
 
     if args.corpus is None:
-        text = content_corpus()
+        import content
+
+        text = content.corpus_text()
     elif not Path(args.corpus).is_file():
         raise ValueError(f"--corpus: {args.corpus} is not a file")
     else:
@@ -55,6 +43,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    _jax_command()
     if args.model is not None:
         return _generate_pretrained(args)
     from dantinox.rundir import Generator
@@ -125,10 +114,28 @@ def _content_check(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace) -> int:
+    _jax_command()
     from dantinox.memory import reference_tables
 
     print(reference_tables())
     return 0
+
+
+def _lab(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from dantinox_labs import workspace
+
+    folder = workspace.labs_folder() if args.dir is None else Path(args.dir)
+    for change in workspace.prepare(folder):
+        print(f"dantinox lab: {change}", flush=True)
+    if args.prepare_only:
+        print(folder)
+        return 0
+    argv, env = workspace.lab_command(folder, args.jupyter_args)
+    print(f"dantinox lab: opening your copy of the labs in {folder}", flush=True)
+    os.execve(argv[0], argv, env)  # JupyterLab replaces this process: Ctrl+C stops it as usual
 
 
 def _classroom_serve(args: argparse.Namespace) -> int:
@@ -216,21 +223,32 @@ def build_parser() -> argparse.ArgumentParser:
     md = sub.add_parser("models", help="list the published models that load here (name, source, size, license)")
     md.set_defaults(func=_models)
 
+    lb = sub.add_parser("lab", allow_abbrev=False,
+                        help="open your own copy of the labs in JupyterLab (copied from the shipped labs)",
+                        description="Copies the shipped labs into your working folder where they are missing or a "
+                                    "newer version shipped (your edited copy is kept under earlier/), then starts "
+                                    "JupyterLab there. Other options go to JupyterLab, e.g. --port=8890.")
+    lb.add_argument("--dir", default=None, help="the working folder (default: $DANTINOX_LABS_DIR, else labs/ in "
+                                                "your user data directory)")
+    lb.add_argument("--prepare-only", action="store_true", help="update the working folder, print it, and stop")
+    lb.set_defaults(func=_lab, takes_extra=True)
+
     tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")
     tb.set_defaults(func=_tables)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dantinox._jax_setup import enable_compilation_cache
-
-    args = build_parser().parse_args(argv)
-    enable_compilation_cache()  # the command, not `import dantinox`, turns the persistent cache on
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.jupyter_args = extra
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 1
+    except (ValueError, FileNotFoundError) as err:  # bad input: one line, exit status 2 as for a usage error
         print(f"dantinox {args.command}: error: {err}", file=sys.stderr)
-        return 1
+        return 2
 
 
 if __name__ == "__main__":
