@@ -64,8 +64,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     _jax_command()
+    if args.model is not None:
+        return _generate_pretrained(args)
     from dantinox.rundir import Generator
 
+    if args.chat:
+        raise ValueError("--chat: needs a --model with a chat template; run directories hold byte-level models")
     gen = Generator(args.run_dir)
     diffusion_only = {"--cache": args.cache_mode, "--block_size": args.block_size, "--threshold": args.threshold}
     if gen.cfg.paradigm != "diffusion":
@@ -91,6 +95,34 @@ def _generate(args: argparse.Namespace) -> int:
         mode = "no cache" if args.no_cache else "KV cache"
     print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
           f"{mode}; the first, compiling run took {compile_and_run:.2f} s]", file=sys.stderr)
+    return 0
+
+
+def _generate_pretrained(args: argparse.Namespace) -> int:
+    from dantinox.pretrained import PretrainedGenerator
+
+    gen = PretrainedGenerator(args.model)
+    opts = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, temperature=args.temperature,
+                seed=args.seed, chat=args.chat)
+    start = time.perf_counter()
+    gen.generate(args.prompt, **opts)  # compiles what this request needs
+    compile_and_run, start = time.perf_counter() - start, time.perf_counter()
+    text = gen.generate(args.prompt, **opts)
+    seconds = time.perf_counter() - start
+    print(text if args.chat else args.prompt + text)
+    print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
+          f"{'no cache' if args.no_cache else 'KV cache'}; the first, compiling run took {compile_and_run:.2f} s]",
+          file=sys.stderr)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from dantinox.memory import format_bytes
+    from dantinox.pretrained import list_models
+
+    for row in list_models():
+        size = "not installed (python3 dev.py setup)" if row["size"] is None else format_bytes(row["size"])
+        print(f"{row['name']}\t{row['source']}\t{size}\t{row['license']}\t{row['about']}")
     return 0
 
 
@@ -174,8 +206,11 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
                                                           "the default) or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
     t.set_defaults(func=_train)
 
-    g = sub.add_parser("generate", help="continue a prompt with a trained run directory")
-    g.add_argument("--run_dir", required=True)
+    g = sub.add_parser("generate", help="continue a prompt with a trained run directory or a published model")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run_dir")
+    src.add_argument("--model", help="a name from `dantinox models`, a llama .gguf file or a Hugging Face folder")
+    g.add_argument("--chat", action="store_true", help="--model only: the prompt is a user message (chat template)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max_new_tokens", type=int, default=100)
     g.add_argument("--no_cache", action="store_true", help="recompute every token (to see what the cache saves)")
@@ -216,6 +251,9 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
     ae.add_argument("--entry", default=None, help="only this entry id")
     ae.add_argument("--db", default=None, help="the answer store (default: $DANTINOX_ANSWERS_DB, else the data dir)")
     ae.set_defaults(func=_answers_export)
+
+    md = sub.add_parser("models", help="list the published models that load here (name, source, size, license)")
+    md.set_defaults(func=_models)
 
     lb = sub.add_parser("lab", allow_abbrev=False,
                         help="open your own copy of the labs in JupyterLab (copied from the shipped labs)",
