@@ -22,13 +22,14 @@ import plotly.graph_objects as go
 import traitlets
 
 from content.schema import LEVELS
+from dantinox_labs import shipped
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc
 from widgets.card import ConceptCard
 from widgets.formula_explorer import FormulaExplorer
 from widgets.quiz import Quiz
 
-LABS_DIR = Path(__file__).resolve().parent.parent / "labs"  # a lab is labs/<lab_id>.ipynb
+LABS_DIR = shipped.LABS  # a lab is <lab_id>.ipynb in this folder
 LEVEL_COLOURS = {"foundation": "#2e7d32", "intermediate": "#1565c0", "advanced": "#6a1b9a"}
 
 

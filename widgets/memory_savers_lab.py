@@ -28,11 +28,12 @@ import dantinox
 from dantinox import quality
 from dantinox.quant import dequantize, quantize
 from dantinox.ring import ring_slots_held
+from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
 
-MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "memory_savers.json"
+MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
               "delta_bits_per_byte", "agreement_vs_mha", "agreement_vs_own_float", "max_logit_error")
 COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "latent": "#6a1b9a",
@@ -154,8 +155,8 @@ class MemorySaversLab(Lab):
     def __init__(self, measurements: str | Path = MEASUREMENTS, run_dir: str | Path | None = None,
                  selection: str = "MHA int8"):
         self.data = load_measurements(measurements)
-        run_dir = Path(run_dir) if run_dir else MEASUREMENTS.parent.parent.parent / "runs" / "tiny"
-        self.keys_KTH = trained_keys(run_dir, quality.HELDOUT.read_text(encoding="utf-8"))
+        run_dir = Path(run_dir) if run_dir else shipped.run("tiny")
+        self.keys_KTH = trained_keys(run_dir, shipped.heldout_text())
         labels = [r["label"] for r in self.data["rows"]]
         style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
         self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
