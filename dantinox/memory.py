@@ -191,8 +191,10 @@ def reference_tables() -> str:
         lines.append(f"| {label} | {cfg.n_kv_heads} | " + " | ".join(cells) + " |")
     devices = [d for d in DEVICE_PRESETS.values() if not d.name.startswith("this machine")]
     weights = param_bytes(base)
-    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)}, measured from the "
-              "parameter arrays, subtracted first):", "",
+    f32 = param_bytes(base.replace(dtype="float32"))
+    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)} in {base.dtype}, measured from the "
+              f"parameter arrays, subtracted first; the labs run this model in float32, "
+              f"{format_bytes(f32)} of weights):", "",
               "| variant | " + " | ".join(d.name for d in devices) + " |",
               "|---|" + "---|" * len(devices)]
     for label, cfg in configs:
