@@ -248,3 +248,9 @@ def test_the_sizes_lab_has_a_smollm2_preset_where_other_k_is_a_what_if(entry):
     assert "What-if" not in lab.status_html.value
     lab.attention.value = "mha"
     assert "What-if: SmolLM2-135M has GQA with K=3" in lab.status_html.value and "MHA K=9" in lab.status_html.value
+
+
+def test_bytes_that_are_not_utf8_on_their_own_read_as_escapes():
+    assert tokenizer.decode([0xE2, 0x41]) == "\ufffdA"  # the library default
+    assert tokenizer.decode([0xE2, 0x41], errors="backslashreplace") == "\\xe2A"  # what the panel shows
+    assert tokenizer.decode(list("é".encode())) == "é"  # a whole character is unchanged

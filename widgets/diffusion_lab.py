@@ -138,7 +138,8 @@ class DiffusionLab(Lab):
                                                   layout=wide)
         self.show = widgets.ToggleButtons(options=CACHE_MODES, value=show, description="show", style=style)
         self.step = widgets.IntSlider(min=1, max=1, value=1, description="step", style=style, layout=wide)
-        self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play")
+        self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play", tooltip=(
+            "step through the decode: play, pause, stop (back to step 1), repeat at the end"))
         widgets.jslink((self.play, "value"), (self.step, "value"))
         widgets.jslink((self.play, "max"), (self.step, "max"))
         self.message = widgets.HTML()  # the lab's status line: running, or an error

@@ -481,7 +481,7 @@ class GeneratePanel(widgets.VBox):
     def decode(self, cfg: dantinox.ModelConfig, ids: list[int]) -> str:
         if self.is_published(cfg):
             return self.published()[2].decode(ids)
-        return tokenizer.decode(ids, show_special=True)
+        return tokenizer.decode(ids, show_special=True, errors="backslashreplace")  # a stray byte reads \xe2, not �
 
     def per_token_text(self, cfg: dantinox.ModelConfig) -> str:
         """Cache bytes per token: measured from the last cached run's arrays, beside 2·L·K·H·bytes."""
