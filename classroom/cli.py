@@ -41,6 +41,12 @@ def answers_export(args: argparse.Namespace) -> int:
         return _fail(command, f"--db: expected an existing answer store file, got {args.db}")
     if args.out is not None and not Path(args.out).expanduser().parent.is_dir():
         return _fail(command, f"--out: expected a file in an existing directory, got {args.out}")
+    if args.entry is not None:
+        from content import CONTENT_DIR
+
+        known = sorted(p.stem for p in CONTENT_DIR.glob("*.yaml"))
+        if args.entry not in known:
+            return _fail(command, f"--entry: expected one of the entry ids ({', '.join(known)}), got {args.entry!r}")
     learner = args.learner or current_learner()
     if path.is_file():
         try:

@@ -19,9 +19,31 @@ def _jax_command() -> None:
     enable_compilation_cache()
 
 
+def _check_run_dir(run_dir: str, overwrite: bool) -> None:
+    """Where the run will be written, checked before any training: never over an existing run unless asked."""
+    import os
+    from pathlib import Path
+
+    path = Path(run_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--run_dir: {existing} is a file; expected a folder for the new run")
+    if existing == path and any(path.iterdir()) and not overwrite:
+        what = "a run" if (path / "config.json").is_file() else "files"
+        raise ValueError(f"--run_dir: {run_dir} already holds {what}; choose a new folder, or pass --overwrite "
+                         "to replace it")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--run_dir: {existing} is not writable")
+
+
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.window_pattern is not None and args.sliding_window is None:
+        raise ValueError(f"--window_pattern {args.window_pattern}: applies only with --sliding_window W")
+    if args.corpus is not None and not Path(args.corpus).is_file():
+        raise ValueError(f"--corpus: {args.corpus} is not a file")
+    _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
     from dantinox.train import train
@@ -30,22 +52,24 @@ def _train(args: argparse.Namespace) -> int:
         import content
 
         text = content.corpus_text()
-    elif not Path(args.corpus).is_file():
-        raise ValueError(f"--corpus: {args.corpus} is not a file")
     else:
         text = Path(args.corpus).read_text(encoding="utf-8")
     train(args.run_dir, corpus=text, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
           seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
           **({} if args.sliding_window is None else dict(sliding_window=args.sliding_window,
-                                                          window_pattern=args.window_pattern)))
+                                                          window_pattern=args.window_pattern or "local")))
     print(f"wrote {args.run_dir}")
     return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
     _jax_command()
+    if args.model is not None:
+        return _generate_pretrained(args)
     from dantinox.rundir import Generator
 
+    if args.chat:
+        raise ValueError("--chat: needs a --model with a chat template; run directories hold byte-level models")
     gen = Generator(args.run_dir)
     diffusion_only = {"--cache": args.cache_mode, "--block_size": args.block_size, "--threshold": args.threshold}
     if gen.cfg.paradigm != "diffusion":
@@ -71,6 +95,34 @@ def _generate(args: argparse.Namespace) -> int:
         mode = "no cache" if args.no_cache else "KV cache"
     print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
           f"{mode}; the first, compiling run took {compile_and_run:.2f} s]", file=sys.stderr)
+    return 0
+
+
+def _generate_pretrained(args: argparse.Namespace) -> int:
+    from dantinox.pretrained import PretrainedGenerator
+
+    gen = PretrainedGenerator(args.model)
+    opts = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, temperature=args.temperature,
+                seed=args.seed, chat=args.chat)
+    start = time.perf_counter()
+    gen.generate(args.prompt, **opts)  # compiles what this request needs
+    compile_and_run, start = time.perf_counter() - start, time.perf_counter()
+    text = gen.generate(args.prompt, **opts)
+    seconds = time.perf_counter() - start
+    print(text if args.chat else args.prompt + text)
+    print(f"[{args.max_new_tokens} tokens in {seconds:.2f} s: {args.max_new_tokens / seconds:.1f} tokens/s, "
+          f"{'no cache' if args.no_cache else 'KV cache'}; the first, compiling run took {compile_and_run:.2f} s]",
+          file=sys.stderr)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from dantinox.memory import format_bytes
+    from dantinox.pretrained import list_models
+
+    for row in list_models():
+        size = "not installed (python3 dev.py setup)" if row["size"] is None else format_bytes(row["size"])
+        print(f"{row['name']}\t{row['source']}\t{size}\t{row['license']}\t{row['about']}")
     return 0
 
 
@@ -125,25 +177,40 @@ def _classroom_nbgrader(args: argparse.Namespace) -> int:
     return nbgrader(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _WithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, except where there is none (the help then says what happens)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
+
+
+def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; `presets` (the model presets' names) only for `train`, whose help lists them."""
     p = argparse.ArgumentParser(prog="dantinox", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train a small model and write a run directory")
-    t.add_argument("--run_dir", required=True)
-    t.add_argument("--preset", default="tiny")
-    t.add_argument("--steps", type=int, default=600)
-    t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive")
-    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the text of content/entries/*.yaml)")
-    t.add_argument("--batch_size", type=int, default=16)
-    t.add_argument("--seq_len", type=int, default=128)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: none)")
-    t.add_argument("--window_pattern", default="local", help="'local' or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
+    t = sub.add_parser("train", help="train a small model and write a run directory",
+                       formatter_class=_WithDefaults)
+    t.add_argument("--run_dir", required=True, help="a new folder for the run (an existing run needs --overwrite)")
+    t.add_argument("--overwrite", action="store_true", help="replace the run already in --run_dir")
+    t.add_argument("--preset", default="tiny", help="model size: " + ", ".join(presets or ["see dantinox.PRESETS"]))
+    t.add_argument("--steps", type=int, default=600, help="optimizer steps")
+    t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive",
+                   help="next-token or masked-diffusion training")
+    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the prose of the concept entries)")
+    t.add_argument("--batch_size", type=int, default=16, help="sequences per step")
+    t.add_argument("--seq_len", type=int, default=128, help="tokens per training sequence")
+    t.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: full attention)")
+    t.add_argument("--window_pattern", default=None, help="with --sliding_window: 'local' (every layer, "
+                                                          "the default) or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
     t.set_defaults(func=_train)
 
-    g = sub.add_parser("generate", help="continue a prompt with a trained run directory")
-    g.add_argument("--run_dir", required=True)
+    g = sub.add_parser("generate", help="continue a prompt with a trained run directory or a published model")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run_dir")
+    src.add_argument("--model", help="a name from `dantinox models`, a llama .gguf file or a Hugging Face folder")
+    g.add_argument("--chat", action="store_true", help="--model only: the prompt is a user message (chat template)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max_new_tokens", type=int, default=100)
     g.add_argument("--no_cache", action="store_true", help="recompute every token (to see what the cache saves)")
@@ -185,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     ae.add_argument("--db", default=None, help="the answer store (default: $DANTINOX_ANSWERS_DB, else the data dir)")
     ae.set_defaults(func=_answers_export)
 
+    md = sub.add_parser("models", help="list the published models that load here (name, source, size, license)")
+    md.set_defaults(func=_models)
+
     lb = sub.add_parser("lab", allow_abbrev=False,
                         help="open your own copy of the labs in JupyterLab (copied from the shipped labs)",
                         description="Copies the shipped labs into your working folder where they are missing or a "
@@ -200,8 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _preset_names() -> list[str]:
+    from dantinox.config import PRESETS  # imports JAX: only for the command that trains anyway
+
+    return sorted(PRESETS)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_preset_names() if words[:1] == ["train"] else None)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

