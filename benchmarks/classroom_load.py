@@ -101,22 +101,29 @@ def faults(hub: Hub, tokens: dict[str, str], answers: int, interval: float, work
             senders[name].kick()
             time.sleep(interval)
 
+    def waiting() -> int:
+        return sum(len(s.pending()) for s in stores.values())
+
     kernels = [threading.Thread(target=kernel, args=(n,), daemon=True) for n in tokens]
+    t0 = time.monotonic()
     for t in kernels:
         t.start()
     span = answers * interval
-    time.sleep(span * 0.25)
+    time.sleep(span * 0.2)
     hub.kill_service(signal.SIGKILL)
     time.sleep(2)
+    queued = {"service": waiting()}  # answers waiting in outboxes while the service is down
     hub.start_service()
     back = time.monotonic()
-    time.sleep(span * 0.25)
+    time.sleep(max(2.0, t0 + span * 0.6 - time.monotonic()))  # kernels still answering
     proxy_pid = int((hub.dir / "proxy.pid").read_text())
     os.kill(proxy_pid, signal.SIGKILL)  # the hub notices within its check interval and starts a new proxy
+    time.sleep(2)
+    queued["proxy"] = waiting()
     for t in kernels:
         t.join()
     deadline = back + 60  # the target: every outbox empty 60 s after the service returns
-    while any(s.pending() for s in stores.values()) and time.monotonic() < deadline:
+    while waiting() and time.monotonic() < deadline:
         time.sleep(0.5)
     left = sum(len(s.pending()) for s in stores.values())
     drained_s = time.monotonic() - back
@@ -126,7 +133,8 @@ def faults(hub: Hub, tokens: dict[str, str], answers: int, interval: float, work
         every = db.execute("SELECT learner, key FROM attempts").fetchall()
     rows = [k for learner, k in every if learner in tokens]
     return {"answers": len(local), "lost": len(local - set(rows)), "duplicated": len(rows) - len(set(rows)),
-            "left_in_outbox": left, "refused": refused, "checked_after_s": round(drained_s, 1)}
+            "left_in_outbox": left, "refused": refused, "checked_after_s": round(drained_s, 1),
+            "queued_2s_after_kill": queued, "kernels_answered_for_s": round(span, 1)}
 
 
 def main() -> None:
@@ -136,6 +144,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs per row; each row keeps its best")
     ap.add_argument("--fault-answers", type=int, default=40, help="answers per kernel in the kill -9 run")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between a kernel's answers (kill -9 run)")
+    ap.add_argument("--faults-only", action="store_true", help="skip the load rows, run only the kill -9 part")
     args = ap.parse_args()
 
     hub = Hub()
@@ -148,7 +157,7 @@ def main() -> None:
         teacher = hub.token_for("teacher")
         run_load(hub.service_url, dict(list(tokens.items())[:5]), 5)  # warm: hub token checks cached, routes up
         best, summary_ms = {}, []
-        for _ in range(args.repeats):
+        for _ in range(0 if args.faults_only else args.repeats):
             for name, url, dashboards in (("direct to the service (peer), 0 dashboards", hub.direct_url, 0),
                                           ("through the hub proxy, 0 dashboards", hub.service_url, 0),
                                           ("through the hub proxy, 3 dashboards open", hub.service_url, 3)):
@@ -163,7 +172,7 @@ def main() -> None:
     finally:
         hub.stop()
 
-    peer = best["direct to the service (peer), 0 dashboards"]
+    peer = best.get("direct to the service (peer), 0 dashboards", {"answers_per_s": float("nan")})
     lines = [f"{args.learners} learners x {args.attempts} answers, all learners at once, one POST per answer, graded "
              f"by the service; {os.cpu_count()} CPU cores shared with the load generator, hub, proxy, service and "
              f"other jobs (load average {os.getloadavg()[0]:.1f} at the end); Python {platform.python_version()}. "
@@ -177,7 +186,9 @@ def main() -> None:
                      f"{percentile(summary_ms, 50):.0f} ms, p99 {percentile(summary_ms, 99):.0f} ms.")
     lines += ["", f"kill -9 of the service (restarted after 2 s), then of the proxy (the hub restarts it), while "
                   f"{args.learners} kernels answer every {args.interval} s through their outboxes "
-                  f"({fault['answers']} answers): lost {fault['lost']}, duplicated {fault['duplicated']}, "
+                  f"({fault['answers']} answers; waiting in outboxes 2 s after each kill: "
+                  f"{fault['queued_2s_after_kill']['service']} and {fault['queued_2s_after_kill']['proxy']}): "
+                  f"lost {fault['lost']}, duplicated {fault['duplicated']}, "
                   f"left in outboxes {fault['left_in_outbox']} (checked until empty, at most 60 s: "
                   f"{fault['checked_after_s']} s after the service returned), refused {fault['refused']}; "
                   f"'database is locked' in the service's log: {locked}."]

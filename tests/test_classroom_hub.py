@@ -226,20 +226,6 @@ def test_a_learner_flooding_the_service_is_rate_limited(hub):
     assert post(hub, "alice", make_attempt("alice", 1))[0] == 200  # the others are not slowed down
 
 
-def refused_within(h: Hub, token: str, who: str, path: str = "/api/attempts") -> float:
-    """Seconds until a request with `token` is refused, polling every 0.2 s for at most 20 s."""
-    start = time.monotonic()
-    while time.monotonic() - start < 20:
-        if path == "/api/attempts":
-            status = http("POST", h.service_url + path, token, make_attempt(who, 0))[0]
-        else:
-            status = http("GET", h.service_url + path, token)[0]
-        if status in (401, 403):
-            return time.monotonic() - start
-        time.sleep(0.2)
-    return float("inf")
-
-
 def test_revoked_tokens_deleted_users_and_removed_instructors_stop_within_seconds(hub):
     hub.add_users("rita", "sam", "tina")
     hub.add_to_group("instructors", "tina")
@@ -247,13 +233,24 @@ def test_revoked_tokens_deleted_users_and_removed_instructors_stop_within_second
     sam, tina = hub.token_for("sam"), hub.token_for("tina")
     for token, who in ((made["token"], "rita"), (sam, "sam")):
         assert http("POST", hub.service_url + "/api/attempts", token, make_attempt(who, 0))[0] == 200
-    assert http("GET", hub.service_url + "/api/summary", tina)[0] == 200
+    assert http("GET", hub.service_url + "/api/summary", tina)[0] == 200  # the service now holds all three
     hub.admin("DELETE", f"/users/rita/tokens/{made['id']}")
-    assert refused_within(hub, made["token"], "rita") < 5
     hub.admin("DELETE", "/users/sam")
-    assert refused_within(hub, sam, "sam") < 5
     hub.admin("DELETE", "/groups/instructors/users", {"users": ["tina"]})
-    assert refused_within(hub, tina, "tina", "/api/summary") < 8  # the role is asked again after ROLE_CACHE_S
+    def post_as(token: str, who: str) -> int:
+        return http("POST", hub.service_url + "/api/attempts", token, make_attempt(who, 0))[0]
+
+    start, stopped = time.monotonic(), {}
+    while len(stopped) < 3 and time.monotonic() - start < 20:
+        checks = {"revoked token": lambda: post_as(made["token"], "rita"), "deleted user": lambda: post_as(sam, "sam"),
+                  "removed instructor": lambda: http("GET", hub.service_url + "/api/summary", tina)[0]}
+        for what, check in checks.items():
+            if what not in stopped and check() in (401, 403):
+                stopped[what] = time.monotonic() - start
+        time.sleep(0.2)
+    assert stopped.keys() == {"revoked token", "deleted user", "removed instructor"}, stopped
+    assert stopped["revoked token"] < 5 and stopped["deleted user"] < 5  # TOKEN_CACHE_S is 3
+    assert stopped["removed instructor"] < 8  # ROLE_CACHE_S is 5
 
 
 def test_summary_and_exports_match_the_records(hub):
