@@ -97,7 +97,7 @@ def test(extra: list[str]) -> None:
     _run([str(BIN / "ruff"), "check", "."], env=env)
     _run([str(BIN / "dantinox"), "content", "check", "content/entries"], env=env)
     # One pytest run covers the unit tests and every lab notebook (nbval), so CI reads one summary line.
-    nb_args = ["--nbval", "--nbval-sanitize-with", "labs/sanitize.cfg", "--nbval-current-env"]
+    nb_args = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
     _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
 

@@ -52,16 +52,41 @@ def grade(entry: Any, version: str, attempt: Attempt, *, now: float) -> Attempt:
             _check_params(entry, i, attempt.params)
             params = attempt.params or None
             value = parse_number(attempt.response, check.unit)
-            correct = content.is_correct(entry, i, value, params)
-            question = content.render_question(entry, i, params)
-            answer = content.check_answer(entry, i, params)
+            if not math.isfinite(value):
+                raise ValueError(f"response: expected a finite number, got {attempt.response[:40]!r}")
+            answer = _answer(entry, i, params)
             if not math.isfinite(answer):
                 raise ValueError(f"params: the answer of {entry.id!r} check {i} is not finite with these values")
+            correct = within(check, value, answer)
+            question = content.render_question(entry, i, params)
             expected = repr(answer)
     except (content.ContentError, content.ExpressionError, ArithmeticError) as err:
         raise ValueError(str(err).splitlines()[0]) from None
     return dataclasses.replace(attempt, question=question, expected=expected, correct=bool(correct), time=now,
                                content_version=version)
+
+
+_ANSWERS: dict[tuple, float] = {}  # (entry id, check, params) -> answer: a class asks the same few questions
+MAX_CACHED = 10_000
+
+
+def _answer(entry: Any, i: int, params: dict | None) -> float:
+    """`content.check_answer`, remembered: parsing the entry's expression costs more than the rest of a request."""
+    key = (entry.id, id(entry), i, tuple(sorted((params or {}).items())))
+    if key not in _ANSWERS:
+        if len(_ANSWERS) >= MAX_CACHED:
+            _ANSWERS.clear()
+        _ANSWERS[key] = content.check_answer(entry, i, params)
+    return _ANSWERS[key]
+
+
+def within(check: Any, value: float, answer: float) -> bool:
+    """content.is_correct's rule for a numeric check, given the answer: within the relative tolerance, or the
+    answer rounded to the significant figures the question asks for."""
+    from content.schema import round_significant
+
+    rounded = round_significant(answer, check.precision)
+    return abs(value - answer) <= check.tolerance * abs(answer) or math.isclose(value, rounded, rel_tol=1e-9)
 
 
 def _check_params(entry: Any, i: int, params: dict) -> None:

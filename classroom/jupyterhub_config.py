@@ -23,10 +23,11 @@ characters), and the hub refuses to start without it when there are any. Every l
 hub's own OS account: any learner can read every file that account can (the answer database included) and
 kill the service. Use it only for a trial on a machine whose users all trust each other.
 
-The hub starts `dantinox classroom serve` as a managed service, gives it a role that may read users and
-groups (to know who is an instructor), and adds `access:services!service=classroom` to the `user` and
-`server` roles, keeping their defaults, so that a learner's kernel (which holds its server's token) may post
-attempts. Kernels find the service through $DANTINOX_CLASSROOM_URL, set here for every user server.
+The hub starts the service (`python -m classroom.service`, the same as `dantinox classroom serve`) as a
+managed service, gives it a role that may read users and groups (to know who is an instructor), and adds
+`access:services!service=classroom` to the `user` and `server` roles, keeping their defaults, so that a
+learner's kernel (which holds its server's token) may post attempts. Kernels find the service through
+$DANTINOX_CLASSROOM_URL, set here for every user server.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
     c.JupyterHub.bind_url = f"http://{hub_ip}:{hub_port}"
     service = {"name": service_name, "url": service_url, "oauth_no_confirm": True, "display": True}
     if managed:
-        service["command"] = [python, "-m", "dantinox_labs.cli", "classroom", "serve", "--port", str(service_port)]
+        service["command"] = [python, "-m", "classroom.service", "--port", str(service_port)]  # no jax to import
         service["environment"] = {"DANTINOX_CLASSROOM_DB": str(Path(db_path).resolve())}
     else:
         if not api_token:

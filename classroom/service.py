@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -41,7 +42,7 @@ from tornado import httpclient, ioloop, web
 from classroom.dashboard import class_summary, dashboard_page
 from classroom.grading import grade
 from classroom.store import AnswerStore, Attempt, KeyConflict
-from classroom.summary import attempt_table, to_csv
+from classroom.summary import Tally, attempt_table, to_csv
 
 DB_ENV_VAR = "DANTINOX_CLASSROOM_DB"
 INSTRUCTORS_GROUP = "instructors"
@@ -119,16 +120,20 @@ class RateLimit:
 class _Handler(HubOAuthenticated, web.RequestHandler):
     """Authenticates through the hub before any handler body runs."""
 
-    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, pool: ThreadPoolExecutor):
-        self.store, self.hub_auth, self.roles, self.pool = store, hub_auth, roles, pool
+    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, pools: dict, tally: Tally):
+        self.store, self.hub_auth, self.roles, self.pools, self.tally = store, hub_auth, roles, pools, tally
 
     def set_default_headers(self):
         self.set_header("X-Content-Type-Options", "nosniff")  # an export is data, never run as a page
         self.set_header("X-Frame-Options", "DENY")
 
-    async def db(self, fn, *args, **kwargs):
-        """Run a store call in the service's worker thread, off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+    async def db(self, fn, *args, pool: str = "read", **kwargs):
+        """Run a store call in a worker thread, off the event loop: one thread writes, others read (WAL readers
+        never wait for a writer, so a write stuck on another process's lock holds back no read)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pools[pool], lambda: fn(*args, **kwargs))
+        except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
+            raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
     async def prepare(self):
         length = self.request.headers.get("Content-Length", "0")
@@ -254,9 +259,12 @@ class AttemptsHandler(_Handler):
         except ValueError as err:
             raise web.HTTPError(400, str(err)) from None
         try:  # one transaction: the whole body is stored, numbered in arrival order, before we acknowledge
-            new = await self.db(self.store.add_many, graded, number=True)
+            new = await self.db(self.store.add_many, graded, number=True, pool="write")
         except KeyConflict as err:
             raise web.HTTPError(409, str(err)) from None
+        for a, is_new in zip(graded, new, strict=True):
+            if is_new:
+                self.tally.add(a)  # the dashboard's numbers, kept up to date here rather than recounted per poll
         self.write_json({"received": len(attempts), "new": sum(new), "keys": [a.key for a in attempts]})
 
     async def get(self):
@@ -293,7 +301,7 @@ class SummaryHandler(_Handler):
 
     async def get(self):
         await self.require_instructor()
-        summary = class_summary(await self.db(self.store.attempts), self.entries.get())
+        summary = class_summary(self.tally, self.entries.get())
         summary["content_error"] = self.entries.error
         fmt = self.get_argument("format", "json")
         if fmt == "json":
@@ -347,8 +355,10 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
     `entries` (for question text, options and beliefs) to every entry in content/."""
     hub_auth = hub_auth or HubOAuth(cache_max_age=TOKEN_CACHE_S)
     prefix = hub_auth.base_url  # $JUPYTERHUB_SERVICE_PREFIX, e.g. /services/classroom/
-    pool = ThreadPoolExecutor(1, thread_name_prefix="classroom-db")  # one writer; the loop never waits on SQLite
-    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), pool=pool)
+    pools = {"write": ThreadPoolExecutor(1, thread_name_prefix="classroom-write"),  # one writer
+             "read": ThreadPoolExecutor(2, thread_name_prefix="classroom-read")}
+    tally = Tally(store.attempts())  # once at start; then each stored attempt is added as it arrives
+    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), pools=pools, tally=tally)
     content_entries = Entries(entries)
     content_entries.get()  # load now: the first answer of a class should not wait for it
     limits = (RateLimit(*RATE_REQUESTS), RateLimit(*RATE_ATTEMPTS))
@@ -374,7 +384,11 @@ def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.
         port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
     store = AnswerStore(db if db is not None else default_db_path())
     app = make_app(store)
-    app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+    try:
+        app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+    except OSError as err:
+        raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); is an earlier classroom "
+                         f"service still running (after the hub was killed)? Stop it, then restart the hub") from None
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,10 +26,7 @@ def _as_attempt(a: Attempt | Mapping[str, Any]) -> Attempt:
 
 def first_attempts(attempts: Iterable[Attempt | Mapping[str, Any]]) -> dict[tuple[str, str, int], Attempt]:
     """(learner, entry_id, check_index) -> that learner's earliest attempt at the check."""
-    first: dict[tuple[str, str, int], Attempt] = {}
-    for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
-        first.setdefault((a.learner, a.entry_id, a.check_index), a)
-    return first
+    return Tally(attempts).firsts
 
 
 def belief(entry: Any, check_index: int, option: int) -> str:
@@ -48,21 +46,46 @@ def _question_text(entry: Any, check_index: int) -> str:
     return content.render_question(entry, check_index)
 
 
-def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+class Tally:
+    """What the summary needs, kept up to date one attempt at a time: attempts per check and each learner's
+    first attempt at each check. The service adds attempts as they arrive, so a dashboard's poll costs the
+    size of the class, not the number of attempts. `add` attempts in time order (arrival order in a service)."""
+
+    def __init__(self, attempts: Iterable[Attempt | Mapping[str, Any]] = ()):
+        self.total = 0
+        self.per_check: Counter = Counter()  # (entry_id, check_index) -> attempts
+        self.firsts: dict[tuple[str, str, int], Attempt] = {}
+        for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
+            self.add(a)
+
+    def add(self, a: Attempt) -> None:
+        self.total += 1
+        self.per_check[a.entry_id, a.check_index] += 1
+        self.firsts.setdefault((a.learner, a.entry_id, a.check_index), a)
+
+    @property
+    def learners(self) -> set[str]:
+        return {learner for learner, _, _ in self.firsts}
+
+
+def _tally(attempts: Tally | Iterable[Attempt | Mapping[str, Any]]) -> Tally:
+    return attempts if isinstance(attempts, Tally) else Tally(attempts)
+
+
+def question_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]],
                   entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per check answered at least once: learners, attempts, first-try right and rate; with `entries`, also
     the question, its kind, and for choice checks each option's first-choice count and belief."""
-    attempts = [_as_attempt(a) for a in attempts]
-    firsts = first_attempts(attempts)
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for a in attempts:
-        row = rows.setdefault((a.entry_id, a.check_index), {"entry": a.entry_id, "check": a.check_index,
-                                                           "learners": 0, "attempts": 0, "first_try_right": 0})
-        row["attempts"] += 1
-    for (_, entry_id, check_index), a in firsts.items():
+    tally = _tally(attempts)
+    rows: dict[tuple[str, int], dict[str, Any]] = {
+        key: {"entry": key[0], "check": key[1], "learners": 0, "attempts": n, "first_try_right": 0}
+        for key, n in tally.per_check.items()}
+    picked: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    for (_, entry_id, check_index), a in tally.firsts.items():
         row = rows[(entry_id, check_index)]
         row["learners"] += 1
         row["first_try_right"] += a.correct
+        picked[entry_id, check_index][a.response] += 1
     out = []
     for key in sorted(rows):
         row = rows[key]
@@ -73,8 +96,7 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
             row["kind"] = check.kind
             row["question"] = _question_text(entry, key[1])  # from content, never from what learners posted
             if check.kind == "choice":
-                picked = [a.response for (_, e, c), a in firsts.items() if (e, c) == key]
-                row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked.count(text),
+                row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked[key][text],
                                    "belief": belief(entry, key[1], j),
                                    "feedback": check.feedback[j] if check.feedback else ""}
                                   for j, text in enumerate(check.options)]
@@ -82,11 +104,11 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
     return out
 
 
-def learner_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+def learner_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]],
                  entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per learner: checks answered, right on the first try, and per entry how far they got
     ("answered/total" when `entries` gives the entry's number of checks)."""
-    firsts = first_attempts(attempts)
+    firsts = _tally(attempts).firsts
     rows: dict[str, dict[str, Any]] = {}
     for (learner, entry_id, _), a in sorted(firsts.items()):
         row = rows.setdefault(learner, {"learner": learner, "answered": 0, "first_try_right": 0, "entries": {}})

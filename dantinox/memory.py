@@ -44,6 +44,7 @@ def _host_ram() -> int:
 
 
 # Capacities are what the device reports (nvidia-smi memory.total, in MiB), not the rated "80GB" or "141GB".
+# content/devices.yaml holds the same devices for concept entries; tests/test_content_devices.py keeps them equal.
 DEVICE_PRESETS: dict[str, DevicePreset] = {
     p.name: p
     for p in (

@@ -19,9 +19,31 @@ def _jax_command() -> None:
     enable_compilation_cache()
 
 
+def _check_run_dir(run_dir: str, overwrite: bool) -> None:
+    """Where the run will be written, checked before any training: never over an existing run unless asked."""
+    import os
+    from pathlib import Path
+
+    path = Path(run_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--run_dir: {existing} is a file; expected a folder for the new run")
+    if existing == path and any(path.iterdir()) and not overwrite:
+        what = "a run" if (path / "config.json").is_file() else "files"
+        raise ValueError(f"--run_dir: {run_dir} already holds {what}; choose a new folder, or pass --overwrite "
+                         "to replace it")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--run_dir: {existing} is not writable")
+
+
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.window_pattern is not None and args.sliding_window is None:
+        raise ValueError(f"--window_pattern {args.window_pattern}: applies only with --sliding_window W")
+    if args.corpus is not None and not Path(args.corpus).is_file():
+        raise ValueError(f"--corpus: {args.corpus} is not a file")
+    _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
     from dantinox.train import train
@@ -30,14 +52,12 @@ def _train(args: argparse.Namespace) -> int:
         import content
 
         text = content.corpus_text()
-    elif not Path(args.corpus).is_file():
-        raise ValueError(f"--corpus: {args.corpus} is not a file")
     else:
         text = Path(args.corpus).read_text(encoding="utf-8")
     train(args.run_dir, corpus=text, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
           seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
           **({} if args.sliding_window is None else dict(sliding_window=args.sliding_window,
-                                                          window_pattern=args.window_pattern)))
+                                                          window_pattern=args.window_pattern or "local")))
     print(f"wrote {args.run_dir}")
     return 0
 
@@ -157,21 +177,33 @@ def _classroom_nbgrader(args: argparse.Namespace) -> int:
     return nbgrader(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _WithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, except where there is none (the help then says what happens)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
+
+
+def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; `presets` (the model presets' names) only for `train`, whose help lists them."""
     p = argparse.ArgumentParser(prog="dantinox", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train a small model and write a run directory")
-    t.add_argument("--run_dir", required=True)
-    t.add_argument("--preset", default="tiny")
-    t.add_argument("--steps", type=int, default=600)
-    t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive")
-    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the text of content/entries/*.yaml)")
-    t.add_argument("--batch_size", type=int, default=16)
-    t.add_argument("--seq_len", type=int, default=128)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: none)")
-    t.add_argument("--window_pattern", default="local", help="'local' or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
+    t = sub.add_parser("train", help="train a small model and write a run directory",
+                       formatter_class=_WithDefaults)
+    t.add_argument("--run_dir", required=True, help="a new folder for the run (an existing run needs --overwrite)")
+    t.add_argument("--overwrite", action="store_true", help="replace the run already in --run_dir")
+    t.add_argument("--preset", default="tiny", help="model size: " + ", ".join(presets or ["see dantinox.PRESETS"]))
+    t.add_argument("--steps", type=int, default=600, help="optimizer steps")
+    t.add_argument("--paradigm", choices=["autoregressive", "diffusion"], default="autoregressive",
+                   help="next-token or masked-diffusion training")
+    t.add_argument("--corpus", default=None, help="a UTF-8 text file (default: the prose of the concept entries)")
+    t.add_argument("--batch_size", type=int, default=16, help="sequences per step")
+    t.add_argument("--seq_len", type=int, default=128, help="tokens per training sequence")
+    t.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: full attention)")
+    t.add_argument("--window_pattern", default=None, help="with --sliding_window: 'local' (every layer, "
+                                                          "the default) or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
     t.set_defaults(func=_train)
 
     g = sub.add_parser("generate", help="continue a prompt with a trained run directory or a published model")
@@ -238,8 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _preset_names() -> list[str]:
+    from dantinox.config import PRESETS  # imports JAX: only for the command that trains anyway
+
+    return sorted(PRESETS)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_preset_names() if words[:1] == ["train"] else None)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

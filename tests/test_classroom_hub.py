@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 from classroom_hub import SERVICE, Hub, http, make_attempt, run_load, wait_until
 
-from classroom.client import Delivery, deliver_pending
+from classroom.client import BackgroundDelivery, Delivery, deliver_pending
 from classroom.jupyterhub_config import classroom_roles
 from classroom.store import AnswerStore, Attempt
 
@@ -315,14 +315,51 @@ def test_outbox_waits_for_a_restarted_service_and_counts_once(hub, tmp_path):
         store.add(Attempt.from_json(make_attempt("olga", i)), outbox=True)
     down = deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5)
     assert down.delivered == 0 and down.pending == 5 and "HTTP 50" in down.error  # the proxy answers for it
-    hub.start_service()
-    assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(5, 0, None)
+    sender = BackgroundDelivery(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5, backoff=(0.2, 1))
+    wait_until(lambda: sender.last is not None and sender.last.error, "a failed background round", 30)
+    hub.start_service()  # no new answer: the background sender retries on its own
+    assert sender.wait_idle(30) and store.pending() == []
+    assert {k for learner, k in stored(hub) if learner == "olga"} == {a.key for a in store.attempts()}
     store.add(Attempt.from_json(make_attempt("olga", 9)), outbox=True)
     with sqlite3.connect(store.path) as db:  # as if the ack was lost: every attempt is sent again
         db.execute("UPDATE attempts SET delivered = 0")
     assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(6, 0, None)
     olga = [key for learner, key in stored(hub) if learner == "olga"]
     assert sorted(olga) == sorted(a.key for a in store.attempts())  # six rows, none twice
+
+
+def test_a_refused_attempt_does_not_hold_back_the_rest_of_the_outbox(hub, tmp_path):
+    store = AnswerStore(tmp_path / "carol.sqlite")
+    good = [Attempt.from_json(make_attempt("carol", i)) for i in range(4)]
+    renamed = Attempt.from_json(make_attempt("carol-before-rename", 0))  # queued under her old hub name
+    for a in (good[0], renamed, *good[1:]):
+        store.add(a, outbox=True)
+    result = deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"])
+    assert (result.delivered, result.pending, result.refused) == (4, 0, 1)
+    assert "attempts[0].learner: expected 'carol'" in result.refusal
+    assert [(a.key, why[:8]) for a, why in store.refused()] == [(renamed.key, "HTTP 403")]
+    assert {a.key for a in good} <= {k for learner, k in stored(hub) if learner == "carol"}
+
+
+def test_a_held_database_lock_freezes_no_read(hub):
+    holder = sqlite3.connect(hub.db, isolation_level=None)  # another process's writer, stuck inside a transaction
+    holder.execute("BEGIN IMMEDIATE")
+    result = {}
+    writer = threading.Thread(target=lambda: result.update(post=post(hub, "alice", make_attempt("alice", 2))))
+    try:
+        writer.start()
+        time.sleep(0.3)
+        for who, path in (("alice", "/api/me"), ("alice", "/api/attempts/mine"), ("teacher", "/api/summary"),
+                          ("teacher", "/api/attempts?learner=bob")):
+            start = time.monotonic()
+            assert get_json(hub, who, path)[0] == 200
+            assert time.monotonic() - start < 2, path  # answered while the write waits for the lock
+        assert writer.is_alive()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    writer.join(30)
+    assert result["post"][0] == 200  # the waiting write went through once the lock was released
 
 
 @pytest.fixture(scope="module")
@@ -414,6 +451,25 @@ def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
 
 
+def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import socket
+
+    from dantinox_labs.cli import main
+
+    h = Hub()  # not started: only its environment for a service
+    for name, value in h.service_env().items():
+        if name.startswith("JUPYTERHUB_"):
+            monkeypatch.setenv(name, value)
+    with socket.socket() as held:  # an orphaned service from a hub killed with kill -9
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "earlier classroom service" in err
+    h.stop()
+
+
 def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_path):
     from classroom_hub import free_port
 
@@ -442,7 +498,7 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox_labs.cli", "classroom", "serve", "--port", "10202"]
+    assert c.JupyterHub.services[0]["command"][-4:] == ["-m", "classroom.service", "--port", "10202"]
     assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
     assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
     assert c.SharedPasswordAuthenticator.admin_password == "i" * 32

@@ -85,3 +85,19 @@ def test_csv_cells_that_would_start_a_formula_are_text():
     rows = [{"learner": "=HYPERLINK(\"http://x\")", "response": "-2+3", "n": -1.5, "note": "@SUM(A1)", "ok": "6"}]
     assert next(csv.reader(io.StringIO(to_csv(rows).splitlines()[1]))) == \
         ["'=HYPERLINK(\"http://x\")", "'-2+3", "-1.5", "'@SUM(A1)", "6"]
+
+
+def test_the_services_grading_agrees_with_the_quiz_on_every_numeric_check():
+    import dataclasses
+
+    from classroom.grading import grade
+
+    for entry in content.load_all().values():
+        for i, check in content.iter_numeric_checks(entry):
+            answer = content.check_answer(entry, i)
+            for value in (answer, answer * (1 + check.tolerance * 0.9), answer * (1 + check.tolerance * 1.1),
+                          answer * 0.5, -answer, 0.0):
+                a = dataclasses.replace(attempt("a", i, repr(value), False, 1.0), entry_id=entry.id)
+                graded = grade(entry, "ef" * 32, a, now=2.0)
+                assert graded.correct == content.is_correct(entry, i, value), (entry.id, i, value)
+                assert graded.expected == repr(answer) and graded.time == 2.0

@@ -100,3 +100,16 @@ def test_an_installed_wheel_carries_every_run_lab_and_measurement(installed, tmp
     assert got["measurements"] == len(json.loads((ROOT / "benchmarks/data/memory_savers.json").read_text())["rows"])
     assert got["heldout"] == len((ROOT / "benchmarks/data/heldout.txt").read_text(encoding="utf-8"))
     assert got["entries"] == len(list((ROOT / "content" / "entries").glob("*.yaml")))
+
+
+def test_the_installed_command_prepares_the_labs_and_checks_content(installed, tmp_path):
+    dantinox = installed.with_name("dantinox.exe" if os.name == "nt" else "dantinox")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([str(dantinox), "lab", "--dir", str(tmp_path / "labs"), "--prepare-only"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "labs").glob("*.ipynb")) == sorted(
+        p.name for p in (ROOT / "labs").glob("*.ipynb"))
+    done = subprocess.run([str(dantinox), "content", "check"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("OK: "), done.stdout + done.stderr

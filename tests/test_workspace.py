@@ -116,3 +116,9 @@ def test_the_hidden_extensions_are_the_installed_ones(name):
     import importlib.util
 
     assert importlib.util.find_spec(name) is not None  # a renamed extension would otherwise stay visible
+
+
+def test_the_labs_folder_holds_only_the_labs():
+    """Learners see notebooks there, not the test machinery (conftest.py, nbval's sanitizers live elsewhere)."""
+    names = {p.name for p in shipped.LABS.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert names and {Path(n).suffix for n in names} == {".ipynb"}, sorted(names)

@@ -8,7 +8,8 @@ Numeric answers are computed from the entry's science items (never typed in cont
 within the check's relative tolerance. The score counts first attempts. Every attempt is written, as it
 happens, to the answer store (`classroom.store`, $DANTINOX_ANSWERS_DB or the user's data directory), so
 reopening the lab shows earlier answers and score; "reset my answers" starts the entry over. Inside a
-JupyterHub server with the classroom service configured, each attempt is also sent to that service.
+JupyterHub server with the classroom service configured, each attempt is also sent to that service, from a
+background thread (`classroom.client.BackgroundDelivery`): a click never waits on the network.
 """
 
 from __future__ import annotations
@@ -63,12 +64,18 @@ class Quiz(widgets.VBox):
         self.learner = learner or current_learner()
         self.content_version = _content_version(entry)
         self.status = widgets.HTML()  # where store and delivery problems show; the quiz keeps working
+        self._unsaved: str | None = None  # why the last answer is in no store, while that is so
         self.store = store
         if store is None:
             try:
                 self.store = AnswerStore()
             except ValueError as err:
+                self._unsaved = str(err)
                 self.status.value = error_box(f"{err}; answers are kept for this session only")
+                try:  # a read-only file or a full disk: earlier answers can still be shown
+                    self.store = AnswerStore(readonly=True)
+                except ValueError:
+                    self.store = None
         self.attempts: list[Attempt] = []
         self.first_try: dict[int, bool] = {}  # check index -> whether its first answer was right
         self.shown_params: dict[int, dict[str, float]] = {}  # numeric check -> params its question shows
@@ -165,31 +172,61 @@ class Quiz(widgets.VBox):
         return sum(a.check_index == index for a in self.attempts) + 1
 
     def _record(self, attempt: Attempt) -> None:
-        """Keep the attempt on screen and in the store; in a class, queue it and send the queue."""
+        """Keep the attempt on screen and in the store; in a class, hand it to the background sender."""
         self.attempts.append(attempt)
         self.first_try.setdefault(attempt.check_index, attempt.correct)
-        if self.store is None:
-            return
         in_class = _classroom_configured()
-        try:
-            self.store.add(attempt, outbox=in_class)
-        except Exception as err:  # a full disk or a locked file must not lose the learner's feedback
-            self.status.value = error_box(f"answer store {self.store.path}: could not save this answer ({err})")
+        saved = False
+        if self.store is not None:
+            try:
+                self.store.add(attempt, outbox=in_class)
+                saved = True
+            except Exception as err:  # a full disk or a locked file must not lose the learner's feedback
+                self._unsaved = f"answer store {self.store.path}: could not save this answer ({err})"
+        if saved:
+            self._unsaved = None  # an earlier failure is over: its line must not stay
+        if not in_class:
+            self._show_status(None)
             return
-        if in_class:
-            self._deliver()
+        sender = self._sender()
+        if saved:
+            sender.kick()
+        else:  # in no store: post it straight to the service, from memory
+            sender.send_direct(attempt)
+        self._show_status(None)
 
-    def _deliver(self) -> None:
-        """Send the outbox to the classroom service; what is not acknowledged goes with the next answer."""
+    def _sender(self):
+        from classroom.client import background_delivery
+
+        sender = background_delivery(self.store)
+        if self._on_delivery not in sender.listeners:
+            sender.listeners.append(self._on_delivery)
+        return sender
+
+    def _on_delivery(self, result) -> None:
+        self._show_status(result)
+
+    def _show_status(self, result) -> None:
+        """One line per problem: an answer not saved here, answers waiting for the service, refused ones."""
+        lines = []
+        if self._unsaved:
+            lines.append(self._unsaved + ("; sent straight to the classroom service instead" if
+                                          _classroom_configured() else "; it is kept for this session only"))
+        if result is not None and result.pending and result.error:
+            lines.append(f"{result.pending} answer(s) not yet sent to the classroom service ({result.error}); "
+                         f"retrying in the background")
         try:
-            from classroom.client import deliver_pending
-
-            error = deliver_pending(self.store).error
-        except Exception as err:  # the attempt is safe in the outbox whatever went wrong on the way
-            error = f"{type(err).__name__}: {err}"
-        self.status.value = "" if error is None else error_box(
-            f"saved on this server; not yet sent to the classroom service ({error}); "
-            f"it will be sent with your next answer")
+            refused = self.store.refused() if self.store is not None and _classroom_configured() else []
+        except Exception:  # noqa: BLE001 - an unreadable store is reported where it is read
+            refused = []
+        if refused:
+            lines.append(f"{len(refused)} answer(s) refused by the classroom service ({refused[-1][1]}): they stay "
+                         f"on this server (dantinox answers export shows them) and are not sent again; "
+                         f"tell your instructor")
+        elif result is not None and result.refused:
+            lines.append(f"{result.refused} answer(s) refused by the classroom service ({result.refusal}); "
+                         f"tell your instructor")
+        self.status.value = "".join(error_box(line) for line in lines)
 
     def _show_feedback(self, attempt: Attempt, earlier: bool = False) -> None:
         check = self.entry.checks[attempt.check_index]
@@ -232,7 +269,13 @@ class Quiz(widgets.VBox):
         """Show this learner's earlier attempts at the entry (since their last reset) and their score."""
         if self.store is None:
             return
-        for attempt in self.store.attempts(self.learner, self.entry.id):
+        try:
+            earlier = self.store.attempts(self.learner, self.entry.id)
+            in_class = _classroom_configured() and bool(self.store.pending() or self.store.refused())
+        except Exception as err:  # a damaged file: the quiz still works, and says why nothing came back
+            self.status.value = error_box(f"answer store {self.store.path}: could not read earlier answers ({err})")
+            return
+        for attempt in earlier:
             if attempt.check_index < len(self.entry.checks):
                 self.attempts.append(attempt)
                 self.first_try.setdefault(attempt.check_index, attempt.correct)
@@ -240,8 +283,9 @@ class Quiz(widgets.VBox):
         for attempt in last.values():
             self._show_feedback(attempt, earlier=True)
         self._show_score()
-        if _classroom_configured() and self.store.pending():
-            self._deliver()
+        if in_class:
+            self._show_status(self._sender().last)
+            self._sender().kick()
 
     def reset(self) -> int:
         """Start this entry over: earlier attempts leave the screen and the score (the store keeps them)."""
