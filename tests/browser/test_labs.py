@@ -220,7 +220,7 @@ def _decode_ratio_needs_equal_settings(page, name: str) -> None:
     assert _slider_step(page, "concurrency B") == "2", f"{name}: the lab's batch did not start at B=1"
     _dropdown(_cell_with(page, _button(page, "decode without cache").first), "decode preset").select_option(
         label="tiny (trained runs)")
-    _press(page, name, Press(label="decode without cache", expect=r"No ratio: .*B=1 vs B=2\)"))
+    _press(page, name, Press(label="decode without cache", expect=r"No ratio: .*B=1 vs B=2"))
     stats = _kernel_text(_cell_with(page, _button(page, "decode without cache").first))
     assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
 
