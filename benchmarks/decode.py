@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/decode.py            # dantinox only
     .venv/bin/python benchmarks/decode.py --peer     # also Hugging Face LlamaForCausalLM (static cache, torch CPU)
+    .venv/bin/python benchmarks/decode.py --model smollm2-135m --peer   # a published model, f32 and bf16 weights
 
 Prints a markdown table and writes benchmarks/results/decode.json. The peer runs in its own virtual
 environment (benchmarks/.peer-venv, created on first use with torch==2.13.0 and transformers) so the
@@ -43,6 +44,7 @@ from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 PEER_VENV = HERE / ".peer-venv"
+PEER_PACKAGES = ("torch==2.13.0", "transformers", "gguf", "accelerate", "jinja2")
 VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
 MORE_VARIANTS = {**VARIANTS, "MQA": dict(attention="mqa")}  # the attention-arrangement A/B also covers K = 1
 BATCHES = (1, 8)
@@ -190,10 +192,11 @@ def ensure_peer_env() -> Path:
     python = PEER_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    check = subprocess.run([str(python), "-c", "import torch, transformers"], capture_output=True)
-    if check.returncode:
-        print("installing the peer (torch==2.13.0, transformers) into benchmarks/.peer-venv ...", flush=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "transformers"], check=True)
+    check = subprocess.run([str(python), "-c", "import torch, transformers, gguf, accelerate, jinja2"],
+                           capture_output=True)
+    if check.returncode:  # gguf and accelerate: transformers' GGUF loader; jinja2: its chat templates
+        print(f"installing the peer ({', '.join(PEER_PACKAGES)}) into benchmarks/.peer-venv ...", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
     return python
 
 
@@ -208,13 +211,59 @@ def peer_grid(repeats: int) -> dict[str, float]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def pretrained_main(name: str, peer: bool, repeats: int) -> None:
+    """A published model: dantinox with float32 and with bfloat16 weights, against Hugging Face on float32."""
+    from dantinox.pretrained import catalogue_file, load_pretrained
+
+    machine = measure_machine()
+    load = os.getloadavg()[0]
+    result: dict = {"model": name, "machine": {"cpus": os.cpu_count(), "jax": jax.__version__,
+                                               "bandwidth_B_s": machine.bandwidth, "load_avg_1min": load},
+                    "decode_tok_s": {}, "roofline_s": {}}
+    for dtype in ("float32", "bfloat16"):
+        cfg, model, _ = load_pretrained(name, dtype=dtype)
+        for batch in BATCHES:
+            p = np.random.RandomState(0).randint(0, cfg.vocab_size, (batch, PROMPT)).astype(np.int32)
+            seconds = best_of(lambda: dantinox.generate(model, p, NEW), repeats)  # noqa: B023
+            result["decode_tok_s"][f"{dtype}/{batch}"] = batch * NEW / seconds
+            result["roofline_s"][f"{dtype}/{batch}"] = generate_seconds(cfg, batch, PROMPT, NEW, machine)
+    if peer:
+        spec = dict(gguf=str(catalogue_file(name)), name=name, batches=list(BATCHES), prompt=PROMPT, new=NEW,
+                    repeats=repeats, threads=os.cpu_count())
+        res = subprocess.run([str(ensure_peer_env()), str(HERE / "peer_hf.py"), json.dumps(spec)], check=True,
+                             capture_output=True, text=True)
+        result["peer_tok_s"] = json.loads(res.stdout.strip().splitlines()[-1])
+    lines = [f"{name}, prompt {PROMPT}, {NEW} new tokens, end-to-end generate(), best of {repeats}, "
+             f"{os.cpu_count()} CPU cores (1-minute load average {load:.1f} at the start: the machine is shared); "
+             f"streaming read measured in the same run at {machine.bandwidth / 1e9:.1f} GB/s:", "",
+             "| weights | batch | dantinox tok/s | % of roofline |" + (" HF (f32, static cache) tok/s | ratio |"
+                                                                      if peer else ""),
+             "|---|---|---|---|" + ("---|---|" if peer else "")]
+    for key, ours in result["decode_tok_s"].items():
+        dtype, batch = key.split("/")
+        share = result["roofline_s"][key] / (int(batch) * NEW / ours)
+        row = f"| {dtype} | {batch} | {ours:,.1f} | {share:.0%} |"
+        if peer:
+            theirs = result["peer_tok_s"][f"{name}/{batch}"]
+            row += f" {theirs:,.1f} | {ours / theirs:.2f}× |"
+        lines.append(row)
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    result["table"] = table
+    (RESULTS / f"decode-{name}.json").write_text(json.dumps(result, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peer", action="store_true", help="also measure Hugging Face transformers (torch CPU)")
+    ap.add_argument("--model", default=None, help="a published model (dantinox models) instead of the reference")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--uncached_new", type=int, default=512)
     args = ap.parse_args()
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
+    if args.model is not None:
+        return pretrained_main(args.model, args.peer, args.repeats)
 
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()}}
     machine = measure_machine()

@@ -35,11 +35,11 @@ TRAIN = dict(preset="tiny", paradigm="diffusion", steps=1500, seq_len=128, batch
 def load_model(run_dir: Path, max_context: int) -> dantinox.Transformer:
     """The run's weights in a model whose max_context fits the longest generation (RoPE has no table)."""
     if not (run_dir / "weights.safetensors").exists():
-        from dantinox.cli import content_corpus
+        import content
         from dantinox.train import train
 
         print(f"training {run_dir} ({TRAIN}) ...", flush=True)
-        train(run_dir, corpus=content_corpus(), **TRAIN)
+        train(run_dir, corpus=content.corpus_text(), **TRAIN)
     cfg, trained = load_run(run_dir)
     if cfg.paradigm != "diffusion":
         raise SystemExit(f"run_dir: {run_dir} holds a {cfg.paradigm} model; expected paradigm='diffusion'")

@@ -70,7 +70,7 @@ def measure_bytes(cfg: dantinox.ModelConfig) -> dict:
 
 
 def run(runs_dir: Path = ROOT / "runs") -> dict:
-    ids = quality.heldout_chunks(quality.HELDOUT.read_text(encoding="utf-8"), TOKENS)
+    ids = quality.heldout_chunks((ROOT / "benchmarks" / "data" / "heldout.txt").read_text(encoding="utf-8"), TOKENS)
     float_logits: dict[str, np.ndarray] = {}
     rows, missing = [], []
     for label, family, run_name, changes in CONFIGS:

@@ -1,5 +1,7 @@
 """Peer for benchmarks/decode.py: Hugging Face LlamaForCausalLM with its static cache, torch on CPU.
 
+A random reference-sized model, or (spec "gguf") a published model read from its GGUF file.
+
 Runs inside benchmarks/.peer-venv (torch==2.13.0 + transformers), never in the project's environment.
 Prints one JSON object: {"variant/batch": tokens_per_second, ...}.
 """
@@ -20,6 +22,17 @@ def main() -> None:
     import transformers
 
     out["transformers"] = transformers.__version__
+    if "gguf" in spec:  # a published model: transformers dequantizes the GGUF file to float32 weights
+        from pathlib import Path
+
+        from transformers import AutoModelForCausalLM
+
+        gguf = Path(spec["gguf"])
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+        for batch in spec["batches"]:
+            out[f"{spec['name']}/{batch}"] = tokens_per_second(model, spec, batch)
+        print(json.dumps(out))
+        return
     for variant, kv_heads in spec["variants"].items():
         cfg = LlamaConfig(vocab_size=spec["vocab"], hidden_size=spec["d_model"], intermediate_size=spec["mlp"],
                           num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
@@ -27,17 +40,22 @@ def main() -> None:
                           max_position_embeddings=spec["max_context"], tie_word_embeddings=True, rms_norm_eps=1e-6)
         model = LlamaForCausalLM(cfg).eval()
         for batch in spec["batches"]:
-            ids = torch.randint(0, 256, (batch, spec["prompt"]))
-            kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
-            with torch.inference_mode():
-                model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)  # warm-up
-                best = float("inf")
-                for _ in range(spec["repeats"]):
-                    start = time.perf_counter()
-                    model.generate(ids, max_new_tokens=spec["new"], min_new_tokens=spec["new"], **kw)
-                    best = min(best, time.perf_counter() - start)
-            out[f"{variant}/{batch}"] = batch * spec["new"] / best
+            out[f"{variant}/{batch}"] = tokens_per_second(model, spec, batch)
     print(json.dumps(out))
+
+
+def tokens_per_second(model, spec: dict, batch: int) -> float:
+    """Best of spec["repeats"] generate() calls of spec["new"] greedy tokens with the static cache."""
+    ids = torch.randint(0, 256, (batch, spec["prompt"]))
+    kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)  # warm-up
+        best = float("inf")
+        for _ in range(spec["repeats"]):
+            start = time.perf_counter()
+            model.generate(ids, max_new_tokens=spec["new"], min_new_tokens=spec["new"], **kw)
+            best = min(best, time.perf_counter() - start)
+    return batch * spec["new"] / best
 
 
 if __name__ == "__main__":

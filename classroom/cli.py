@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -39,13 +41,21 @@ def answers_export(args: argparse.Namespace) -> int:
         return _fail(command, f"--db: expected an existing answer store file, got {args.db}")
     if args.out is not None and not Path(args.out).expanduser().parent.is_dir():
         return _fail(command, f"--out: expected a file in an existing directory, got {args.out}")
+    if args.entry is not None:
+        from content import CONTENT_DIR
+
+        known = sorted(p.stem for p in CONTENT_DIR.glob("*.yaml"))
+        if args.entry not in known:
+            return _fail(command, f"--entry: expected one of the entry ids ({', '.join(known)}), got {args.entry!r}")
     learner = args.learner or current_learner()
     if path.is_file():
         try:
-            with AnswerStore(path) as store:
+            with AnswerStore(path, readonly=True) as store:  # exports even from a read-only file or a full disk
                 rows = export_rows(store, learner, args.entry)
         except ValueError as err:
             return _fail(command, str(err))
+        except sqlite3.DatabaseError as err:  # pages damaged behind an intact header
+            return _fail(command, f"answer store {path}: cannot be read ({err})")
     else:  # nothing answered on this machine yet: an empty export, and no file created
         rows = []
     if args.format == "json":
@@ -57,7 +67,14 @@ def answers_export(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        Path(args.out).expanduser().write_text(text, encoding="utf-8")
+        out = Path(args.out).expanduser()
+        part = out.with_name(out.name + ".part")
+        try:  # written whole, then renamed: a full disk leaves the earlier file, never a truncated one
+            part.write_text(text, encoding="utf-8")
+            os.replace(part, out)
+        except OSError as err:
+            part.unlink(missing_ok=True)
+            return _fail(command, f"--out: cannot write {args.out} ({err.strerror or err})")
         print(f"wrote {len(rows)} attempt(s) of {learner} to {args.out}", file=sys.stderr)
     return 0
 

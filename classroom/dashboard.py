@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from classroom.summary import learner_rows, question_rows
+from classroom.summary import Tally, learner_rows, question_rows
 
 POLL_MS = 3000  # how often an open dashboard asks for fresh numbers during a session
 
@@ -23,11 +23,11 @@ def dashboard_page(xsrf_token: str) -> str:
     return DASHBOARD_HTML.replace("{xsrf}", escape(xsrf_token, quote=True))
 
 
-def class_summary(attempts: list, entries: Mapping[str, Any] | None) -> dict[str, Any]:
+def class_summary(attempts: Tally | list, entries: Mapping[str, Any] | None) -> dict[str, Any]:
     """Everything the dashboard shows, as JSON: per question, per learner, and totals."""
-    return {"questions": question_rows(attempts, entries), "learners": learner_rows(attempts, entries),
-            "attempts": len(attempts), "learner_count": len({a.learner for a in attempts}),
-            "generated": time.time()}
+    tally = attempts if isinstance(attempts, Tally) else Tally(attempts)
+    return {"questions": question_rows(tally, entries), "learners": learner_rows(tally, entries),
+            "attempts": tally.total, "learner_count": len(tally.learners), "generated": time.time()}
 
 
 DASHBOARD_HTML = """<!doctype html>

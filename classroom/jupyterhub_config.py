@@ -5,17 +5,29 @@
 Settings come from environment variables so this file needs no editing for a class:
 
     DANTINOX_HUB_PORT        public port of the hub's proxy (default 8000)
-    DANTINOX_CLASSROOM_DB    the service's SQLite file (default classroom-data/classroom.sqlite)
+    DANTINOX_CLASSROOM_PORT  the service's own port on localhost (default 10101)
+    DANTINOX_CLASSROOM_DB    the service's SQLite file (default classroom-data/classroom.sqlite; its directory
+                             is made 0700 and the file 0600, readable by the hub's OS account only)
     DANTINOX_INSTRUCTORS     comma-separated hub user names put in the hub group `instructors`
     DANTINOX_HUB_ADMINS      comma-separated hub admins (default: the instructors)
-    DANTINOX_HUB_AUTH        `pam` (system accounts, the default) or `shared` (one class password, for a
-                             trial run: set DANTINOX_HUB_PASSWORD, at least 8 characters; admins then
-                             need DANTINOX_HUB_ADMIN_PASSWORD, or there are none)
+    DANTINOX_HUB_AUTH        `pam` (the default, for a class) or `shared` (a trial run on one trusted machine)
 
-The hub starts `dantinox classroom serve` as a managed service, gives it a role that may read users and
-groups (to know who is an instructor), and adds `access:services!service=classroom` to the `user` and
-`server` roles, keeping their defaults, so that a learner's kernel (which holds its server's token) may post
-attempts. Kernels find the service through $DANTINOX_CLASSROOM_URL, set here for every user server.
+`pam`: learners and instructors log in with their own system accounts and JupyterHub's default spawner
+runs each learner's server as that account (the hub runs as root). The service runs as the hub's account, so
+no learner can read its database or stop it, and no learner can log in as an instructor without the
+instructor's own system password.
+
+`shared`: one class password (DANTINOX_HUB_PASSWORD, at least 8 characters) logs anyone in under any name
+that is not an instructor's or an admin's; those need DANTINOX_HUB_INSTRUCTOR_PASSWORD (at least 32
+characters), and the hub refuses to start without it when there are any. Every learner's server runs as the
+hub's own OS account: any learner can read every file that account can (the answer database included) and
+kill the service. Use it only for a trial on a machine whose users all trust each other.
+
+The hub starts the service (`python -m classroom.service`, the same as `dantinox classroom serve`) as a
+managed service, gives it a role that may read users and groups (to know who is an instructor), and adds
+`access:services!service=classroom` to the `user` and `server` roles, keeping their defaults, so that a
+learner's kernel (which holds its server's token) may post attempts. Kernels find the service through
+$DANTINOX_CLASSROOM_URL, set here for every user server.
 """
 
 from __future__ import annotations
@@ -48,16 +60,19 @@ def classroom_roles(service_name: str = SERVICE_NAME) -> list[dict]:
 def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/classroom.sqlite",
               instructors: list[str] = (), admins: list[str] | None = None, service_port: int = SERVICE_PORT,
               managed: bool = True, api_token: str | None = None, python: str = sys.executable,
-              hub_ip: str = "", service_name: str = SERVICE_NAME) -> None:
+              hub_ip: str = "", service_name: str = SERVICE_NAME, auth: str = "pam",
+              class_password: str | None = None, instructor_password: str | None = None) -> None:
     """Fill a traitlets config `c` with the hub, the classroom service, its roles and the instructors group.
 
-    managed=False registers a service that something else starts (the tests do, to kill and restart it);
-    it then needs `api_token`, the token the service process is given in $JUPYTERHUB_API_TOKEN."""
+    auth="pam" logs in with system accounts (each learner's server runs as that account); auth="shared" is the
+    trial mode: learners give `class_password`, instructors and admins `instructor_password` (required as
+    soon as there is one). managed=False registers a service that something else starts (the tests do, to
+    kill and restart it); it then needs `api_token`, the token the service process holds."""
     service_url = f"http://127.0.0.1:{service_port}"
     c.JupyterHub.bind_url = f"http://{hub_ip}:{hub_port}"
     service = {"name": service_name, "url": service_url, "oauth_no_confirm": True, "display": True}
     if managed:
-        service["command"] = [python, "-m", "dantinox.cli", "classroom", "serve", "--port", str(service_port)]
+        service["command"] = [python, "-m", "classroom.service", "--port", str(service_port)]  # no jax to import
         service["environment"] = {"DANTINOX_CLASSROOM_DB": str(Path(db_path).resolve())}
     else:
         if not api_token:
@@ -73,36 +88,66 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
         c.Spawner.cmd = [str(bin_dir / "jupyterhub-singleuser")]
     c.JupyterHub.load_roles = classroom_roles(service_name)
     c.JupyterHub.load_groups = {"instructors": {"users": list(instructors)}}
-    c.Authenticator.admin_users = set(instructors if admins is None else admins)
+    admins = list(instructors if admins is None else admins)
+    c.Authenticator.admin_users = set(admins)
     c.Spawner.environment = {"DANTINOX_CLASSROOM_URL": f"http://127.0.0.1:{hub_port}/services/{service_name}"}
     c.Spawner.default_url = "/lab"
+    c.Spawner.http_timeout = 120  # a server spawned while the machine is busy with a class takes its time
+    c.Authenticator.allow_all = True  # pam: any account of this machine; shared: any name (narrow: allowed_users)
+    if auth == "shared":
+        _shared_password(c, class_password, instructor_password, [*instructors, *admins])
+    elif auth != "pam":
+        raise ValueError(f"DANTINOX_HUB_AUTH: expected pam or shared, got {auth!r}")
+
+
+def _shared_password(c, class_password: str | None, instructor_password: str | None,
+                     privileged: list[str]) -> None:
+    from classroom.hub_auth import ClassroomPasswordAuthenticator
+
+    if not class_password or len(class_password) < 8:
+        raise ValueError("DANTINOX_HUB_PASSWORD: expected a class password of at least 8 characters")
+    if privileged and not instructor_password:
+        raise ValueError(f"DANTINOX_HUB_INSTRUCTOR_PASSWORD: expected a password for the instructors and admins "
+                         f"({', '.join(sorted(set(privileged)))}) in shared mode, got none: with the class "
+                         f"password alone any learner could log in as them")
+    if instructor_password and (len(instructor_password) < 32 or instructor_password == class_password):
+        raise ValueError("DANTINOX_HUB_INSTRUCTOR_PASSWORD: expected at least 32 characters, "
+                         "different from the class password")
+    c.JupyterHub.authenticator_class = ClassroomPasswordAuthenticator
+    c.SharedPasswordAuthenticator.user_password = class_password
+    if instructor_password:
+        c.SharedPasswordAuthenticator.admin_password = instructor_password
+    c.ClassroomPasswordAuthenticator.instructor_users = set(privileged)
+    # a trial run: every learner's server runs as the hub's own OS account (each in a home under /tmp), so any
+    # learner can read the service's files and stop its process. Not for a class whose answers matter.
+    c.JupyterHub.spawner_class = "simple"
+
+
+def _port(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ValueError(f"{name}: expected a port number 1 to 65535, got {value!r}")
+    return int(value)
 
 
 def _from_environment(c) -> None:
     env = os.environ
-    instructors = _names(env.get("DANTINOX_INSTRUCTORS", ""))
+    if env.get("DANTINOX_HUB_ADMIN_PASSWORD"):
+        raise ValueError("DANTINOX_HUB_ADMIN_PASSWORD: renamed DANTINOX_HUB_INSTRUCTOR_PASSWORD (instructors "
+                         "need it too)")
     admins = _names(env["DANTINOX_HUB_ADMINS"]) if env.get("DANTINOX_HUB_ADMINS") else None
-    configure(c, hub_port=int(env.get("DANTINOX_HUB_PORT", "8000")), instructors=instructors, admins=admins,
-              db_path=env.get("DANTINOX_CLASSROOM_DB", "classroom-data/classroom.sqlite"))
-    auth = env.get("DANTINOX_HUB_AUTH", "pam")
-    if auth == "shared":
-        password = env.get("DANTINOX_HUB_PASSWORD", "")
-        if len(password) < 8:
-            raise ValueError("DANTINOX_HUB_PASSWORD: expected a class password of at least 8 characters")
-        c.JupyterHub.authenticator_class = "shared-password"
-        c.SharedPasswordAuthenticator.user_password = password
-        if env.get("DANTINOX_HUB_ADMIN_PASSWORD"):  # this authenticator makes admins log in with their own password
-            c.SharedPasswordAuthenticator.admin_password = env["DANTINOX_HUB_ADMIN_PASSWORD"]
-        else:
-            c.Authenticator.admin_users = set()  # instructors still see everything through the group
-        c.Authenticator.allow_all = True
-        # one OS account runs every learner's server, each in its own home under /tmp: fine for a trial run
-        c.JupyterHub.spawner_class = "simple"
-    elif auth == "pam":
-        c.Authenticator.allow_all = True  # any account on this machine may log in; narrow with allowed_users
-    else:
-        raise ValueError(f"DANTINOX_HUB_AUTH: expected pam or shared, got {auth!r}")
+    configure(c, hub_port=_port("DANTINOX_HUB_PORT", 8000),
+              instructors=_names(env.get("DANTINOX_INSTRUCTORS", "")), admins=admins,
+              service_port=_port("DANTINOX_CLASSROOM_PORT", SERVICE_PORT),
+              db_path=env.get("DANTINOX_CLASSROOM_DB", "classroom-data/classroom.sqlite"),
+              auth=env.get("DANTINOX_HUB_AUTH", "pam"), class_password=env.get("DANTINOX_HUB_PASSWORD"),
+              instructor_password=env.get("DANTINOX_HUB_INSTRUCTOR_PASSWORD"))
 
 
 if "get_config" in globals():  # loaded by `jupyterhub -f`, not imported
-    _from_environment(get_config())  # noqa: F821
+    try:
+        _from_environment(get_config())  # noqa: F821
+    except ValueError as err:  # a misconfigured class must not start: one line, no traceback
+        sys.exit(f"classroom/jupyterhub_config.py: {err}")

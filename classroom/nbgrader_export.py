@@ -22,6 +22,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import content
+from content.units import tolerance_text
 
 KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -53,7 +54,8 @@ def entry_notebook(entry: Any, points: float = 1.0) -> nbformat.NotebookNode:
         if check.kind == "numeric":
             expected = content.check_answer(entry, i)
             prompt = (f"**Q{i + 1}.** {content.render_question(entry, i)}\n\nSet `{name}` to your answer in "
-                      f"**{check.unit}** (a number; accepted within ±{check.tolerance:.0%}).")
+                      f"**{check.unit}** (a number; accepted within {tolerance_text(check.tolerance)} of the "
+                      f"formula's value).")
             solution = f"### BEGIN SOLUTION\n{name} = {_number(expected)}\n### END SOLUTION"
             visible = f"assert isinstance({name}, (int, float)), '{name}: expected a number in {check.unit}'\n"
             hidden = (f"{load}_expected = content.check_answer(_entry, {i})  # from the science item "

@@ -7,13 +7,17 @@ Every request is authenticated by the hub (`jupyterhub.services.auth.HubOAuth`):
 cookie (the instructor's browser). The learner's name is the hub's, never a field the client typed.
 Learners read and write only their own attempts; members of the hub group `instructors` and hub admins read
 everything; any other identity gets 403 and an unauthenticated request never reaches a handler's body.
-All writes go through this one process into one SQLite file (`classroom.store.AnswerStore`).
+All writes go through this one process into one SQLite file (`classroom.store.AnswerStore`), in a worker
+thread so that a slow or locked file never stalls the event loop. The service grades every attempt itself
+from its concept entry (`classroom.grading`): what a client says about correctness, timing, attempt number
+or question text is replaced, unknown entries and checks are refused, and each learner is rate-limited.
 
 Endpoints, under the service prefix (`/services/classroom/`):
 
     GET  ./                     instructor dashboard (HTML; polls api/summary)
     GET  api/me                 {"name", "instructor"}
-    POST api/attempts           one attempt or a list (JSON); idempotent by key -> {"received", "new", "keys"}
+    POST api/attempts           one attempt or a list (JSON), stored all or none; idempotent by key
+                                -> {"received", "new", "keys"}; 400/403/409/413 refuse the whole body
     GET  api/attempts/mine      the caller's attempts (JSON)
     GET  api/attempts           everyone's attempts, instructors only; ?format=json|csv, ?learner=, ?entry_id=
     GET  api/summary            per-question and per-learner summary, instructors only; ?format=json|csv
@@ -21,11 +25,12 @@ Endpoints, under the service prefix (`/services/classroom/`):
 
 from __future__ import annotations
 
-import csv
-import io
+import asyncio
 import json
 import os
+import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import quote
@@ -35,14 +40,24 @@ from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 
 from classroom.dashboard import class_summary, dashboard_page
-from classroom.store import AnswerStore, Attempt
-from classroom.summary import attempt_table, to_csv
+from classroom.grading import grade
+from classroom.store import AnswerStore, Attempt, KeyConflict
+from classroom.summary import Tally, attempt_table, to_csv
 
 DB_ENV_VAR = "DANTINOX_CLASSROOM_DB"
 INSTRUCTORS_GROUP = "instructors"
 MAX_BATCH = 1000  # attempts in one POST: a kernel's whole outbox after a long outage, not a bulk import
-MAX_BODY_BYTES = 8 * 1024 * 1024
-ROLE_CACHE_S = 30.0  # how long a learner's group membership is trusted before asking the hub again
+MAX_BODY_BYTES = 4 * 1024 * 1024  # 1000 attempts of a few KB; larger bodies get 413
+TOKEN_CACHE_S = 3  # how long the hub's word on a token is trusted: a revoked token stops writing within this
+ROLE_CACHE_S = 5.0  # how long a learner's group membership is trusted before asking the hub again
+# per learner: requests and attempts each come from a bucket that refills at a steady rate (token bucket)
+RATE_REQUESTS = (100, 50.0)  # burst, per second: a quiz click is one request; a load test is far more
+RATE_ATTEMPTS = (3000, 100.0)  # burst (a whole outbox after an outage), per second
+
+
+def _port_from(url: str) -> int | None:
+    tail = url.rsplit(":", 1)[1].split("/")[0] if url.count(":") == 2 else ""
+    return int(tail) if tail.isdigit() else None
 
 
 def default_db_path() -> Path:
@@ -87,13 +102,43 @@ class Roles:
         return instructor
 
 
+class RateLimit:
+    """Token buckets per learner: `take(name, n)` is False when `n` more would exceed the burst and rate."""
+
+    def __init__(self, burst: float, per_s: float):
+        self.burst, self.per_s, self._buckets = burst, per_s, {}
+
+    def take(self, name: str, n: float = 1) -> bool:
+        now = time.monotonic()
+        level, then = self._buckets.get(name, (self.burst, now))
+        level = min(self.burst, level + (now - then) * self.per_s)
+        ok = level >= n
+        self._buckets[name] = (level - n if ok else level, now)
+        return ok
+
+
 class _Handler(HubOAuthenticated, web.RequestHandler):
     """Authenticates through the hub before any handler body runs."""
 
-    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles):
-        self.store, self.hub_auth, self.roles = store, hub_auth, roles
+    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, pools: dict, tally: Tally):
+        self.store, self.hub_auth, self.roles, self.pools, self.tally = store, hub_auth, roles, pools, tally
+
+    def set_default_headers(self):
+        self.set_header("X-Content-Type-Options", "nosniff")  # an export is data, never run as a page
+        self.set_header("X-Frame-Options", "DENY")
+
+    async def db(self, fn, *args, pool: str = "read", **kwargs):
+        """Run a store call in a worker thread, off the event loop: one thread writes, others read (WAL readers
+        never wait for a writer, so a write stuck on another process's lock holds back no read)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pools[pool], lambda: fn(*args, **kwargs))
+        except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
+            raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
     async def prepare(self):
+        length = self.request.headers.get("Content-Length", "0")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise web.HTTPError(413, f"body: expected at most {MAX_BODY_BYTES} bytes, got {length}")
         model = await self.hub_auth.get_user(self, sync=False)
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
@@ -135,7 +180,7 @@ class DashboardHandler(_Handler):
         await self.require_instructor()
         self.set_header("Cache-Control", "no-store")
         self.set_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; "
-                                                   "style-src 'unsafe-inline'")
+                                                   "style-src 'unsafe-inline'; frame-ancestors 'none'")
         token = self.xsrf_token  # the hub's signed XSRF token for this login (also set as a cookie)
         self.finish(dashboard_page(token.decode() if isinstance(token, bytes) else token))
 
@@ -156,6 +201,8 @@ def parse_attempts(body: bytes, learner: str) -> list[Attempt]:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"body: expected JSON, got invalid JSON ({err})") from None
+    except RecursionError:
+        raise ValueError("body: expected JSON attempts, got JSON nested too deeply") from None
     items = data if isinstance(data, list) else [data]
     if not items or len(items) > MAX_BATCH:
         raise ValueError(f"body: expected 1 to {MAX_BATCH} attempts, got {len(items)}")
@@ -171,21 +218,59 @@ def parse_attempts(body: bytes, learner: str) -> list[Attempt]:
     return out
 
 
+def grade_all(attempts: list[Attempt], entries: Entries, now: float) -> list[Attempt]:
+    """Each attempt graded from its entry; an unknown entry or an ungradable answer raises ValueError."""
+    known = entries.get()
+    out = []
+    for i, a in enumerate(attempts):
+        entry = known.get(a.entry_id)
+        if entry is None:
+            raise ValueError(f"attempts[{i}].entry_id: expected an entry of this course, got {a.entry_id[:80]!r}")
+        try:
+            out.append(grade(entry, entries.version(a.entry_id), a, now=now))
+        except ValueError as err:
+            raise ValueError(f"attempts[{i}].{err}") from None
+    return out
+
+
 class AttemptsHandler(_Handler):
+    def initialize(self, entries, limits, **kw):
+        super().initialize(**kw)
+        self.entries, self.limits = entries, limits
+
     async def post(self):
+        requests, attempts_bucket = self.limits
+        if not requests.take(self.learner):
+            self.set_header("Retry-After", "1")
+            raise web.HTTPError(429, f"{self.learner}: more than {requests.per_s:g} requests per second")
         try:
             attempts = parse_attempts(self.request.body, self.learner)
         except PermissionError as err:
             raise web.HTTPError(403, str(err)) from None
         except ValueError as err:
             raise web.HTTPError(400, str(err)) from None
-        new = sum(self.store.add(a) for a in attempts)  # each add commits before we acknowledge
-        self.write_json({"received": len(attempts), "new": new, "keys": [a.key for a in attempts]})
+        if not attempts_bucket.take(self.learner, len(attempts)):
+            self.set_header("Retry-After", "5")
+            raise web.HTTPError(429, f"{self.learner}: more than {attempts_bucket.per_s:g} attempts per second")
+        if not self.entries.get():
+            raise web.HTTPError(503, f"cannot grade: content does not load ({self.entries.error})")
+        try:
+            graded = grade_all(attempts, self.entries, time.time())  # arrival time, not the client's clock
+        except ValueError as err:
+            raise web.HTTPError(400, str(err)) from None
+        try:  # one transaction: the whole body is stored, numbered in arrival order, before we acknowledge
+            new = await self.db(self.store.add_many, graded, number=True, pool="write")
+        except KeyConflict as err:
+            raise web.HTTPError(409, str(err)) from None
+        for a, is_new in zip(graded, new, strict=True):
+            if is_new:
+                self.tally.add(a)  # the dashboard's numbers, kept up to date here rather than recounted per poll
+        self.write_json({"received": len(attempts), "new": sum(new), "keys": [a.key for a in attempts]})
 
     async def get(self):
         await self.require_instructor()
-        rows = self.store.attempts(self.get_argument("learner", None), self.get_argument("entry_id", None),
-                                   include_reset=True)
+        rows = await self.db(self.store.attempts, self.get_argument("learner", None),
+                             self.get_argument("entry_id", None), include_reset=True)
         fmt = self.get_argument("format", "json")
         if fmt == "json":
             self.write_json([a.to_json() for a in rows])
@@ -199,16 +284,13 @@ class AttemptsHandler(_Handler):
 
 def attempts_csv(rows: list[Attempt]) -> str:
     """Attempts as CSV with a header even when there are none (an empty class still exports its columns)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(Attempt)], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(attempt_table(rows))
-    return buffer.getvalue()
+    return to_csv(attempt_table(rows), fieldnames=[f.name for f in fields(Attempt)])
 
 
 class MyAttemptsHandler(_Handler):
     async def get(self):
-        rows = self.store.attempts(self.learner, self.get_argument("entry_id", None), include_reset=True)
+        rows = await self.db(self.store.attempts, self.learner, self.get_argument("entry_id", None),
+                             include_reset=True)
         self.write_json([a.to_json() for a in rows])
 
 
@@ -219,7 +301,7 @@ class SummaryHandler(_Handler):
 
     async def get(self):
         await self.require_instructor()
-        summary = class_summary(self.store.attempts(), self.entries.get())
+        summary = class_summary(self.tally, self.entries.get())
         summary["content_error"] = self.entries.error
         fmt = self.get_argument("format", "json")
         if fmt == "json":
@@ -239,7 +321,7 @@ class Entries:
     (`content_error`) and shows counts without question text."""
 
     def __init__(self, entries: dict | None = None):
-        self._entries, self.error = entries, None
+        self._entries, self.error, self._versions = entries, None, {}
 
     def get(self) -> dict:
         if self._entries is None:
@@ -253,19 +335,39 @@ class Entries:
             self.error = None
         return self._entries
 
+    def version(self, entry_id: str) -> str:
+        """sha256 of the entry's YAML file (of its loaded data for entries given in memory)."""
+        if entry_id not in self._versions:
+            import hashlib
+
+            import content
+
+            try:
+                self._versions[entry_id] = content.content_version(entry_id)
+            except content.ContentError:
+                data = self.get()[entry_id].model_dump_json().encode()
+                self._versions[entry_id] = hashlib.sha256(data).hexdigest()
+        return self._versions[entry_id]
+
 
 def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict | None = None) -> web.Application:
     """The tornado application; `hub_auth` defaults to one configured from the hub's environment and
     `entries` (for question text, options and beliefs) to every entry in content/."""
-    hub_auth = hub_auth or HubOAuth(cache_max_age=60)
+    hub_auth = hub_auth or HubOAuth(cache_max_age=TOKEN_CACHE_S)
     prefix = hub_auth.base_url  # $JUPYTERHUB_SERVICE_PREFIX, e.g. /services/classroom/
-    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth))
+    pools = {"write": ThreadPoolExecutor(1, thread_name_prefix="classroom-write"),  # one writer
+             "read": ThreadPoolExecutor(2, thread_name_prefix="classroom-read")}
+    tally = Tally(store.attempts())  # once at start; then each stored attempt is added as it arrives
+    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), pools=pools, tally=tally)
+    content_entries = Entries(entries)
+    content_entries.get()  # load now: the first answer of a class should not wait for it
+    limits = (RateLimit(*RATE_REQUESTS), RateLimit(*RATE_ATTEMPTS))
     routes = [
         (prefix, DashboardHandler, kw),
         (url_path_join(prefix, "api/me"), MeHandler, kw),
-        (url_path_join(prefix, "api/attempts"), AttemptsHandler, kw),
+        (url_path_join(prefix, "api/attempts"), AttemptsHandler, {**kw, "entries": content_entries, "limits": limits}),
         (url_path_join(prefix, "api/attempts/mine"), MyAttemptsHandler, kw),
-        (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": Entries(entries)}),
+        (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": content_entries}),
         (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, {"hub_auth": hub_auth}),
     ]
     secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
@@ -279,11 +381,14 @@ def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.
             raise ValueError(f"${name} is not set: run this as a JupyterHub service "
                              "(see classroom/jupyterhub_config.py)")
     if port is None:
-        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
-        port = int(url.rsplit(":", 1)[1].split("/")[0]) if url.count(":") == 2 else 10101
+        port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
     store = AnswerStore(db if db is not None else default_db_path())
     app = make_app(store)
-    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)
+    try:
+        app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+    except OSError as err:
+        raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); is an earlier classroom "
+                         f"service still running (after the hub was killed)? Stop it, then restart the hub") from None
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()

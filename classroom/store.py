@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import platformdirs
 
@@ -49,11 +50,16 @@ CREATE TABLE IF NOT EXISTS attempts (
     time REAL NOT NULL,
     content_version TEXT NOT NULL,
     hidden INTEGER NOT NULL DEFAULT 0,
-    delivered INTEGER
+    delivered INTEGER,  -- NULL not for delivery, 0 in the outbox, 1 acknowledged, -1 refused (set aside)
+    refusal TEXT  -- why the service refused it (delivered = -1)
 );
 CREATE INDEX IF NOT EXISTS attempts_by_learner ON attempts (learner, entry_id, check_index);
 CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE delivered = 0;
 """
+
+
+class KeyConflict(ValueError):
+    """An attempt's key is already stored for another learner: refused, never acknowledged as delivered."""
 
 
 def _expect(ok: bool, name: str, what: str, got: Any) -> None:
@@ -165,16 +171,47 @@ def _row_to_attempt(row: tuple) -> Attempt:
                    attempt=attempt, time=t, content_version=version)
 
 
+def _private_file(path: Path) -> None:
+    """Create `path` readable and writable by this OS account only: missing directories 0700, the file 0600.
+
+    SQLite gives the -wal and -shm files it creates the database file's mode. An existing file (say from an
+    older version) is narrowed to 0600 too; directories that exist already are left as they are."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+        os.chmod(d, 0o700)  # whatever the umask
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists() and p.stat().st_mode & 0o077 and p.stat().st_uid == os.getuid():
+            os.chmod(p, 0o600)
+
+
 class AnswerStore:
     """An SQLite file of attempts; safe to share between threads of one process and between processes."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, readonly: bool = False):
+        """Open (creating if needed) the store at `path`; readonly=True only reads an existing file, so earlier
+        answers can still be shown and exported from a read-only file or a full disk."""
         self.path = Path(path).expanduser() if path is not None else default_path()
+        self.readonly = readonly
         self._lock = threading.RLock()  # one connection shared by a process's threads (a service, a kernel)
         if self.path.exists() and self.path.is_dir():
             raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if readonly:
+                if not self.path.is_file():
+                    raise ValueError(f"answer store {self.path}: expected an existing file to read, got none")
+                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                           check_same_thread=False)
+                self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()
+                self._rdb, self._read_lock = self._db, self._lock
+                return
+            _private_file(self.path)
             # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                        check_same_thread=False)
@@ -185,6 +222,13 @@ class AnswerStore:
             with self._write():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+                if "refusal" not in columns:  # a file from before refused attempts were set aside
+                    self._db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
+            # reads have their own connection: in WAL mode they never wait for a writer, in this process or another
+            self._rdb = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                        check_same_thread=False)
+            self._read_lock = threading.Lock()
         except sqlite3.DatabaseError as err:
             raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except OSError as err:
@@ -194,8 +238,10 @@ class AnswerStore:
         return _Transaction(self._db)
 
     def close(self) -> None:
-        """Close the connection (the file stays)."""
+        """Close the connections (the file stays)."""
         self._db.close()
+        if self._rdb is not self._db:
+            self._rdb.close()
 
     def __enter__(self) -> AnswerStore:
         return self
@@ -208,16 +254,38 @@ class AnswerStore:
         """Record `attempt` unless its key is already stored; True if it was new.
 
         outbox=True also queues it for delivery to a classroom service (see `pending`)."""
-        if not isinstance(attempt, Attempt):
-            raise ValueError(f"attempt: expected an Attempt, got {type(attempt).__name__}")
-        a = attempt
+        return self.add_many([attempt], outbox=outbox)[0]
+
+    def add_many(self, attempts: list[Attempt], *, outbox: bool = False, number: bool = False) -> list[bool]:
+        """Record several attempts in one transaction (all or none); per attempt, whether it was new.
+
+        number=True gives each new attempt its number in arrival order (1 + the learner's earlier attempts at
+        the check since their last reset), whatever number it carried. A key already stored under another
+        learner raises KeyConflict and stores nothing."""
+        for a in attempts:
+            if not isinstance(a, Attempt):
+                raise ValueError(f"attempt: expected an Attempt, got {type(a).__name__}")
+        out = []
         with self._lock, self._write():
-            cur = self._db.execute(
-                f"INSERT OR IGNORE INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
-                 a.response, a.expected, int(a.correct), a.attempt, float(a.time), a.content_version,
-                 0 if outbox else None))
-            return cur.rowcount == 1
+            for a in attempts:
+                row = self._db.execute("SELECT learner FROM attempts WHERE key = ?", (a.key,)).fetchone()
+                if row is not None:
+                    if row[0] != a.learner:
+                        raise KeyConflict(f"attempt.key: {a.key} is already stored for another learner")
+                    out.append(False)
+                    continue
+                n = a.attempt
+                if number:
+                    (n,) = self._db.execute("SELECT COUNT(*) + 1 FROM attempts WHERE learner = ? AND entry_id = ? "
+                                            "AND check_index = ? AND hidden = 0",
+                                            (a.learner, a.entry_id, a.check_index)).fetchone()
+                self._db.execute(
+                    f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
+                     a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
+                     0 if outbox else None))
+                out.append(True)
+        return out
 
     def reset(self, learner: str, entry_id: str) -> int:
         """Hide `learner`'s attempts at `entry_id` from resume and score; returns how many were hidden.
@@ -235,6 +303,12 @@ class AnswerStore:
             self._db.executemany("UPDATE attempts SET delivered = 1 WHERE key = ? AND delivered = 0",
                                  [(k,) for k in keys])
 
+    def set_aside(self, key: str, reason: str) -> None:
+        """Take an attempt the service refused out of the outbox, keeping it and the reason (see `refused`)."""
+        with self._lock, self._write():
+            self._db.execute("UPDATE attempts SET delivered = -1, refusal = ? WHERE key = ? AND delivered = 0",
+                             (reason[:500], key))
+
     # Reading --------------------------------------------------------------------------------------
     def attempts(self, learner: str | None = None, entry_id: str | None = None, *,
                  include_reset: bool = False) -> list[Attempt]:
@@ -251,33 +325,43 @@ class AnswerStore:
         if not include_reset:
             where.append("hidden = 0")
         sql = f"SELECT {_COLUMNS} FROM attempts" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY time, seq", args).fetchall()
+        with self._read_lock:
+            rows = self._rdb.execute(sql + " ORDER BY time, seq", args).fetchall()
         return [_row_to_attempt(r) for r in rows]
 
     def was_reset(self, key: str) -> bool:
         """Whether the attempt with this key has been hidden by a reset (False if unknown)."""
-        with self._lock:
-            row = self._db.execute("SELECT hidden FROM attempts WHERE key = ?", (key,)).fetchone()
+        with self._read_lock:
+            row = self._rdb.execute("SELECT hidden FROM attempts WHERE key = ?", (key,)).fetchone()
         return bool(row and row[0])
 
     def next_attempt(self, learner: str, entry_id: str, check_index: int) -> int:
         """The attempt number the next answer to this check gets (1 after a reset)."""
-        with self._lock:
-            (n,) = self._db.execute("SELECT COUNT(*) FROM attempts WHERE learner = ? AND entry_id = ? AND "
+        with self._read_lock:
+            (n,) = self._rdb.execute("SELECT COUNT(*) FROM attempts WHERE learner = ? AND entry_id = ? AND "
                                     "check_index = ? AND hidden = 0", (learner, entry_id, check_index)).fetchone()
         return n + 1
 
     def pending(self) -> list[Attempt]:
         """The outbox: attempts added with outbox=True and not yet marked delivered, oldest first."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
+        with self._read_lock:
+            rows = self._rdb.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
         return [_row_to_attempt(r) for r in rows]
+
+    def refused(self) -> list[tuple[Attempt, str]]:
+        """Attempts the classroom service refused, with its reason, oldest first (never sent again)."""
+        with self._read_lock:
+            try:
+                rows = self._rdb.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
+                                         "ORDER BY seq").fetchall()
+            except sqlite3.OperationalError:  # a file from before refusals were kept, opened read-only
+                return []
+        return [(_row_to_attempt(r[:-1]), r[-1]) for r in rows]
 
     def count(self) -> int:
         """How many attempts the file holds, reset ones included."""
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+        with self._read_lock:
+            return self._rdb.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
 
 
 class _Transaction:

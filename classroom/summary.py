@@ -6,7 +6,7 @@
 The instructor notebook and the classroom dashboard both call these, so they show the same numbers.
 A learner's *first* attempt at a check is what counts: the first-try rate, and for choice questions which
 option each learner picked first (what they believed before any feedback). Attempts may be `Attempt`
-objects or their JSON dicts. Standard library only; entries are read by attribute, never imported.
+objects or their JSON dicts. Entries are read by attribute; question text comes from `content`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ def _as_attempt(a: Attempt | Mapping[str, Any]) -> Attempt:
 
 def first_attempts(attempts: Iterable[Attempt | Mapping[str, Any]]) -> dict[tuple[str, str, int], Attempt]:
     """(learner, entry_id, check_index) -> that learner's earliest attempt at the check."""
-    first: dict[tuple[str, str, int], Attempt] = {}
-    for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
-        first.setdefault((a.learner, a.entry_id, a.check_index), a)
-    return first
+    return Tally(attempts).firsts
 
 
 def belief(entry: Any, check_index: int, option: int) -> str:
@@ -42,23 +39,53 @@ def belief(entry: Any, check_index: int, option: int) -> str:
     return entry.misconception[mapped].claim if mapped is not None else check.options[option]
 
 
-def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+def _question_text(entry: Any, check_index: int) -> str:
+    """The question as content words it, a numeric check's own numbers filled in."""
+    import content  # no jax: the service and the instructor notebook both have it
+
+    return content.render_question(entry, check_index)
+
+
+class Tally:
+    """What the summary needs, kept up to date one attempt at a time: attempts per check and each learner's
+    first attempt at each check. The service adds attempts as they arrive, so a dashboard's poll costs the
+    size of the class, not the number of attempts. `add` attempts in time order (arrival order in a service)."""
+
+    def __init__(self, attempts: Iterable[Attempt | Mapping[str, Any]] = ()):
+        self.total = 0
+        self.per_check: Counter = Counter()  # (entry_id, check_index) -> attempts
+        self.firsts: dict[tuple[str, str, int], Attempt] = {}
+        for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
+            self.add(a)
+
+    def add(self, a: Attempt) -> None:
+        self.total += 1
+        self.per_check[a.entry_id, a.check_index] += 1
+        self.firsts.setdefault((a.learner, a.entry_id, a.check_index), a)
+
+    @property
+    def learners(self) -> set[str]:
+        return {learner for learner, _, _ in self.firsts}
+
+
+def _tally(attempts: Tally | Iterable[Attempt | Mapping[str, Any]]) -> Tally:
+    return attempts if isinstance(attempts, Tally) else Tally(attempts)
+
+
+def question_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]],
                   entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per check answered at least once: learners, attempts, first-try right and rate; with `entries`, also
     the question, its kind, and for choice checks each option's first-choice count and belief."""
-    attempts = [_as_attempt(a) for a in attempts]
-    firsts = first_attempts(attempts)
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
-    shown: dict[tuple[str, int], Counter] = defaultdict(Counter)
-    for a in attempts:
-        shown[a.entry_id, a.check_index][a.question] += 1
-        row = rows.setdefault((a.entry_id, a.check_index), {"entry": a.entry_id, "check": a.check_index,
-                                                           "learners": 0, "attempts": 0, "first_try_right": 0})
-        row["attempts"] += 1
-    for (_, entry_id, check_index), a in firsts.items():
+    tally = _tally(attempts)
+    rows: dict[tuple[str, int], dict[str, Any]] = {
+        key: {"entry": key[0], "check": key[1], "learners": 0, "attempts": n, "first_try_right": 0}
+        for key, n in tally.per_check.items()}
+    picked: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    for (_, entry_id, check_index), a in tally.firsts.items():
         row = rows[(entry_id, check_index)]
         row["learners"] += 1
         row["first_try_right"] += a.correct
+        picked[entry_id, check_index][a.response] += 1
     out = []
     for key in sorted(rows):
         row = rows[key]
@@ -67,10 +94,9 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
         if entry is not None and key[1] < len(entry.checks):
             check = entry.checks[key[1]]
             row["kind"] = check.kind
-            row["question"] = shown[key].most_common(1)[0][0]  # as most attempts showed it, numbers filled in
+            row["question"] = _question_text(entry, key[1])  # from content, never from what learners posted
             if check.kind == "choice":
-                picked = [a.response for (_, e, c), a in firsts.items() if (e, c) == key]
-                row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked.count(text),
+                row["options"] = [{"option": text, "correct": j == check.answer, "first_choice": picked[key][text],
                                    "belief": belief(entry, key[1], j),
                                    "feedback": check.feedback[j] if check.feedback else ""}
                                   for j, text in enumerate(check.options)]
@@ -78,11 +104,11 @@ def question_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
     return out
 
 
-def learner_rows(attempts: Iterable[Attempt | Mapping[str, Any]],
+def learner_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]],
                  entries: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per learner: checks answered, right on the first try, and per entry how far they got
     ("answered/total" when `entries` gives the entry's number of checks)."""
-    firsts = first_attempts(attempts)
+    firsts = _tally(attempts).firsts
     rows: dict[str, dict[str, Any]] = {}
     for (learner, entry_id, _), a in sorted(firsts.items()):
         row = rows.setdefault(learner, {"learner": learner, "answered": 0, "first_try_right": 0, "entries": {}})
@@ -108,12 +134,26 @@ def attempt_table(attempts: Iterable[Attempt | Mapping[str, Any]]) -> list[dict[
     return out
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet shows as text: text that would start a formula gets a leading apostrophe."""
+    if not isinstance(value, str | list | dict):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def to_csv(rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> str:
+    """CSV text of flat rows; nested values (option lists, per-entry progress) are written as their repr.
+
+    Text cells are neutralised against formula injection (`csv_cell`): a question, a response or a hub user
+    name such as `=HYPERLINK(...)` opens as the text it is. Numbers stay numbers."""
     buffer = io.StringIO()
-    if rows:
-        names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
+    names = fieldnames or list(dict.fromkeys(k for row in rows for k in row))  # every column, first-seen order
+    if names:
         writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()

@@ -11,6 +11,8 @@ Imports neither jax nor dantinox, so validating YAML is quick and the labs' text
 from content.api import (
     check_answer,
     content_version,
+    corpus_text,
+    device_inputs,
     evaluate,
     is_correct,
     iter_numeric_checks,
@@ -26,6 +28,8 @@ from content.validate import CONTENT_DIR, prerequisite_graph, validate_files
 
 __all__ = [
     "CONTENT_DIR", "ChoiceCheck", "ContentError", "Entry", "ExpressionError", "NumericCheck", "Problem",
-    "Science", "Spec", "check_answer", "content_version", "evaluate", "is_correct", "iter_numeric_checks",
-    "load_all", "load_entry", "prerequisite_graph", "render_question", "spec_value", "validate_files",
+    "Science", "Spec", "check_answer", "content_version", "corpus_text", "device_inputs", "evaluate",
+    "is_correct",
+    "iter_numeric_checks", "load_all", "load_entry", "prerequisite_graph", "render_question", "spec_value",
+    "validate_files",
 ]

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from content import expr
+from content.devices import DeviceMemory
 from content.problems import ContentError, Record
 from content.schema import ID_PATTERN, ChoiceCheck, Entry, NumericCheck, Science, Spec, round_significant
-from content.units import format_value, param_text, unit_factor
+from content.units import format_value, number_text, param_text, unit_factor
 from content.validate import CONTENT_DIR, entry_files, inputs_problem, read_entry, validate
 
 
@@ -28,6 +29,31 @@ def load_all(root: str | Path | None = None) -> dict[str, Entry]:
     if problems:
         raise ContentError(problems)
     return {r.entry.id: r.entry for r in records}
+
+
+def corpus_text(root: str | Path | None = None) -> str:
+    """The prose of every entry in `root` (strings over 20 characters, URLs left out), one per line.
+
+    What `dantinox train` learns from by default: the course's own text, loaded by the strict loader.
+    """
+    texts: list[str] = []
+
+    def collect(node) -> None:
+        if isinstance(node, str):
+            if len(node) > 20 and not node.startswith("http"):
+                texts.append(" ".join(node.split()))
+        elif isinstance(node, dict):
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for entry in load_all(root).values():
+        collect(entry.model_dump())
+    if not texts:
+        raise ContentError(f"root: no prose found in the entries of {_root(root)}")
+    return "\n".join(texts)
 
 
 def load_entry(id: str, root: str | Path | None = None) -> Entry:
@@ -160,6 +186,15 @@ def spec_value(entry: Entry, spec: Spec | int) -> str:
     if spec.compute.format == "number" and spec.compute.unit:
         result /= unit_factor(spec.compute.unit, item.unit)
     return format_value(result, spec.compute.format, spec.compute.unit)
+
+
+def device_inputs(spec: Spec) -> str:
+    """Which of a spec's inputs come from the device table, as a line for the card ('' when none)."""
+    if spec.compute is None:
+        return ""
+    named = [f"{name} = {value.device} memory as the device reports it ({number_text(value / 2**20)} MiB)"
+             for name, value in spec.compute.with_.items() if isinstance(value, DeviceMemory)]
+    return f"From content/devices.yaml: {'; '.join(named)}." if named else ""
 
 
 def content_version(entry_id: str, root: str | Path | None = None) -> str:

@@ -13,7 +13,9 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
+
+from content.devices import device_memory
 
 ID_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -76,6 +78,25 @@ Url = Annotated[str, AfterValidator(_http_url)]
 EntryId = Annotated[str, AfterValidator(_entry_id)]
 VariableName = Annotated[str, AfterValidator(_variable_name)]
 Number = float  # strict mode still accepts whole numbers here; true/false and text are refused
+DEVICE_KEY = "device_memory"
+
+
+def _quantity(value: object) -> float:
+    """A typed number, or {device_memory: <device>}: that device's reported bytes from content/devices.yaml."""
+    if isinstance(value, dict):
+        if list(value) != [DEVICE_KEY]:
+            raise ValueError(f"expected a number or {{{DEVICE_KEY}: <device name>}}, got a mapping with keys "
+                             f"{', '.join(map(str, value)) or 'none'}")
+        return device_memory(value[DEVICE_KEY])
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "true or false" if isinstance(value, bool) else f"the text {value!r}" if isinstance(value, str) \
+            else type(value).__name__
+        raise ValueError(f"expected a number or {{{DEVICE_KEY}: <device name>}}, got {kind}")
+    return float(value)
+
+
+# An input value: a number, or a device's memory named from the device table (see content.devices).
+Quantity = Annotated[float, PlainValidator(_quantity)]
 
 
 class _Strict(BaseModel):
@@ -91,7 +112,7 @@ class SpecCompute(_Strict):
     """A spec value computed by one of the entry's science items from published inputs."""
 
     science: Text  # title of the science item
-    with_: dict[VariableName, Number] = Field(alias="with")
+    with_: dict[VariableName, Quantity] = Field(alias="with")
     format: Literal[SPEC_FORMATS] = "number"  # bytes: binary units; times: "2.25×"; percent: 0.5 -> "50%";
     # seconds: s, ms or µs
     unit: str = ""  # for "number": the science item's unit or a scaled form of it (GB/s for B/s)
@@ -135,7 +156,7 @@ class Variable(_Strict):
     unit: Text
     min: Number | None = None
     max: Number | None = None
-    default: Number | None = None
+    default: Quantity | None = None  # a number, or {device_memory: <device>} for a capacity
     scale: Literal["linear", "log"] | None = None  # how a slider spaces the range; linear when omitted
     values: list[Number] | None = None  # a small set of allowed values (a dropdown), instead of a range
     integer: bool | None = None  # whole steps; when omitted, true if min, max, default and values are whole
@@ -161,8 +182,10 @@ class History(_Strict):
 class Misconception(_Strict):
     claim: Text  # the wrong belief, as people state it
     correction: Text
-    appears_in: Url  # a page where the belief is stated (any page)
+    appears_in: Url  # a page where the belief is stated (any page); a pull request only at a commit or file state
     corrected_by: Url  # the primary source that settles it: paper, official docs, official config or code
+    shows: Literal["belief", "fix"] = "belief"  # fix: appears_in is where the belief was fixed or refuted,
+    # and the card says so
 
 
 class ChoiceCheck(_Strict):
@@ -180,7 +203,7 @@ class NumericCheck(_Strict):
     kind: Literal["numeric"]
     question: Text  # may contain {name} placeholders for params
     science: Text  # title of the science item that computes the answer
-    params: dict[VariableName, Number]
+    params: dict[VariableName, Quantity]
     precision: int = Field(ge=1, le=6)  # significant figures asked for; the rendered question states it
     tolerance: float = Field(gt=0, le=0.5)  # relative; an answer rounded to `precision` is accepted as well
     unit: Text  # unit of the answer; may be a scaled form of the science item's unit (MiB for B)

@@ -67,3 +67,23 @@ def param_text(value: float) -> str:
         mantissa = f"{value / 10**exponent:.4g}"
         return f"{mantissa} × 10{str(exponent).translate(_SUPERSCRIPT)}"
     return number_text(value) if float(value).is_integer() else f"{value:g}"
+
+
+def tolerance_text(tolerance: float) -> str:
+    """A relative tolerance as a learner reads it: 0.004 -> '±0.4 %', 0.05 -> '±5 %' (never '±0 %')."""
+    return f"±{100 * tolerance:.2g} %"
+
+
+def parse_number(text: str) -> float:
+    """A typed number: '4096', '4,096', '6.4e9', '1/8'; anything else (or a zero divisor) raises ValueError."""
+    cleaned = text.strip().replace(",", "").replace("_", "").replace(" ", "")
+    parts = cleaned.split("/")
+    if len(parts) > 2 or not all(parts):
+        raise ValueError(f"expected a number, got {text!r}")
+    numbers = [float(part) for part in parts]  # 'abc' raises ValueError here
+    if len(numbers) == 2 and numbers[1] == 0:
+        raise ValueError(f"expected a number, got {text!r} (a zero divisor)")
+    value = numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0]
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {text!r}")
+    return value

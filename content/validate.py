@@ -7,6 +7,7 @@ entry; rendered values (spec numbers, questions) are computed on demand by `cont
 from __future__ import annotations
 
 import difflib
+import re
 import string
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,9 +17,10 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from content import expr, ranges
+from content.devices import DeviceMemory, typed_capacity
 from content.problems import Problem, Record, schema_problems, yaml_type
 from content.schema import ChoiceCheck, Entry, NumericCheck, Science, round_significant
-from content.units import unit_factor
+from content.units import number_text, unit_factor
 from content.yamlio import FieldPath, YamlProblem, read_yaml
 
 CONTENT_DIR = Path(__file__).resolve().parent / "entries"
@@ -212,6 +214,68 @@ def _check_misconceptions(rec: Record, entry: Entry) -> None:
                         f"belief, not the page where it appears (appears_in), got the same URL {item.corrected_by!r}")
 
 
+# A pull request's own page changes as commits land and may show the fix rather than the belief; one of its
+# commits (…/pull/N/commits/<sha>) is a fixed state. A file at a commit is written …/blob/<sha>/<path>.
+PULL_REQUEST = re.compile(r"^/[^/]+/[^/]+/pull/\d+(?P<rest>[^?#]*)")
+PULL_AT_COMMIT = re.compile(r"^/(commits|changes|files)/[0-9a-f]{7,40}(\.\.[0-9a-f]{7,40})?/?$")
+
+
+def pull_request_problem(url: str, shows: str) -> str | None:
+    """Why `url` cannot be an appears_in link (a GitHub pull request at no particular state), or None."""
+    parts = urlsplit(url)
+    match = PULL_REQUEST.match(parts.path) if (parts.hostname or "").lower() in ("github.com", "www.github.com") \
+        else None
+    if match is None or shows == "fix" or PULL_AT_COMMIT.match(match["rest"]):
+        return None
+    return (f"expected a pull request at a commit (.../pull/N/commits/<sha>) or the file before the fix "
+            f"(.../blob/<sha>/<path>#L<line>), or `shows: fix` when the link is the fix of this belief, got {url!r}")
+
+
+def _check_pull_requests(rec: Record, entry: Entry) -> None:
+    for i, item in enumerate(entry.misconception):
+        problem = pull_request_problem(item.appears_in, item.shows)
+        if problem:
+            rec.problem(("misconception", i, "appears_in"), problem)
+
+
+def _capacity_problem(value: float, unit: str) -> str | None:
+    """Why a typed input must name a device instead, or why a device's memory does not fit this variable."""
+    factor = unit_factor(unit, "B")
+    if isinstance(value, DeviceMemory):
+        return None if factor == 1 else (f"expected a device's memory only for a variable in B, got "
+                                         f"{{device_memory: {value.device}}} for one in {unit!r}")
+    found = typed_capacity(value * factor) if factor is not None else []
+    if not found:
+        return None
+    names = " or ".join(dict.fromkeys(device for device, _ in found))
+    which = "; ".join(f"the {device}'s {form}" for device, form in found)
+    return (f"expected {{device_memory: <device>}} naming {names} (capacities come from content/devices.yaml), "
+            f"got the typed number {number_text(value)}: {which}")
+
+
+def _check_capacities(rec: Record, entry: Entry) -> None:
+    """Every value in bytes that is a known device's capacity names the device; none is typed."""
+    inputs: list[tuple[tuple, Science | None, dict[str, float]]] = []
+    for i, spec in enumerate(entry.specs):
+        if spec.compute is not None:
+            inputs.append((("specs", i, "compute", "with"), _lookup(entry, spec.compute.science), spec.compute.with_))
+    for i, check in enumerate(entry.checks):
+        if isinstance(check, NumericCheck):
+            inputs.append((("checks", i, "params"), _lookup(entry, check.science), check.params))
+    for loc, item, values in inputs:
+        for name, value in values.items():
+            if item is not None and name in item.variables:
+                problem = _capacity_problem(value, item.variables[name].unit)
+                if problem:
+                    rec.problem((*loc, name), problem)
+    for i, item in enumerate(entry.science):
+        for name, variable in item.variables.items():
+            if variable.default is not None:
+                problem = _capacity_problem(variable.default, variable.unit)
+                if problem:
+                    rec.problem(("science", i, "variables", name, "default"), problem)
+
+
 def _check_lists(rec: Record, entry: Entry) -> None:
     for name in ("related", "prerequisites"):
         ids = getattr(entry, name)
@@ -246,6 +310,8 @@ def read_entry(path: Path, label: str | None = None) -> Record:
     _check_checks(rec, entry, parsed)
     _check_lists(rec, entry)
     _check_misconceptions(rec, entry)
+    _check_pull_requests(rec, entry)
+    _check_capacities(rec, entry)
     ranges.check(rec, entry, parsed)
     if not rec.problems:
         rec.entry = entry

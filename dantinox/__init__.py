@@ -4,6 +4,7 @@
     cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
+    cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
 `dantinox.enable_compilation_cache()` themselves.
@@ -32,6 +33,7 @@ from dantinox.memory import (
     reference_tables,
 )
 from dantinox.model import Transformer
+from dantinox.pretrained import load_pretrained
 from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [
@@ -39,4 +41,5 @@ __all__ = [
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
+    "load_pretrained",
 ]

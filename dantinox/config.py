@@ -41,6 +41,7 @@ class ModelConfig:
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
+    scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
     # Multi-head latent attention (attention="mla").
     kv_latent_dim: int | None = None  # C, width of the cached KV latent
     rope_head_dim: int | None = None  # R, width of the decoupled RoPE key shared by all heads
@@ -250,4 +251,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, head_size=32, max_context=256, mlp_width=384),
     # For unit tests: compiles and runs in well under a second.
     "test": dict(d_model=32, n_layers=2, n_heads=4, head_size=8, max_context=64, mlp_width=64),
+    # SmolLM2-135M's geometry (its K = 3 is the lab's GQA choice); tests/test_pretrained.py checks it against the
+    # file that dantinox.load_pretrained("smollm2-135m") reads.
+    "smollm2-135m": dict(vocab_size=49_152, d_model=576, n_layers=30, n_heads=9, head_size=64, max_context=8192,
+                         mlp_width=1536, rope_base=100_000.0, norm_eps=1e-5, scale_tied_logits=False),
 }

@@ -26,10 +26,25 @@ class DevicePreset:
 
 
 def _host_ram() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """Physical memory in bytes: POSIX sysconf, or Windows' GlobalMemoryStatusEx (Windows has no os.sysconf)."""
+    if hasattr(os, "sysconf"):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):  # MEMORYSTATUSEX, as sysinfoapi.h declares it
+        _fields_ = [("dwLength", ctypes.c_uint32), ("dwMemoryLoad", ctypes.c_uint32),
+                    *((name, ctypes.c_uint64) for name in ("ullTotalPhys", "ullAvailPhys", "ullTotalPageFile",
+                                                            "ullAvailPageFile", "ullTotalVirtual", "ullAvailVirtual",
+                                                            "ullAvailExtendedVirtual"))]
+
+    status = MemoryStatus(dwLength=ctypes.sizeof(MemoryStatus))
+    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+        raise OSError("GlobalMemoryStatusEx failed: cannot read this machine's physical memory")
+    return int(status.ullTotalPhys)
 
 
 # Capacities are what the device reports (nvidia-smi memory.total, in MiB), not the rated "80GB" or "141GB".
+# content/devices.yaml holds the same devices for concept entries; tests/test_content_devices.py keeps them equal.
 DEVICE_PRESETS: dict[str, DevicePreset] = {
     p.name: p
     for p in (
@@ -41,7 +56,7 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
                      "printed in https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"),
         DevicePreset("H200 141GB", 143_771 * 2**20, "nvidia-smi memory.total of an H200, 143,771 MiB "
                      "(public nvidia-smi logs; rated 141 GB)"),
-        DevicePreset("this machine (RAM)", _host_ram(), "os.sysconf: physical pages x page size"),
+        DevicePreset("this machine (RAM)", _host_ram(), "the operating system's physical memory size"),
     )
 }
 
@@ -181,8 +196,10 @@ def reference_tables() -> str:
         lines.append(f"| {label} | {cfg.n_kv_heads} | " + " | ".join(cells) + " |")
     devices = [d for d in DEVICE_PRESETS.values() if not d.name.startswith("this machine")]
     weights = param_bytes(base)
-    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)}, measured from the "
-              "parameter arrays, subtracted first):", "",
+    f32 = param_bytes(base.replace(dtype="float32"))
+    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)} in {base.dtype}, measured from the "
+              f"parameter arrays, subtracted first; the labs run this model in float32, "
+              f"{format_bytes(f32)} of weights):", "",
               "| variant | " + " | ".join(d.name for d in devices) + " |",
               "|---|" + "---|" * len(devices)]
     for label, cfg in configs:

@@ -351,5 +351,6 @@ class Transformer(nnx.Module):
     def logits(self, x_BTD: jax.Array) -> jax.Array:
         x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax
         if self.head is None:
-            return x32 @ self.embed.embedding[...].astype(jnp.float32).T * self.cfg.d_model**-0.5
+            scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
+            return x32 @ self.embed.embedding[...].astype(jnp.float32).T * scale
         return self.head(x_BTD).astype(jnp.float32)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +22,6 @@ from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.model import Transformer
 from dantinox.quant import SCALE_BYTES
-
-HELDOUT = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "heldout.txt"
 
 
 def heldout_chunks(text: str, length: int) -> np.ndarray:

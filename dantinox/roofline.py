@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import jax
@@ -213,12 +213,13 @@ def measure_machine(repeats: int = 5) -> Machine:
         memory_bytes=DEVICE_PRESETS["this machine (RAM)"].memory_bytes)
 
 
-def datasheet_machines() -> list[Machine]:
-    """A100, H100 and H200: dense bf16 FLOP/s and bandwidth from the prefill-and-decode entry's specs."""
-    import content  # the content package imports neither jax nor dantinox; loaded only when asked
+def datasheet_machines(specs: Iterable) -> list[Machine]:
+    """A100, H100 and H200: dense bf16 FLOP/s and bandwidth from datasheet specs.
 
-    entry = content.load_entry("prefill-and-decode")
-    specs = {s.label: s for s in entry.specs}
+    `specs` are the prefill-and-decode entry's (`content.load_entry("prefill-and-decode").specs`), loaded by
+    the caller: each has a `label`, a `source` and `compute.with_` holding BW (bytes/s) and F (FLOP/s).
+    """
+    specs = {s.label: s for s in specs}
     out = []
     for name, label in DATASHEET_SPECS.items():
         if label not in specs or specs[label].compute is None:

@@ -16,16 +16,17 @@ def encode(text: str) -> list[int]:
     return list(text.encode("utf-8"))
 
 
-def decode(ids: Sequence[int], show_special: bool = False) -> str:
-    """Token ids back to text; invalid UTF-8 becomes U+FFFD, special tokens are dropped or shown."""
+def decode(ids: Sequence[int], show_special: bool = False, errors: str = "replace") -> str:
+    """Token ids back to text; special tokens are dropped or shown. Bytes that are not valid UTF-8 (a byte-level
+    model can emit any byte) become U+FFFD, or, with errors="backslashreplace", readable escapes such as \\xe2."""
     out, pending = [], bytearray()
     for i in (int(t) for t in ids):
         if i < 256:
             pending.append(i)
             continue
-        out.append(pending.decode("utf-8", errors="replace"))
+        out.append(pending.decode("utf-8", errors=errors))
         pending = bytearray()
         if show_special:
             out.append(SPECIAL.get(i, f"<{i}>"))
-    out.append(pending.decode("utf-8", errors="replace"))
+    out.append(pending.decode("utf-8", errors=errors))
     return "".join(out)

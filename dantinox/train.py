@@ -32,7 +32,7 @@ def train(run_dir: str | Path, *, corpus: str, preset: str = "tiny", steps: int 
           learning_rate: float = 3e-3, progress: bool = True, **overrides) -> Path:
     """Train from scratch on the text `corpus` (UTF-8 bytes are the tokens) and write a run directory.
 
-    `dantinox train` passes the prose of content/entries/ (`dantinox.cli.content_corpus()`) or a file.
+    `dantinox train` passes the prose of the concept entries (`content.corpus_text()`) or a file.
     """
     steps, batch_size, seq_len = (positive_int(n, v) for n, v in
                                   (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len)))

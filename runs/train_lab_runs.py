@@ -5,13 +5,13 @@
 
 Same recipe as runs/tiny (MHA): 1,500 steps on the text of content/, batch 16, 128-token windows, seed 0.
 `dantinox train` has no flag for the attention variant, so this calls `dantinox.train.train` with overrides
-on the corpus the CLI builds (`dantinox.cli.content_corpus`).
+on the corpus the CLI builds (`content.corpus_text()`).
 """
 
 import sys
 from pathlib import Path
 
-from dantinox.cli import content_corpus
+import content
 from dantinox.train import train
 
 HERE = Path(__file__).resolve().parent
@@ -26,7 +26,7 @@ if __name__ == "__main__":
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         sys.exit(f"run name: expected one of {', '.join(RUNS)}, got {', '.join(unknown)}")
-    corpus = content_corpus()
+    corpus = content.corpus_text()
     for name in names:
         path = train(HERE / name, corpus=corpus, preset="tiny", steps=1500, batch_size=16, seq_len=128, seed=0,
                      progress=False, **RUNS[name])

@@ -12,7 +12,7 @@ layer 0 local, as Gemma 2 does (see dantinox/config.py).
 import argparse
 from pathlib import Path
 
-from dantinox.cli import content_corpus
+import content
 from dantinox.train import train
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +32,7 @@ if __name__ == "__main__":
     unknown = [n for n in args.names if n not in RUNS]
     if unknown:
         parser.exit(2, f"run name: expected one of {', '.join(RUNS)}, got {', '.join(unknown)}\n")
-    text = Path(args.corpus).read_text(encoding="utf-8") if args.corpus else content_corpus()
+    text = Path(args.corpus).read_text(encoding="utf-8") if args.corpus else content.corpus_text()
     for name in args.names or list(RUNS):
         path = train(HERE / name, corpus=text, preset="tiny", steps=1500, batch_size=16, seq_len=128, seed=0,
                      progress=False, **RUNS[name])

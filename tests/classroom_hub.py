@@ -1,13 +1,16 @@
 """A real JupyterHub, its proxy and the classroom service on free localhost ports, for tests and benchmarks.
 
-The hub uses the dummy authenticator and spawns no user servers; learners and instructors are made through
-the hub's REST API with a test-only admin service token, and their tokens are asked of the API too.
+The hub logs in with the shipped shared-password mode (`Hub.class_password` for learners,
+`Hub.instructor_password` for instructors and admins) and spawns no user servers; learners and instructors
+are made through the hub's REST API with a test-only admin service token, and their tokens are asked of the
+API too.
 The classroom service is registered as an external service so a test can kill -9 and restart it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import secrets
@@ -88,6 +91,7 @@ class Hub:
         self.service_url = f"{self.url}/services/{SERVICE}"  # through the proxy
         self.direct_url = f"http://127.0.0.1:{self.service_port}/services/{SERVICE}"  # the peer: no proxy
         self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
+        self.class_password, self.instructor_password = "class-" + secrets.token_hex(4), secrets.token_hex(20)
         self.db = self.dir / "classroom.sqlite"
         self.managed, self.proc, self.service, self.extra_config = managed, None, None, extra_config
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
@@ -99,12 +103,12 @@ class Hub:
         path.write_text(f"""
 from classroom.jupyterhub_config import configure
 configure(c, hub_port={self.port}, hub_ip="127.0.0.1", db_path={str(self.db)!r}, service_port={self.service_port},
-          managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r})
+          managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r},
+          auth="shared", class_password={self.class_password!r}, instructor_password={self.instructor_password!r})
 c.JupyterHub.hub_port = {self.hub_port}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = {str(self.dir / "proxy.pid")!r}
-c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.db_url = "sqlite:///{self.dir / 'hub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(self.dir / "cookie_secret")!r}
 c.JupyterHub.cleanup_servers = True
@@ -199,12 +203,23 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
 VERSION = "0" * 64  # a valid content_version for generated attempts
 
 
+@functools.cache
+def _kv_cache_entry():
+    import content
+
+    return content.load_entry("kv-cache")
+
+
 def make_attempt(learner: str, i: int) -> dict:
-    """A valid attempt JSON with a fresh idempotency key (generated data, not a real answer)."""
-    return {"key": secrets.token_hex(16), "learner": learner, "entry_id": "kv-cache", "check_index": i % 3,
-            "question": f"generated question {i % 3}", "params": {"tokens": float(i)}, "response": str(i % 4),
-            "expected": "2", "correct": i % 4 == 2, "attempt": i // 3 + 1, "time": time.time(),
-            "content_version": VERSION}
+    """A gradable attempt at one of kv-cache's checks with a fresh idempotency key (generated answers, not a
+    real learner's). The verdict, question and attempt number are left for the service to decide."""
+    entry = _kv_cache_entry()
+    index = i % len(entry.checks)
+    check = entry.checks[index]
+    response = check.options[i % len(check.options)] if check.kind == "choice" else str(i)
+    return {"key": secrets.token_hex(16), "learner": learner, "entry_id": "kv-cache", "check_index": index,
+            "question": "as the client saw it", "params": {}, "response": response, "expected": "?",
+            "correct": False, "attempt": 1, "time": time.time(), "content_version": VERSION}
 
 
 def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None, timeout: float = 60.0) -> list:

@@ -144,3 +144,17 @@ def test_a_writer_killed_mid_way_keeps_everything_it_acknowledged(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert set(acknowledged) <= stored and len(stored) >= 200
     assert AnswerStore(db).add(make()) is True  # the file is still writable after the crash
+
+
+def test_the_store_is_readable_by_its_owner_only(tmp_path):
+    store = AnswerStore(tmp_path / "class" / "data" / "answers.sqlite")  # two directories it creates
+    store.add(make())  # the -wal and -shm files exist once something is written
+    for d in (tmp_path / "class", tmp_path / "class" / "data"):
+        assert d.stat().st_mode & 0o777 == 0o700, d
+    for name in ("answers.sqlite", "answers.sqlite-wal", "answers.sqlite-shm"):
+        assert (store.path.parent / name).stat().st_mode & 0o777 == 0o600, name
+    old = tmp_path / "old.sqlite"  # a file an earlier version left world-readable
+    AnswerStore(old).close()
+    os.chmod(old, 0o644)
+    AnswerStore(old).close()
+    assert old.stat().st_mode & 0o777 == 0o600

@@ -12,12 +12,15 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from collections import Counter
 
 import pytest
-from classroom_hub import Hub, http, make_attempt, run_load, wait_until
+from classroom_hub import SERVICE, Hub, http, make_attempt, run_load, wait_until
 
-from classroom.client import Delivery, deliver_pending
+from classroom.client import BackgroundDelivery, Delivery, deliver_pending
 from classroom.jupyterhub_config import classroom_roles
 from classroom.store import AnswerStore, Attempt
 
@@ -78,14 +81,15 @@ def test_a_learner_reads_and_writes_only_their_own_records(hub):
 def test_only_instructors_and_admins_open_the_dashboard(hub):
     assert http("GET", hub.service_url + "/", hub.tokens["alice"])[0] == 403
     for who in ("teacher", "boss"):  # the instructors group, a hub admin
-        status, body, _ = http("GET", hub.service_url + "/", hub.tokens[who])
+        status, body, headers = http("GET", hub.service_url + "/", hub.tokens[who])
         assert status == 200 and b"Classroom dashboard" in body
+        assert headers["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in headers["Content-Security-Policy"]
         # content reaches the page only through textContent: no HTML-parsing sink exists to escape for
         assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
 
 
-def browser_login(h: Hub, name: str):
-    """A browser session: log in to the hub (dummy authenticator), then open the dashboard through OAuth."""
+def login_form(h: Hub, name: str, password: str):
+    """Post the hub's login form as a browser does; returns (session, response) without following it."""
     import re
 
     import requests
@@ -93,16 +97,37 @@ def browser_login(h: Hub, name: str):
     session = requests.Session()
     page = session.get(h.url + "/hub/login", timeout=30).text
     xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
-    login = session.post(h.url + "/hub/login", data={"username": name, "password": "any", "_xsrf": xsrf},
+    login = session.post(h.url + "/hub/login", data={"username": name, "password": password, "_xsrf": xsrf},
                          allow_redirects=False, timeout=30)  # no user server to go to: stop at the hub
+    return session, login
+
+
+def browser_login(h: Hub, name: str, password: str | None = None):
+    """A browser session: log in to the hub with the class (or given) password, then open the dashboard."""
+    session, login = login_form(h, name, password or h.class_password)
     assert login.status_code == 302, login.text[:300]
     return session, session.get(h.service_url + "/", timeout=30)  # hub OAuth redirects, then the page
+
+
+def test_the_class_password_never_logs_in_an_instructor_or_an_admin(hub):
+    hub.add_users("late-teacher")
+    hub.add_to_group("instructors", "late-teacher")  # made an instructor after the hub started, on the admin page
+    for who in ("teacher", "boss", "late-teacher"):
+        session, login = login_form(hub, who, hub.class_password)
+        assert login.status_code == 403  # the login page again, no session
+        page = session.get(hub.service_url + "/", timeout=30)  # ends on the hub's login page
+        assert "Classroom dashboard" not in page.text and "/hub/login" in page.url
+        assert "learner" not in session.get(hub.service_url + "/api/attempts?format=csv", timeout=30).text
+    assert login_form(hub, "alice", hub.instructor_password)[1].status_code == 403  # not a learner's password
+    assert login_form(hub, "new-learner", hub.class_password)[1].status_code == 302
+    _, page = browser_login(hub, "late-teacher", hub.instructor_password)
+    assert page.status_code == 200 and "Classroom dashboard" in page.text
 
 
 def test_the_dashboard_in_a_browser_goes_through_hub_oauth(hub):
     import re
 
-    session, page = browser_login(hub, "teacher")
+    session, page = browser_login(hub, "teacher", hub.instructor_password)
     assert page.status_code == 200 and "Classroom dashboard" in page.text
     xsrf = re.search(r'<meta name="xsrf" content="([^"]+)">', page.text).group(1)
     fetch = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin"}  # what the page's fetch() sends
@@ -136,16 +161,128 @@ def test_bad_bodies_get_one_line_errors(hub):
     assert status == 400 and "format: expected json or csv" in json.loads(body)["error"]
 
 
+def test_the_service_grades_numbers_and_words_every_attempt_itself(hub):
+    import content
+
+    entry = content.load_entry("kv-cache")
+    c = next(i for i, ch in enumerate(entry.checks) if ch.kind == "choice")
+    check = entry.checks[c]
+    wrong = check.options[(check.answer + 1) % len(check.options)]
+    hub.add_users("eve")
+    hub.tokens["eve"] = hub.token_for("eve")
+    lie = {"correct": True, "expected": wrong, "question": "what eve wants the dashboard to say"}
+    first = {**make_attempt("eve", 0), "check_index": c, "response": wrong, **lie}
+    assert post(hub, "eve", first)[0] == 200
+    backdated = {**make_attempt("eve", 0), "check_index": c, "response": check.options[check.answer],
+                 "attempt": 1, "time": 1.0, "correct": False}  # an earlier "first try", right this time
+    assert post(hub, "eve", backdated)[0] == 200
+    rows = {a["key"]: a for a in get_json(hub, "teacher", "/api/attempts?learner=eve")[1]}
+    got, late = rows[first["key"]], rows[backdated["key"]]
+    assert (got["correct"], got["attempt"], got["question"], got["expected"]) == \
+        (False, 1, check.question, check.options[check.answer])  # graded from the entry, not from the body
+    assert (late["correct"], late["attempt"]) == (True, 2) and late["time"] >= got["time"] > 1.0  # by arrival
+    assert got["content_version"] == content.content_version("kv-cache")
+    eve = next(r for r in get_json(hub, "teacher", "/api/summary")[1]["learners"] if r["learner"] == "eve")
+    assert eve["first_try_right"] == 0  # the back-dated right answer did not become her first try
+    value = content.check_answer(entry, 0, {"T": 1024.0})
+    numeric = {**make_attempt("eve", 0), "check_index": 0, "params": {"T": 1024.0}, "response": f"{value:,.4f}"}
+    assert post(hub, "eve", numeric)[0] == 200
+    assert get_json(hub, "eve", "/api/attempts/mine")[1][-1]["correct"] is True
+
+
+def test_unknown_entries_checks_and_params_are_refused_whole(hub):
+    before = len(stored(hub))
+    cases = [({"entry_id": "made-up-entry"}, "attempts[1].entry_id: expected an entry of this course"),
+             ({"check_index": 99}, "attempts[1].check_index: expected 0 to"),
+             ({"check_index": 0, "params": {"T": 1e300}}, "attempts[1].params.T: expected"),
+             ({"check_index": 0, "params": {"tokens": 1.0}}, "attempts[1].params: expected some of"),
+             ({"check_index": 0, "response": "six"}, "attempts[1].answer: expected a number in MiB"),
+             ({"check_index": 2, "response": "an option nobody wrote"}, "attempts[1].response: expected one of"),
+             ({"check_index": 2 ** 63}, "attempts[1].check_index: expected 0 to")]
+    for change, message in cases:
+        status, body, _ = post(hub, "alice", [make_attempt("alice", 0), {**make_attempt("alice", 0), **change}])
+        assert status == 400 and json.loads(body)["error"].startswith(message), (change, body)
+    deep = "[" * 100_000 + "]" * 100_000
+    for raw in (deep.encode(), b'{"key": "\\ud800"}'):
+        req = urllib.request.Request(hub.service_url + "/api/attempts", data=raw, method="POST",
+                                     headers={"Authorization": f"token {hub.tokens['alice']}"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 400
+    status, body, _ = http("POST", hub.service_url + "/api/attempts", hub.tokens["alice"], ["x" * (5 << 20)])
+    assert status == 413 and b"body: expected at most" in body
+    assert len(stored(hub)) == before  # the valid first attempt of each batch was not kept behind the refusal
+    taken = make_attempt("alice", 0)
+    assert post(hub, "alice", taken)[0] == 200
+    status, body, _ = post(hub, "bob", {**taken, "learner": "bob"})  # bob reuses alice's key
+    assert status == 409 and "already stored for another learner" in json.loads(body)["error"]
+
+
+def test_a_learner_flooding_the_service_is_rate_limited(hub):
+    hub.add_users("mallory")
+    hub.tokens["mallory"] = hub.token_for("mallory")
+    statuses = [post(hub, "mallory", [make_attempt("mallory", i) for i in range(1000)])[0] for _ in range(4)]
+    assert statuses[:3] == [200, 200, 200] and statuses[3] == 429
+    assert post(hub, "alice", make_attempt("alice", 1))[0] == 200  # the others are not slowed down
+
+
+def test_revoked_tokens_deleted_users_and_removed_instructors_stop_within_seconds(hub):
+    hub.add_users("rita", "sam", "tina")
+    hub.add_to_group("instructors", "tina")
+    made = hub.admin("POST", "/users/rita/tokens", {"scopes": [f"access:services!service={SERVICE}"]})
+    sam, tina = hub.token_for("sam"), hub.token_for("tina")
+    for token, who in ((made["token"], "rita"), (sam, "sam")):
+        assert http("POST", hub.service_url + "/api/attempts", token, make_attempt(who, 0))[0] == 200
+    assert http("GET", hub.service_url + "/api/summary", tina)[0] == 200  # the service now holds all three
+    hub.admin("DELETE", f"/users/rita/tokens/{made['id']}")
+    hub.admin("DELETE", "/users/sam")
+    hub.admin("DELETE", "/groups/instructors/users", {"users": ["tina"]})
+    def post_as(token: str, who: str) -> int:
+        return http("POST", hub.service_url + "/api/attempts", token, make_attempt(who, 0))[0]
+
+    start, stopped = time.monotonic(), {}
+    while len(stopped) < 3 and time.monotonic() - start < 20:
+        checks = {"revoked token": lambda: post_as(made["token"], "rita"), "deleted user": lambda: post_as(sam, "sam"),
+                  "removed instructor": lambda: http("GET", hub.service_url + "/api/summary", tina)[0]}
+        for what, check in checks.items():
+            if what not in stopped and check() in (401, 403):
+                stopped[what] = time.monotonic() - start
+        time.sleep(0.2)
+    assert stopped.keys() == {"revoked token", "deleted user", "removed instructor"}, stopped
+    assert stopped["revoked token"] < 5 and stopped["deleted user"] < 5  # TOKEN_CACHE_S is 3
+    assert stopped["removed instructor"] < 8  # ROLE_CACHE_S is 5
+
+
 def test_summary_and_exports_match_the_records(hub):
     assert post(hub, "alice", make_attempt("alice", 3))[0] == 200
     status, summary = get_json(hub, "teacher", "/api/summary")
     rows = stored(hub)
     assert status == 200 and summary["attempts"] == len(rows)
+    for path in (hub.db, hub.db.with_name(hub.db.name + "-wal")):  # no other OS account reads the answers
+        assert path.stat().st_mode & 0o777 == 0o600, path
     assert summary["learner_count"] == len({learner for learner, _ in rows})
     assert sum(q["attempts"] for q in summary["questions"]) == len(rows)
     status, body, headers = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
     assert len(body.decode().strip().splitlines()) == len(rows) + 1  # header + one line per attempt
+
+
+def test_csv_exports_open_as_text_in_a_spreadsheet(hub):
+    import csv
+    import io
+
+    hub.add_users("=1+1")  # a hub name is any text its authenticator allows
+    token = hub.token_for("=1+1")
+    for response in ("+6", "-6", "@6"[1:]):
+        attempt = {**make_attempt("=1+1", 0), "check_index": 0, "response": response}
+        assert http("POST", hub.service_url + "/api/attempts", token, attempt)[0] == 200
+    for path in ("/api/attempts?format=csv", "/api/summary?format=csv"):
+        status, body, headers = http("GET", hub.service_url + path, hub.tokens["teacher"])
+        assert status == 200 and headers["X-Content-Type-Options"] == "nosniff"
+        cells = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))], path
+    text = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])[1].decode()
+    assert "'=1+1" in text and "'+6" in text and "'-6" in text
 
 
 def test_dashboard_counts_each_option_with_the_belief_it_embodies(hub):
@@ -175,14 +312,51 @@ def test_outbox_waits_for_a_restarted_service_and_counts_once(hub, tmp_path):
         store.add(Attempt.from_json(make_attempt("olga", i)), outbox=True)
     down = deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5)
     assert down.delivered == 0 and down.pending == 5 and "HTTP 50" in down.error  # the proxy answers for it
-    hub.start_service()
-    assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(5, 0, None)
+    sender = BackgroundDelivery(store, url=hub.service_url, token=hub.tokens["olga"], timeout=5, backoff=(0.2, 1))
+    wait_until(lambda: sender.last is not None and sender.last.error, "a failed background round", 30)
+    hub.start_service()  # no new answer: the background sender retries on its own
+    assert sender.wait_idle(30) and store.pending() == []
+    assert {k for learner, k in stored(hub) if learner == "olga"} == {a.key for a in store.attempts()}
     store.add(Attempt.from_json(make_attempt("olga", 9)), outbox=True)
     with sqlite3.connect(store.path) as db:  # as if the ack was lost: every attempt is sent again
         db.execute("UPDATE attempts SET delivered = 0")
     assert deliver_pending(store, url=hub.service_url, token=hub.tokens["olga"]) == Delivery(6, 0, None)
     olga = [key for learner, key in stored(hub) if learner == "olga"]
     assert sorted(olga) == sorted(a.key for a in store.attempts())  # six rows, none twice
+
+
+def test_a_refused_attempt_does_not_hold_back_the_rest_of_the_outbox(hub, tmp_path):
+    store = AnswerStore(tmp_path / "carol.sqlite")
+    good = [Attempt.from_json(make_attempt("carol", i)) for i in range(4)]
+    renamed = Attempt.from_json(make_attempt("carol-before-rename", 0))  # queued under her old hub name
+    for a in (good[0], renamed, *good[1:]):
+        store.add(a, outbox=True)
+    result = deliver_pending(store, url=hub.service_url, token=hub.tokens["carol"])
+    assert (result.delivered, result.pending, result.refused) == (4, 0, 1)
+    assert "attempts[0].learner: expected 'carol'" in result.refusal
+    assert [(a.key, why[:8]) for a, why in store.refused()] == [(renamed.key, "HTTP 403")]
+    assert {a.key for a in good} <= {k for learner, k in stored(hub) if learner == "carol"}
+
+
+def test_a_held_database_lock_freezes_no_read(hub):
+    holder = sqlite3.connect(hub.db, isolation_level=None)  # another process's writer, stuck inside a transaction
+    holder.execute("BEGIN IMMEDIATE")
+    result = {}
+    writer = threading.Thread(target=lambda: result.update(post=post(hub, "alice", make_attempt("alice", 2))))
+    try:
+        writer.start()
+        time.sleep(0.3)
+        for who, path in (("alice", "/api/me"), ("alice", "/api/attempts/mine"), ("teacher", "/api/summary"),
+                          ("teacher", "/api/attempts?learner=bob")):
+            start = time.monotonic()
+            assert get_json(hub, who, path)[0] == 200
+            assert time.monotonic() - start < 2, path  # answered while the write waits for the lock
+        assert writer.is_alive()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    writer.join(30)
+    assert result["post"][0] == 200  # the waiting write went through once the lock was released
 
 
 @pytest.fixture(scope="module")
@@ -266,12 +440,31 @@ def test_the_shipped_config_starts_the_service_and_a_server_token_can_post():
 
 
 def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
-    from dantinox.cli import main
+    from dantinox_labs.cli import main
 
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
-    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 1
+    assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "$JUPYTERHUB_API_TOKEN is not set" in err
+
+
+def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import socket
+
+    from dantinox_labs.cli import main
+
+    h = Hub()  # not started: only its environment for a service
+    for name, value in h.service_env().items():
+        if name.startswith("JUPYTERHUB_"):
+            monkeypatch.setenv(name, value)
+    with socket.socket() as held:  # an orphaned service from a hub killed with kill -9
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "earlier classroom service" in err
+    h.stop()
 
 
 def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_path):
@@ -290,17 +483,40 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     from classroom_hub import ROOT
     from traitlets.config.loader import PyFileConfigLoader
 
+    from classroom.hub_auth import ClassroomPasswordAuthenticator
+
     def load():
         return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT / "classroom")).load_config()
 
     monkeypatch.setenv("DANTINOX_INSTRUCTORS", "ada, grace")
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "shared")
     monkeypatch.setenv("DANTINOX_HUB_PASSWORD", "class-2026")
+    monkeypatch.setenv("DANTINOX_HUB_INSTRUCTOR_PASSWORD", "i" * 32)
+    monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-5:] == ["dantinox.cli", "classroom", "serve", "--port", "10101"]
-    assert c.Authenticator.admin_users == set()  # shared password and no admin password: no admins
+    assert c.JupyterHub.services[0]["command"][-4:] == ["-m", "classroom.service", "--port", "10202"]
+    assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
+    assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
+    assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
     assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
+    assert c.Spawner.http_timeout == 120
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
-    with pytest.raises(ValueError, match="^DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
+    with pytest.raises(SystemExit, match="DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
         load()
+
+
+def test_the_hub_refuses_to_start_with_instructors_and_no_instructor_password(tmp_path):
+    import os
+    import subprocess
+
+    from classroom_hub import BIN, ROOT
+
+    env = {**os.environ, "DANTINOX_INSTRUCTORS": "ada", "DANTINOX_HUB_AUTH": "shared",
+           "DANTINOX_HUB_PASSWORD": "class-2026"}
+    env.pop("DANTINOX_HUB_INSTRUCTOR_PASSWORD", None)
+    proc = subprocess.run([str(BIN / "jupyterhub"), "-f", str(ROOT / "classroom" / "jupyterhub_config.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "DANTINOX_HUB_INSTRUCTOR_PASSWORD: expected a password" in proc.stderr
+    assert not (tmp_path / "jupyterhub.sqlite").exists()  # refused before the hub made anything

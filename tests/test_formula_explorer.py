@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import pytest
 
@@ -145,3 +146,35 @@ def test_content_text_is_escaped():
     assert explorer.figure.layout.title.text.startswith(html.escape(evil))
     assert "<script>" not in explorer.formula_html.value
     assert math.isfinite(explorer.reading.result)
+
+
+def test_a_typed_value_applies_at_the_nearest_slider_value_and_says_when_it_snapped():
+    entry = ENTRIES["kv-cache"]
+    explorer = FormulaExplorer(entry, science="KV cache size")
+    options = [v for _, v in explorer.controls["T"].options]
+    on_grid = options[len(options) // 2]
+    explorer.boxes["T"].value = f"{on_grid}"  # what pressing Enter in the box does
+    assert explorer.values["T"] == on_grid and explorer.error == "" and "nearest" not in explorer.status_html.value
+    assert explorer.boxes["T"].value == label(on_grid)  # the box shows what the formula uses
+    explorer.boxes["T"].value = "4100"
+    snapped = explorer.values["T"]
+    assert snapped in options and abs(snapped - 4100) / 4100 < 0.1 and snapped != 4100
+    assert f"set to the nearest, {label(snapped)}" in explorer.status_html.value
+    assert explorer.reading.result == content.evaluate(entry, "KV cache size", **explorer.values)
+    _check_shown(explorer, entry, "KV cache size")
+    explorer.boxes["L"].value = "64/2"  # a fraction is a number too
+    assert explorer.values["L"] == 32
+
+
+@pytest.mark.parametrize("typed,message", [("abc", r"T: expected a number from 1 to 131,072 tokens, got 'abc'"),
+                                           ("200000", r"T: expected a number from 1 to 131,072 tokens, got 200,000"),
+                                           ("1/0", "T: expected a number")])
+def test_a_typed_value_the_slider_cannot_take_is_refused_visibly(typed, message):
+    explorer = FormulaExplorer(ENTRIES["kv-cache"], science="KV cache size")
+    before = explorer.values["T"]
+    explorer.boxes["T"].value = typed
+    assert re.search(message, explorer.error) and "kept 512" in explorer.error
+    assert explorer.values["T"] == before and explorer.boxes["T"].value == label(before)  # nothing half-applied
+    assert html.escape(explorer.error) in explorer.status_html.value
+    explorer.boxes["T"].value = "1000"  # the next good value clears the message
+    assert explorer.error == "" and explorer.values["T"] != before and "nearest" in explorer.status_html.value

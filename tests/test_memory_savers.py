@@ -9,6 +9,7 @@ import pytest
 import content
 import dantinox
 from dantinox import quality
+from dantinox_labs import shipped
 from widgets.memory_savers_lab import MEASUREMENTS, MemorySaversLab, load_measurements, quantize_key, ring_table
 
 DATA = load_measurements()
@@ -54,7 +55,7 @@ def test_heldout_chunks_and_errors():
     assert rows.tolist() == [[97, 98, 99, 100], [101, 102, 103, 104]]
     with pytest.raises(ValueError, match="text: needs at least 8 bytes"):
         quality.heldout_chunks("short", 8)
-    text = quality.HELDOUT.read_text(encoding="utf-8")
+    text = shipped.heldout_text()
     assert quality.heldout_chunks(text, 256).shape[0] == DATA["heldout_rows"]
 
 

@@ -68,6 +68,7 @@ lab.update(kv_heads=4)
 out["mesh_lab"]["after"] = [lab.error, "replicated" in lab.status_html.value, lab.reading.formula_bytes]
 lab.update(batch=3)
 out["mesh_lab"]["bad_batch"] = lab.error
+out["mesh_lab"]["table_after_error"] = lab.table_html.value
 print(json.dumps(out))
 """
 
@@ -128,3 +129,4 @@ def test_mesh_lab_measures_each_device(mesh_runs):
     # K = 4 on 4: twice the heads cut twice as many ways (the same share in f32), no replicas; the lab's cache is bf16
     assert lab["replicated_note"] and lab["after"] == ["", False, share // 2]
     assert lab["bad_batch"] == "mesh: the data axis (2) must divide the batch (3)"
+    assert lab["table_after_error"] == ""  # the table of the last good setting does not stay under the error

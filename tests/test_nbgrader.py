@@ -12,7 +12,7 @@ import pytest
 
 import content
 from classroom.nbgrader_export import entry_notebook, write_assignment
-from dantinox.cli import main
+from dantinox_labs.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NBGRADER = Path(sys.executable).with_name("nbgrader")

@@ -12,8 +12,9 @@ from dantinox import quality
 from dantinox.cache import LayerCache
 from dantinox.model import attend
 from dantinox.quant import dequantize, quantize
+from dantinox_labs import shipped
 
-RUN = quality.HELDOUT.parent.parent.parent / "runs" / "tiny"
+RUN = shipped.run("tiny")
 FORMATS = ["int8", "fp8_e4m3"]
 
 
@@ -105,7 +106,7 @@ def test_generate_grows_a_quantized_cache_across_key_buckets():
 def test_logit_error_against_the_float_cache_on_the_trained_model(cache_dtype, max_error, min_agreement):
     """Bounds with room over what benchmarks/memory_savers.py measures (int8: 0.91, fp8: 4.6; logits reach ~17)."""
     _, model = dantinox.load_run(RUN)
-    ids = quality.heldout_chunks(quality.HELDOUT.read_text(encoding="utf-8"), 256)[:8]
+    ids = quality.heldout_chunks(shipped.heldout_text(), 256)[:8]
     reference = quality.cached_logits(model, ids)
     logits = quality.cached_logits(quality.with_changes(model, cache_dtype=cache_dtype), ids)
     assert 0 < quality.max_logit_error(logits, reference) < max_error

@@ -3,14 +3,15 @@
 import csv
 import io
 import json
-import sys
-import types
+import sqlite3
+import time
+import urllib.error
 
 import pytest
 
 import content
 from classroom.store import AnswerStore
-from dantinox.cli import main
+from dantinox_labs.cli import main
 from widgets.quiz import Quiz
 
 
@@ -75,55 +76,106 @@ def test_reset_starts_the_entry_over_but_keeps_the_rows(entry, store):
     assert store.attempts("ada")[-1].attempt == 1 and store.count() == 2
 
 
-class FakeClient:
-    """Stands in for classroom.client: records calls, delivers unless told the service is down."""
+class FakeService:
+    """Stands in for the classroom service behind `classroom.client.post_attempts`: records what it took."""
 
     def __init__(self):
-        self.calls, self.down = 0, False
+        self.keys, self.calls, self.down, self.hang, self.refuse = [], 0, False, 0.0, set()
 
-    def deliver_pending(self, store):
+    def post_attempts(self, url, token, payload, *, timeout=10.0):
         self.calls += 1
-        if self.down == "raise":  # the real client never raises, but nothing it could raise may reach the learner
-            raise ConnectionError("service unreachable")
-        if self.down == "report":
-            return types.SimpleNamespace(delivered=0, pending=len(store.pending()), error="HTTP 503 unavailable")
-        store.mark_delivered(a.key for a in store.pending())
-        return types.SimpleNamespace(delivered=1, pending=0, error=None)
+        time.sleep(self.hang)
+        if self.down:
+            raise urllib.error.URLError("connection refused")
+        refused = [a["key"] for a in payload if a["key"] in self.refuse]
+        if refused:  # the real service refuses a body whole
+            body = io.BytesIO(json.dumps({"error": "attempts[0].learner: expected 'ada2', got 'ada'"}).encode())
+            raise urllib.error.HTTPError(url, 403, "Forbidden", {}, body)
+        self.keys += [a["key"] for a in payload]
+        return {"received": len(payload), "new": len(payload), "keys": [a["key"] for a in payload]}
 
 
 @pytest.fixture
-def client(monkeypatch):
-    fake = FakeClient()
-    module = types.ModuleType("classroom.client")
-    module.deliver_pending = fake.deliver_pending
-    monkeypatch.setitem(sys.modules, "classroom.client", module)
+def service(monkeypatch):
+    import classroom.client
+
+    fake = FakeService()
+    monkeypatch.setattr(classroom.client, "post_attempts", fake.post_attempts)
+    monkeypatch.setattr(classroom.client, "BACKOFF_S", (0.05, 0.2))
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
+    monkeypatch.setenv("DANTINOX_CLASSROOM_URL", "http://127.0.0.1:1/services/classroom/")
     return fake
 
 
-def test_in_a_hub_each_attempt_goes_through_the_outbox(entry, store, client, monkeypatch):
-    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
-    monkeypatch.setenv("DANTINOX_CLASSROOM_URL", "http://127.0.0.1:1/services/classroom/")
+def until(check, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_in_a_hub_answers_are_delivered_in_the_background_after_an_outage(entry, store, service):
+    service.down = True
     quiz = Quiz(entry, learner="ada", store=store)
-    client.down = "report"
     quiz.answer(0, 6.0)
-    assert len(store.pending()) == 1 and "not yet sent to the classroom service (HTTP 503" in quiz.status.value
-    assert "Correct" in quiz.feedback[0].value  # the learner still gets feedback
-    client.down = False
-    quiz.answer(0, 6.0)  # the next answer sends the queue, the earlier one included
-    assert store.pending() == [] and quiz.status.value == "" and client.calls == 2
-    client.down = "raise"
+    assert "Correct" in quiz.feedback[0].value  # the learner gets feedback whatever the service does
+    assert until(lambda: "not yet sent to the classroom service" in quiz.status.value)
+    assert "retrying in the background" in quiz.status.value and len(store.pending()) == 1
+    service.down = False  # the service is back; no further answer is given
+    assert until(lambda: store.pending() == [] and quiz.status.value == "")
+    assert service.keys == [a.key for a in store.attempts()]
+
+
+def test_a_hung_service_never_blocks_a_click(entry, store, service):
+    service.hang = 1.0
+    quiz = Quiz(entry, learner="ada", store=store)
+    start = time.perf_counter()
+    quiz.answer(0, 6.0)
     quiz.answer(0, 5.0)
-    assert len(store.pending()) == 1 and "ConnectionError: service unreachable" in quiz.status.value
-    client.down = False
-    Quiz(entry, learner="ada", store=store)  # reopening the lab retries what is still queued
-    assert store.pending() == [] and client.calls == 4
+    assert time.perf_counter() - start < 0.5  # two answers, each would have waited 1 s on the network
+    assert until(lambda: len(service.keys) == 2, 15)
 
 
-def test_self_paced_needs_no_service(entry, store, client, monkeypatch):
+def test_one_refused_answer_is_set_aside_and_the_rest_still_go(entry, store, service):
+    service.down = True
+    quiz = Quiz(entry, learner="ada", store=store)
+    for value in (6.0, 5.0, 4.0):
+        quiz.answer(0, value)
+    poisoned = store.attempts()[1].key
+    service.refuse, service.down = {poisoned}, False
+    assert until(lambda: store.pending() == [] and "refused" in quiz.status.value)
+    assert sorted(service.keys) == sorted(a.key for a in store.attempts() if a.key != poisoned)
+    assert [(a.key, why.split(":")[0]) for a, why in store.refused()] == [(poisoned, "HTTP 403 attempts[0].learner")]
+    assert "1 answer(s) refused by the classroom service" in quiz.status.value and "instructor" in quiz.status.value
+    quiz.answer(0, 6.0)  # later answers are delivered; the refused one is not sent again
+    assert until(lambda: len(service.keys) == 3) and store.refused()[0][0].key == poisoned
+
+
+def test_an_answer_the_store_cannot_save_is_posted_directly(entry, store, service, monkeypatch):
+    quiz = Quiz(entry, learner="ada", store=store)
+    real_add = store.add
+
+    def full_disk(attempt, **kw):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "add", full_disk)
+    quiz.answer(0, 6.0)
+    assert "could not save this answer (database or disk is full)" in quiz.status.value
+    assert "sent straight to the classroom service" in quiz.status.value
+    assert until(lambda: len(service.keys) == 1) and store.count() == 0
+    monkeypatch.setattr(store, "add", real_add)
+    quiz.answer(0, 5.0)  # saved again: the old line goes
+    assert until(lambda: len(service.keys) == 2) and "could not save" not in quiz.status.value
+
+
+def test_self_paced_needs_no_service(entry, store, service, monkeypatch):
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
     monkeypatch.delenv("DANTINOX_CLASSROOM_URL", raising=False)
     Quiz(entry, learner="ada", store=store).answer(0, 6.0)
-    assert client.calls == 0 and store.pending() == [] and store.count() == 1
+    time.sleep(0.2)
+    assert service.calls == 0 and store.pending() == [] and store.count() == 1
 
 
 def test_an_unusable_store_is_shown_and_the_quiz_still_grades(entry, tmp_path, monkeypatch):
@@ -165,8 +217,84 @@ def test_answers_export_refuses_bad_input_in_one_line(tmp_path, capsys):
 
 
 def test_with_the_real_client_an_unreachable_service_leaves_the_attempt_queued(entry, store, monkeypatch):
+    import classroom.client
+
+    monkeypatch.setattr(classroom.client, "BACKOFF_S", (0.05, 0.2))
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
     monkeypatch.setenv("DANTINOX_CLASSROOM_URL", "http://127.0.0.1:9/services/classroom")  # nothing listens
     quiz = Quiz(entry, learner="ada", store=store)
     assert quiz.answer(0, 6.0) is True
-    assert len(store.pending()) == 1 and "classroom service unreachable" in quiz.status.value
+    assert until(lambda: "classroom service unreachable" in quiz.status.value)
+    assert len(store.pending()) == 1
+
+
+def damaged_store(tmp_path, entry):
+    """A store whose header is intact and whose data pages are overwritten (a disk fault, a bad copy)."""
+    path = tmp_path / "damaged.sqlite"
+    store = AnswerStore(path)
+    quiz = Quiz(entry, learner="ada", store=store)
+    for i in range(300):
+        quiz.answer(0, float(i))
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[4096 * 2:] = b"\xff" * (len(data) - 4096 * 2)  # every page after the first two
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_damaged_store_is_one_line_and_the_quiz_still_opens(entry, tmp_path, capsys):
+    path = damaged_store(tmp_path, entry)
+    assert main(["answers", "export", "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "answers export: error:" in err
+    quiz = Quiz(entry, learner="ada", store=AnswerStore(path))  # no traceback: the quiz is shown and says why
+    assert "could not read earlier answers (database disk image is malformed)" in quiz.status.value
+    assert quiz.answer(0, 6.0) is True
+
+
+def test_export_out_that_cannot_be_written_leaves_no_file(entry, store, tmp_path, capsys):
+    Quiz(entry, learner="ada", store=store).answer(0, 6.0)
+    target = tmp_path / "taken"
+    target.mkdir()  # a directory where the file should go: the write fails like a full disk would
+    assert main(["answers", "export", "--db", str(store.path), "--learner", "ada", "--out", str(target)]) == 2
+    assert capsys.readouterr().err.startswith("dantinox answers export: error: --out: cannot write")
+    assert target.is_dir() and not (tmp_path / "taken.part").exists()
+
+
+def test_a_store_that_cannot_be_written_still_shows_earlier_answers(entry, tmp_path, monkeypatch, capsys):
+    import errno
+
+    import classroom.store
+
+    path = tmp_path / "answers.sqlite"
+    Quiz(entry, learner="ada", store=AnswerStore(path)).answer(0, 6.0)
+    monkeypatch.setenv("DANTINOX_ANSWERS_DB", str(path))
+
+    def read_only_disk(p):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(classroom.store, "_private_file", read_only_disk)
+    quiz = Quiz(entry, learner="ada")
+    assert quiz.store.readonly and "Read-only file system" in quiz.status.value
+    assert quiz.score == 1 and "Your earlier answer" in quiz.feedback[0].value  # resumed from the file
+    quiz.answer(0, 5.0)
+    assert "could not save this answer" in quiz.status.value and "this session only" in quiz.status.value
+    assert main(["answers", "export", "--db", str(path), "--learner", "ada"]) == 0  # exported read-only
+    assert len(json.loads(capsys.readouterr().out)) == 1
+
+
+@pytest.mark.parametrize("code", [401, 404, 429, 502, 503])
+def test_a_proxy_restart_or_a_busy_service_is_not_a_refusal(entry, store, service, monkeypatch, code):
+    import classroom.client
+
+    def unavailable(url, token, payload, *, timeout=10.0):
+        raise urllib.error.HTTPError(url, code, "unavailable", {}, io.BytesIO(b"<html>proxy</html>"))
+
+    monkeypatch.setattr(classroom.client, "post_attempts", unavailable)
+    quiz = Quiz(entry, learner="ada", store=store)
+    quiz.answer(0, 6.0)
+    assert until(lambda: f"HTTP {code}" in quiz.status.value)
+    assert len(store.pending()) == 1 and store.refused() == []  # kept for the next round, not set aside
+    assert "refused" not in quiz.status.value

@@ -35,7 +35,8 @@ def test_first_attempts_and_first_choices_per_question(entry):
     rows = question_rows(attempts, {"kv-cache": entry})
     first, choice = rows
     assert (first["check"], first["learners"], first["first_try_rate"]) == (0, 1, 1.0)
-    assert first["question"] == "How many MiB for 12 layers?"  # as shown, numbers filled in
+    # from content, the check's own numbers filled in: never the text a learner's client posted
+    assert first["question"] == content.render_question(entry, 0) != "How many MiB for 12 layers?"
     assert (choice["learners"], choice["attempts"], choice["first_try_right"]) == (2, 4, 1)
     counts = {o["option"]: o["first_choice"] for o in choice["options"]}
     assert counts[options[wrong]] == 1 and counts[options[key]] == 1 and sum(counts.values()) == 2
@@ -78,3 +79,25 @@ def test_illustrative_records_are_reproducible_and_valid(entry):
             assert a.correct == (a.response == check.options[check.answer])
     with pytest.raises(ValueError, match="^learners: expected a whole number from 1 to 10000, got 0$"):
         illustrative_attempts({"kv-cache": entry}, learners=0)
+
+
+def test_csv_cells_that_would_start_a_formula_are_text():
+    rows = [{"learner": "=HYPERLINK(\"http://x\")", "response": "-2+3", "n": -1.5, "note": "@SUM(A1)", "ok": "6"}]
+    assert next(csv.reader(io.StringIO(to_csv(rows).splitlines()[1]))) == \
+        ["'=HYPERLINK(\"http://x\")", "'-2+3", "-1.5", "'@SUM(A1)", "6"]
+
+
+def test_the_services_grading_agrees_with_the_quiz_on_every_numeric_check():
+    import dataclasses
+
+    from classroom.grading import grade
+
+    for entry in content.load_all().values():
+        for i, check in content.iter_numeric_checks(entry):
+            answer = content.check_answer(entry, i)
+            for value in (answer, answer * (1 + check.tolerance * 0.9), answer * (1 + check.tolerance * 1.1),
+                          answer * 0.5, -answer, 0.0):
+                a = dataclasses.replace(attempt("a", i, repr(value), False, 1.0), entry_id=entry.id)
+                graded = grade(entry, "ef" * 32, a, now=2.0)
+                assert graded.correct == content.is_correct(entry, i, value), (entry.id, i, value)
+                assert graded.expected == repr(answer) and graded.time == 2.0

@@ -88,7 +88,7 @@ def test_critical_batch_is_flops_over_bandwidth(entry):
 
 
 def test_datasheet_machines_come_from_content(entry):
-    machines = {m.name: m for m in roofline.datasheet_machines()}
+    machines = {m.name: m for m in roofline.datasheet_machines(entry.specs)}
     assert set(machines) == {"A100 80GB", "H100 80GB", "H200 141GB"}
     hbm = content.load_entry("hbm-stack")
     published = {v for s in hbm.specs if s.compute for k, v in s.compute.with_.items() if k.startswith("BW")}
@@ -143,7 +143,7 @@ def test_reading_shows_points_only_for_the_model_they_timed(entry):
 
 
 def test_lab_renders_and_responds(entry):
-    devices = tuple(roofline.datasheet_machines())
+    devices = tuple(roofline.datasheet_machines(entry.specs))
     lab = RooflineLab(entry, TOY, devices=devices, preset="test", batch=2, context=16,
                       decode=read_decode(GQA, 16, (1, 8), repeats=2), batches=(1, 2), prompts=(8,), repeats=1)
     assert lab.error == "" and len(lab.reading.decode_points) == 2 and len(lab.reading.devices) == 4
@@ -158,6 +158,9 @@ def test_lab_renders_and_responds(entry):
     lab.measure()
     assert lab.error == "" and [p.x for p in lab.reading.decode_points] == [1, 2]
     assert [p.x for p in lab.reading.prefill_points] == [8]
+    busy = []  # while a measurement runs, neither button takes a second click
+    lab._measure("timing", lambda: busy.append((lab.measure_button.disabled, lab.profile_button.disabled)))
+    assert busy == [(True, True)] and not lab.measure_button.disabled and not lab.profile_button.disabled
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "dantinox.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dantinox_labs.cli", *args], capture_output=True, text=True,
                           cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
@@ -118,9 +118,9 @@ def test_cli_refuses_diffusion_options_on_an_autoregressive_run(run_dir):
 
 
 def test_the_cli_trains_on_the_text_of_the_concept_entries():
-    from dantinox.cli import content_corpus
+    import content
 
-    text = content_corpus()
+    text = content.corpus_text()
     assert "KV cache" in text and len(text) > 10_000
 
 
@@ -140,7 +140,7 @@ def test_cli_train_smoke(tmp_path, corpus, steps):
 ])
 def test_cli_errors_are_one_line(args, match):
     res = run_cli(*args)
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and match in res.stderr
 
@@ -176,5 +176,5 @@ def test_diffusion_run_generates_through_generator_and_cli(diffusion_run_dir):
 def test_diffusion_cli_refuses_partial_blocks(diffusion_run_dir):
     res = run_cli("generate", "--run_dir", str(diffusion_run_dir), "--prompt", "x", "--max_new_tokens", "10",
                   "--block_size", "8")
-    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "block_size" in res.stderr

@@ -12,6 +12,7 @@ from dantinox import quality
 from dantinox.cache import LayerCache, View
 from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
+from dantinox_labs import shipped
 
 PATTERNS = ["local", "1:1", "2:1", "5:1"]
 
@@ -159,14 +160,14 @@ def test_config_errors_name_the_field(kw, match):
 
 def test_trained_window_run_decodes_identically_with_and_without_cache():
     """runs/tiny-swa16-local (trained with W = 16 in every layer): 80 greedy tokens, far past W, both ways."""
-    gen = dantinox.Generator(quality.HELDOUT.parent.parent.parent / "runs" / "tiny-swa16-local")
+    gen = dantinox.Generator(shipped.run("tiny-swa16-local"))
     assert gen.cfg.layer_windows == (16,) * 4
     prompt = "The KV cache of a sliding-window layer"
     assert gen.generate(prompt, max_new_tokens=80) == gen.generate(prompt, max_new_tokens=80, use_cache=False)
 
 
 def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
-    from dantinox.cli import main
+    from dantinox_labs.cli import main
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a sliding window keeps the last W keys. " * 20)
@@ -175,7 +176,7 @@ def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
                  "--sliding_window", "8", "--window_pattern", "1:1"]) == 0
     assert dantinox.load_run(run)[0].layer_windows == (8, None, 8, None)
     assert main(["train", "--run_dir", str(tmp_path / "bad"), "--steps", "1", "--corpus", str(corpus),
-                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 1
+                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "dantinox train: error: window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), got '3:2'")
 

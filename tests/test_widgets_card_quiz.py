@@ -69,7 +69,7 @@ def test_quiz_numeric_checks_use_the_entry_tolerance(entry):
     assert quiz.answer(0, "6 MiB") is True and quiz.answer(0, "6,291,456") is False
     assert "the formula gives 6 MiB" in quiz.feedback[0].value or "Correct: 6 MiB" in quiz.feedback[0].value
     assert quiz.score == 1
-    with pytest.raises(ValueError, match="answer: expected a number in MiB, got 'six'"):
+    with pytest.raises(ValueError, match=r"answer: expected a number in MiB \(such as 4,096 or 1/8\), got 'six'"):
         quiz.answer(0, "six")
     quiz.inputs[0].value = "six"
     quiz._submit(0)
@@ -103,7 +103,9 @@ def test_quiz_records_export_and_summary(entry):
     assert row == {"entry": "kv-cache", "check": 4, "learners": 2, "attempts": 3, "first_try_right": 1,
                    "first_try_rate": 0.5}
     a._show_export()
-    assert json.loads(a.export_area.value) == json.loads(a.to_json())
+    table = a.export_area.value
+    assert table.startswith("<table") and "{" not in table  # a table to read, not JSON
+    assert table.count("<tr style=") == len(a.attempts) and "Q5" in table and "right" in table
 
 
 def test_quiz_escapes_question_text(entry):
@@ -111,3 +113,32 @@ def test_quiz_escapes_question_text(entry):
         update={"question": "<script>x</script>?"})]})
     quiz = Quiz(evil)
     assert "<script>" not in quiz.questions[1].value and "&lt;script&gt;" in quiz.questions[1].value
+
+
+def test_numeric_questions_say_what_their_grading_accepts_and_take_fractions(entry):
+    quiz = Quiz(entry, learner="fractions")
+    numeric = [i for i, c in enumerate(entry.checks) if c.kind == "numeric"]
+    for i in numeric:
+        check, value = entry.checks[i], content.check_answer(entry, i)
+        assert "Graded: answers from " in quiz.questions[i].value and "±0 %" not in quiz.questions[i].value
+        lo, hi = value * (1 - check.tolerance), value * (1 + check.tolerance)
+        for inside in (lo * (1 + 1e-9), hi * (1 - 1e-9)):  # what the wording accepts, the grading accepts
+            assert content.is_correct(entry, i, inside)
+        for outside in (lo * (1 - 1e-6), hi * (1 + 1e-6)):
+            assert not content.is_correct(entry, i, outside)
+    i = numeric[0]
+    value = content.check_answer(entry, i)
+    quiz.inputs[i].value = f"{value * 8:.12g}/8"
+    quiz._submit(i)
+    assert "Correct:" in quiz.feedback[i].value and "are accepted" in quiz.feedback[i].value
+
+
+def test_an_empty_answer_names_what_the_question_wants(entry):
+    quiz = Quiz(entry, learner="empty")
+    numeric = next(i for i, c in enumerate(entry.checks) if c.kind == "numeric")
+    choice = next(i for i, c in enumerate(entry.checks) if c.kind == "choice")
+    quiz._submit(numeric)
+    assert f"answer: type a number in {entry.checks[numeric].unit} first" in quiz.feedback[numeric].value
+    assert "option" not in quiz.feedback[numeric].value
+    quiz._submit(choice)
+    assert "answer: choose an option first" in quiz.feedback[choice].value

@@ -1,6 +1,7 @@
 """The generate panel: real chunked decoding on the tiny "test" preset, and the trained runs it picks."""
 
 import contextlib
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -12,10 +13,21 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import tokenizer
+from dantinox import pretrained, tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
-from widgets.generate import MAX_REDRAWS_PER_S, DecodeRun, find_run, same_model
+from widgets.generate import (
+    CHAT_PROMPT,
+    MAX_REDRAWS_PER_S,
+    PUBLISHED,
+    DecodeRun,
+    DecodeSettings,
+    find_run,
+    progress_text,
+    same_model,
+    seconds_left,
+    step_ratio,
+)
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
@@ -70,7 +82,7 @@ def test_cached_decoding_streams_chunks_and_the_filling_cache(lab, tmp_path):
     assert "untrained weights" in panel.status.value and "no runs in" in panel.status.value
     names = [t.name for t in panel.figure.data]
     assert "bytes held for filled tokens (measured)" in names and "formula for those tokens (derived)" in names
-    timing = next(t for t in panel.figure.data if t.name == "cache: ms per token (measured)")
+    timing = next(t for t in panel.figure.data if t.name == "cache, B=1: ms per decode step (measured)")
     assert len(timing.y) == len(run.steady())
     assert "model time" in panel.stats.value and "on screen" in panel.stats.value
     assert not panel.cached_button.disabled
@@ -91,8 +103,10 @@ def test_uncached_decoding_gives_the_same_tokens_without_recompiling_on_reclick(
     assert panel.error == ""
     assert panel.runs["no cache"].tokens == panel.runs["cache"].tokens  # greedy: same text either way
     assert panel.runs["no cache"].filled_bytes == []
-    shown = r"at 23 tokens held, a token takes [\d.]+ ms without the cache and [\d.]+ ms with it"
-    assert re.search(shown, panel.stats.value)
+    shown = (r"at 23 tokens held, one decode step \(one token for each of the B=1 sequences\) takes [\d.]+ ms "
+             r"without the cache and [\d.]+ ms with it: [\d.]+× as long")
+    assert re.search(shown, panel.stats.value) and "one run of each" in panel.stats.value
+    assert panel.ratio() is not None and len(panel.ratio().cache_ms) == 1
     model = panel.model_for(lab.reading.cfg)[0]
     panel.new_tokens.value = 16  # a different T, a second click: the compiled chunk is reused
     with compilations() as compiled:
@@ -116,17 +130,70 @@ def test_trained_weights_are_used_when_a_run_matches(lab, tmp_path):
 
 
 def test_refusals_are_shown_not_raised(lab, tmp_path):
-    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=62)
+    with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 61\] \(the 64-token context "
+                                         r"of this preset less the 3-token prompt\), got 62"):
+        GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=62)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=61)
+    assert panel.new_tokens.max == 61  # every slider position fits after the prompt
+    panel.prompt.value = "abcdef"  # a longer prompt: the slider's end follows it
+    assert panel.new_tokens.max == panel.new_tokens.value == 58
     panel.run(use_cache=True, wait=True)
-    assert "= 65 exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
-    with pytest.raises(ValueError, match=r"new_tokens: expected an integer in \[1, 63\]"):
-        GeneratePanel(lab, preset=None, new_tokens=64)
+    assert panel.error == "" and len(panel.runs["cache"].tokens) == 58
+    panel.prompt.value = "x" * 64  # no room left: said at once, and a click refuses it
+    assert "leave no room to decode" in panel.status.value
+    panel.run(use_cache=True, wait=True)
+    assert "exceeds max_context=64" in panel.error and "exceeds max_context" in panel.status.value
     with pytest.raises(ValueError, match=r"preset: expected None \(the lab's\) or one of"):
         GeneratePanel(lab, preset="huge")
     small = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=2, budget_bytes=100)
     small.run(use_cache=True, wait=True)
-    assert small.error.startswith("concurrency B: the static KV cache for B=1 needs")
+    assert small.error.startswith("concurrency B: the KV cache for B=1 needs")
     assert not small.cached_button.disabled
+
+
+def _timed(use_cache, settings, ms):
+    """A finished run whose steady chunks (8 steps each, after one that compiled) took `ms` per step."""
+    held = [11 + 8 * i for i in range(len(ms) + 1)]
+    return DecodeRun(use_cache=use_cache, batch=settings.batch, prompt_tokens=settings.prompt_tokens, held=held,
+                     steps=[8] * len(held), seconds=[9.0, *(m * 8e-3 for m in ms)],
+                     compiled=[True] + [False] * len(ms), settings=settings)
+
+
+def test_the_ratio_compares_only_runs_with_identical_settings_and_shows_its_spread(lab):
+    one = DecodeSettings(lab.reading.cfg, batch=1, prompt_tokens=3, new_tokens=20)
+    other = dataclasses.replace(one, batch=2)
+    runs = [_timed(True, one, [1.0, 2.0]), _timed(False, other, [30.0, 40.0])]
+    assert step_ratio(runs, one) is None and step_ratio(runs, other) is None  # B=1 with, B=2 without: no pair
+    runs += [_timed(False, one, [10.0, 20.0]), _timed(False, one, [15.0, 30.0]), _timed(True, one, [1.0, 4.0])]
+    r = step_ratio(runs, one)
+    assert r.held == 27 and r.cache_ms == (2.0, 4.0) and r.no_cache_ms == (20.0, 30.0)  # the B=2 run left out
+    assert r.ratio == pytest.approx(25.0 / 3.0) and r.spread == pytest.approx((5.0, 15.0))
+    assert one.differences(other) == ["B=1 vs B=2"]
+
+
+def test_progress_estimates_the_time_left_from_the_chunks_so_far(lab):
+    settings = DecodeSettings(lab.reading.cfg, batch=1, prompt_tokens=3, new_tokens=40)
+    cached = _timed(True, settings, [1.0, 1.0])  # 8 ms per 8-step chunk after a compile: 1 ms a step
+    cached.tokens = [0] * 24
+    assert seconds_left(cached, 40) == pytest.approx(16 * 1e-3)
+    uncached = _timed(False, settings, [1.9, 2.7])  # per step ∝ tokens held: 19 and 27 held
+    uncached.tokens = [0] * 24
+    assert seconds_left(uncached, 40) == pytest.approx(0.1e-3 * sum(range(28, 44)))
+    assert "compiling the decode step first" in progress_text(DecodeRun(True, 1, 3), 40)
+    assert "about 0 s left" in progress_text(cached, 40) and "24 of 40 tokens" in progress_text(cached, 40)
+
+
+def test_runs_at_different_batches_show_no_ratio(lab, tmp_path):
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=12)
+    panel.run(use_cache=True, wait=True)
+    lab.update(batch=2)
+    try:
+        panel.run(use_cache=False, wait=True)
+    finally:
+        lab.update(batch=1)
+    assert panel.error == "" and panel.ratio() is None
+    assert "No ratio: the last run with the cache and the last without differ (B=1 vs B=2)" in panel.stats.value
+    assert "as long" not in panel.stats.value
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -148,3 +215,42 @@ def test_the_panel_picks_the_run_matching_the_lab(entry, attention, kv_heads, ru
     assert panel.model_for(panel.config())[1] == f"trained weights from runs/{run}"
     _, where = GeneratePanel(lab, preset=None).model_for(lab.config())  # the lab's "test": no run for it
     assert where.startswith("untrained weights (random init): no run matches this 2-layer d=32")
+
+
+def test_the_panel_decodes_smollm2_by_default_and_measures_its_cache(entry):
+    lab = CacheLab(entry, cache_dtype="bfloat16")
+    panel = GeneratePanel(lab, new_tokens=16)
+    assert panel.preset.value == PUBLISHED and panel.prompt.value == CHAT_PROMPT
+    cfg = panel.config()
+    assert (cfg.n_layers, cfg.n_kv_heads, cfg.head_size, cfg.cache_dtype) == (30, 3, 64, "bfloat16")
+    panel.run(use_cache=True, wait=True)
+    assert not panel.error, panel.error
+    run = panel.runs["cache"]
+    assert run.bytes_per_token == 2 * 30 * 3 * 64 * 2 == 23_040  # K and V, L, K, H, two bytes of bfloat16
+    assert "cache per token</b>: 23,040 B" in panel.stats.value and "= 23,040 B" in panel.stats.value
+    answer = panel.decode(cfg, run.tokens)
+    assert "cache" in answer.lower() and "<|im" not in answer, answer  # its own answer, about caches
+    assert "published weights" in panel.status.value
+
+
+def test_without_the_model_wheel_the_panel_decodes_the_tiny_runs_and_says_so(entry, monkeypatch):
+    monkeypatch.setattr(pretrained, "available", lambda name=PUBLISHED: False)
+    panel = GeneratePanel(CacheLab(entry, preset="test"))
+    assert panel.preset.value == "tiny" and panel.prompt.value == "The KV cache"
+    assert "not installed" in panel.status.value and "tiny trained runs" in panel.status.value
+    assert PUBLISHED not in [value for _, value in panel.preset.options]
+
+
+def test_the_sizes_lab_has_a_smollm2_preset_where_other_k_is_a_what_if(entry):
+    lab = CacheLab(entry, preset=PUBLISHED, attention="gqa", cache_dtype="bfloat16", tokens=16)
+    assert ("SmolLM2-135M", PUBLISHED) in lab.preset.options and lab.kv_heads.value == 3
+    assert lab.reading.per_token_bytes == 23_040 and lab.reading.residual == 0
+    assert "What-if" not in lab.status_html.value
+    lab.attention.value = "mha"
+    assert "What-if: SmolLM2-135M has GQA with K=3" in lab.status_html.value and "MHA K=9" in lab.status_html.value
+
+
+def test_bytes_that_are_not_utf8_on_their_own_read_as_escapes():
+    assert tokenizer.decode([0xE2, 0x41]) == "\ufffdA"  # the library default
+    assert tokenizer.decode([0xE2, 0x41], errors="backslashreplace") == "\\xe2A"  # what the panel shows
+    assert tokenizer.decode(list("é".encode())) == "é"  # a whole character is unchanged

@@ -32,8 +32,10 @@ def check_value(control: widgets.Widget, value: Any, name: str) -> None:
     elif isinstance(control, widgets.FloatSlider):
         if isinstance(value, bool) or not isinstance(value, int | float) or not control.min <= value <= control.max:
             raise ValueError(f"{name}: expected a number in [{control.min}, {control.max}], got {value!r}")
-    elif value not in list(control.options):
-        raise ValueError(f"{name}: expected one of {', '.join(map(str, control.options))}, got {value!r}")
+    else:
+        values = [o[1] if isinstance(o, tuple) else o for o in control.options]  # (label, value) pairs too
+        if value not in values:
+            raise ValueError(f"{name}: expected one of {', '.join(map(str, values))}, got {value!r}")
 
 
 class Lab(widgets.VBox):

@@ -63,6 +63,19 @@ def guard_note(source: str, nbytes: int, budget: int) -> str:
                     "no array was allocated.")
 
 
+PRESET_LABELS = {"smollm2-135m": "SmolLM2-135M"}
+PUBLISHED_K = {"smollm2-135m": 3}  # the KV heads of the published model a preset has the geometry of
+
+
+def what_if_note(preset: str, cfg: dantinox.ModelConfig) -> str:
+    """A published model's geometry with another K than its own is a what-if: say so."""
+    k = PUBLISHED_K.get(preset)
+    if k is None or (cfg.attention, cfg.n_kv_heads) == ("gqa", k):
+        return ""
+    return note_box(f"What-if: {esc(PRESET_LABELS[preset])} has GQA with K={k}; these bytes are its geometry with "
+                    f"{esc(cfg.attention.upper())} K={cfg.n_kv_heads}, a model nobody trained.")
+
+
 class CacheLab(Lab):
     """Sliders for T, B, attention variant, KV heads, cache dtype, model and device presets, with readouts."""
 
@@ -80,8 +93,8 @@ class CacheLab(Lab):
         self.per_token_science = entry.science_item(KV_PER_TOKEN)
         self.budget_bytes = budget_bytes
         style, layout = {"description_width": "150px"}, widgets.Layout(width="520px")
-        self.preset = widgets.Dropdown(options=list(dantinox.PRESETS), description="model preset",
-                                       style=style, layout=layout)
+        self.preset = widgets.Dropdown(options=[(PRESET_LABELS.get(p, p), p) for p in dantinox.PRESETS],
+                                       description="model preset", style=style, layout=layout)
         self.tokens = widgets.IntSlider(min=1, max=1, description="tokens T", style=style, layout=layout)
         self.batch = widgets.IntSlider(min=1, max=max_batch_slider, description="concurrency B",
                                        style=style, layout=layout)
@@ -151,7 +164,8 @@ class CacheLab(Lab):
     def _render(self, r: CacheReading) -> None:
         fmt = dantinox.format_bytes
         self.formula_html.value = formula_block(self.science, r.formula_params, r.formula_bytes, fmt(r.formula_bytes))
-        self.status_html.value = guard_note(r.source, r.measured_bytes, self.budget_bytes)
+        self.status_html.value = (guard_note(r.source, r.measured_bytes, self.budget_bytes)
+                                  + what_if_note(self.preset.value, r.cfg))
         self.readout_html.value = readout_table([
             ("KV cache, formula", f"{r.formula_bytes:,} B ({fmt(r.formula_bytes)})", badge("derived")),
             (f"KV cache, {'real arrays' if r.source == 'arrays' else 'array shapes (not allocated)'}",

@@ -35,11 +35,22 @@ def science_html(item: Any) -> str:
             f"<div>Assumptions:<ul style='margin:2px 0'>{assumptions}</ul></div></div>")
 
 
+BELIEF_LINKS = {"belief": "where this belief appears", "fix": "the fix of this belief"}
+
+
 def spec_html(entry: Any, spec: Any) -> str:
     kind = badge("derived", "computed by content") if spec.compute is not None else ""
     source = f" ({link('source', spec.source)})" if spec.source else ""
     value = content.spec_value(entry, spec)
-    return f"<li><b>{esc(spec.label)}</b>: {esc(value)} {kind}<br>{esc(spec.context)}{source}</li>"
+    presets = content.device_inputs(spec)
+    named = f"<br><small>{esc(presets)}</small>" if presets else ""
+    return f"<li><b>{esc(spec.label)}</b>: {esc(value)} {kind}<br>{esc(spec.context)}{source}{named}</li>"
+
+
+def misconception_html(m: Any) -> str:
+    """One belief, struck through, its correction and its two links (the first says what the page shows)."""
+    return (f"<li><s>{esc(m.claim)}</s><br>{esc(m.correction)} ({link(BELIEF_LINKS[m.shows], m.appears_in)};"
+            f" {link('corrected by', m.corrected_by)})</li>")
 
 
 class ConceptCard(widgets.VBox):
@@ -51,10 +62,7 @@ class ConceptCard(widgets.VBox):
     def __init__(self, entry: Any):
         self.entry = entry
         mechanism = "".join(f"<li>{esc(step)}</li>" for step in entry.mechanism)
-        misconceptions = "".join(
-            f"<li><s>{esc(m.claim)}</s><br>{esc(m.correction)} ({link('where this belief appears', m.appears_in)};"
-            f" {link('corrected by', m.corrected_by)})</li>"
-            for m in entry.misconception)
+        misconceptions = "".join(misconception_html(m) for m in entry.misconception)
         history = "".join(f"<li><b>{esc(h.year)}</b>, {link(h.title, h.source)}: {esc(h.significance)}</li>"
                           for h in entry.history)
         sources = "".join(f"<li>{link(s.title, s.url)}</li>" for s in entry.sources)

@@ -22,12 +22,14 @@ import plotly.graph_objects as go
 import traitlets
 
 from content.schema import LEVELS
+from dantinox_labs import shipped
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc
 from widgets.card import ConceptCard
 from widgets.formula_explorer import FormulaExplorer
 from widgets.quiz import Quiz
 
-LABS_DIR = Path(__file__).resolve().parent.parent / "labs"  # a lab is labs/<lab_id>.ipynb
+LABS_DIR = shipped.LABS  # a lab is <lab_id>.ipynb in this folder
 LEVEL_COLOURS = {"foundation": "#2e7d32", "intermediate": "#1565c0", "advanced": "#6a1b9a"}
 
 
@@ -133,7 +135,7 @@ class ConceptMap(widgets.VBox):
         tallest = max(len(c) for c in columns.values())
         return {i: (d, (tallest - 1) / 2 - row) for d, ids in columns.items() for row, i in enumerate(ids)}
 
-    def _figure(self) -> go.FigureWidget:
+    def _figure(self) -> FigureWidget:
         pos = self._positions()
         self.positions = pos
         related_x: list[float | None] = []
@@ -160,7 +162,7 @@ class ConceptMap(widgets.VBox):
                              line=dict(width=1, dash="dot", color="#bbb"))
         columns = max(x for x, _ in pos.values())
         rows = max(abs(y) for _, y in pos.values())
-        return go.FigureWidget(data=[related, nodes], layout=dict(
+        return FigureWidget(data=[related, nodes], layout=dict(
             height=max(320, 90 * (2 * rows + 1) + 80), width=860, showlegend=False, annotations=arrows,
             margin=dict(l=20, r=20, t=60, b=20), hovermode="closest", plot_bgcolor="white",
             xaxis=dict(visible=False, range=[-0.5, columns + 0.5]),

@@ -19,13 +19,13 @@ import time
 
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 import traitlets
 
 import dantinox
 from dantinox import tokenizer
 from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box
 from widgets.readings import formula_params
 
@@ -138,14 +138,15 @@ class DiffusionLab(Lab):
                                                   layout=wide)
         self.show = widgets.ToggleButtons(options=CACHE_MODES, value=show, description="show", style=style)
         self.step = widgets.IntSlider(min=1, max=1, value=1, description="step", style=style, layout=wide)
-        self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play")
+        self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play", tooltip=(
+            "step through the decode: play, pause, stop (back to step 1), repeat at the end"))
         widgets.jslink((self.play, "value"), (self.step, "value"))
         widgets.jslink((self.play, "max"), (self.step, "max"))
         self.message = widgets.HTML()  # the lab's status line: running, or an error
         self.caption = widgets.HTML()
         self.sequence = widgets.HTML()
         self.table = widgets.HTML()
-        self.figure = go.FigureWidget(layout=dict(
+        self.figure = FigureWidget(layout=dict(
             height=340, margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
             xaxis=dict(title="step (model evaluation)"), yaxis=dict(title="cache (KiB)", rangemode="tozero"),
             legend=dict(orientation="h", y=-0.25)))

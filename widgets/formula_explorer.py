@@ -4,10 +4,13 @@
     explorer.set(T=1000, P=16)              # what moving the sliders does (values the sliders can show)
     explorer.reading.result                 # == content.evaluate(entry, item, **explorer.reading.values)
     explorer.load_spec(0)                   # one click: a spec's published inputs into the sliders
+    explorer.type_value("T", "4100")        # what typing in the box beside a slider does: snapped, and said so
 
 Each variable's control comes from its range in content (`content.ranges`): a slider over a linear or log
 grid that always holds min, max, default and every spec input, in whole steps for integer variables, or a
-dropdown of allowed values. The result is derived: `content.evaluate` of the item, nothing computed here.
+dropdown of allowed values. Beside each slider a box takes a typed number: it is applied at the slider's
+nearest value (the explorer says when it snapped) or refused with a message; the box always shows what the
+formula uses. The result is derived: `content.evaluate` of the item, nothing computed here.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import traitlets
 
 import content
 from content import expr, ranges
-from content.units import format_value, number_text, param_text
-from widgets._html import badge, error_box, esc
+from content.units import format_value, number_text, param_text, parse_number
+from widgets._figure import FigureWidget
+from widgets._html import badge, error_box, esc, note_box
 
 GRID_STEPS = 96  # slider positions over a range; a narrow linear integer range gets every integer
 PLOT_POINTS = 96  # points of the result-vs-variable curve
@@ -71,6 +75,13 @@ def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
         if text not in out or v in keep:
             out[text] = v
     return sorted(out.values())
+
+
+def nearest(var: Any, options: list[float], value: float) -> int | float:
+    """The option closest to `value`: by ratio for log-scale variables, by difference otherwise."""
+    if var.scale == "log" and value > 0:
+        return min(options, key=lambda v: abs(np.log(v / value)))
+    return min(options, key=lambda v: abs(v - value))
 
 
 def substitute(compute: str, values: dict[str, float]) -> str:
@@ -126,11 +137,12 @@ class FormulaExplorer(widgets.VBox):
                                         description="formula", style=style, layout=widgets.Layout(width="520px"))
         self.x_axis = widgets.Dropdown(description="plot against", style=style, layout=widgets.Layout(width="320px"))
         self.controls: dict[str, widgets.Widget] = {}
+        self.boxes: dict[str, widgets.Text] = {}  # the typed-number box beside each slider
         self.controls_box = widgets.VBox()
         self.specs_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
         self.formula_html = widgets.HTMLMath()
         self.status_html = widgets.HTML()
-        self.figure = go.FigureWidget(layout=dict(
+        self.figure = FigureWidget(layout=dict(
             height=340, width=680, margin=dict(l=70, r=20, t=50, b=50), showlegend=False,
             hovermode="closest"))
         self.figure.add_traces([go.Scatter(mode="lines", name="formula"),
@@ -159,7 +171,8 @@ class FormulaExplorer(widgets.VBox):
         item = self.item
         specs = [(i, s) for i, s in enumerate(self.entry.specs)
                  if s.compute is not None and s.compute.science == item.title]
-        self.controls = {}
+        self.controls, self.boxes = {}, {}
+        rows = []
         for name, var in item.variables.items():
             inputs = tuple(s.compute.with_[name] for _, s in specs)
             description = f"{name} [{var.unit}]"
@@ -168,13 +181,23 @@ class FormulaExplorer(widgets.VBox):
                 control = widgets.Dropdown(options=[(label(v), v) for v in value_grid(var)])
             else:
                 control = widgets.SelectionSlider(options=[(label(v), v) for v in value_grid(var, inputs)],
-                                                  continuous_update=True)
+                                                  continuous_update=True, readout=False)
             control.description, control.tooltip = description, tip
             control.style = {"description_width": "170px"}
-            control.layout = widgets.Layout(width="620px")
+            control.layout = widgets.Layout(width="620px" if var.values is not None else "520px")
             control.value = ranges.as_number(var, var.default)
             control.observe(lambda _: self._on_change(), names="value")
             self.controls[name] = control
+            if var.values is not None:
+                rows.append(control)
+                continue
+            box = widgets.Text(value=label(control.value), continuous_update=False, tooltip=(
+                f"type a value for {name} ({ranges.describe(var)} {var.unit}) and press Enter"),
+                layout=widgets.Layout(width="110px"))
+            box.observe(lambda change, name=name: self._guard(lambda: self.type_value(name, change["new"])),
+                        names="value")
+            self.boxes[name] = box
+            rows.append(widgets.HBox([control, box]))
         buttons = []
         for i, spec in specs:
             button = widgets.Button(description=f"load: {spec.label}", tooltip=spec.context,
@@ -184,7 +207,7 @@ class FormulaExplorer(widgets.VBox):
         with self.hold_sync():
             legend = "".join(f"<li><code>{esc(n)}</code>: {esc(v.meaning)} ({esc(ranges.describe(v))} "
                              f"{esc(v.unit)})</li>" for n, v in item.variables.items())
-            self.controls_box.children = [*self.controls.values(),
+            self.controls_box.children = [*rows,
                                           widgets.HTML(f"<ul style='margin:2px 0;font-size:90%'>{legend}</ul>")]
             self.specs_box.children = buttons
             self._quiet = True
@@ -213,6 +236,38 @@ class FormulaExplorer(widgets.VBox):
         finally:
             self._quiet = False
         return self.refresh()
+
+    def type_value(self, name: str, text: str) -> ExplorerReading | None:
+        """What typing `text` in the box beside `name`'s slider does: apply it at the slider's nearest value
+        (saying so when that is not the number typed), or raise ValueError naming what was expected."""
+        if name not in self.boxes:
+            raise ValueError(f"{name}: expected a slider variable of {self.item.title!r} "
+                             f"({', '.join(self.boxes)}), got {name!r}")
+        var, control = self.item.variables[name], self.controls[name]
+        shown = label(control.value)
+        if text.strip() == shown:  # the box showing the current value (also the echo of a slider move)
+            return self.reading
+        options = [v for _, v in control.options]
+        expected = f"{name}: expected a number from {label(min(options))} to {label(max(options))} {var.unit}"
+        try:
+            typed = parse_number(text)
+        except ValueError:
+            self._show_box(name)
+            raise ValueError(f"{expected}, got {text!r}; kept {shown}") from None
+        if not min(options) <= typed <= max(options):
+            self._show_box(name)
+            raise ValueError(f"{expected}, got {label(typed)}; kept {shown}")
+        value = nearest(var, options, typed)
+        reading = self.set(**{name: value})
+        if value != typed and reading is not None:
+            self.status_html.value = note_box(esc(
+                f"{name}: {label(typed)} is not one of the slider's values; set to the nearest, {label(value)}."))
+        return reading
+
+    def _show_box(self, name: str) -> None:
+        """Put the slider's value back in its box (a refused entry must not stay on screen)."""
+        if name in self.boxes:
+            self.boxes[name].value = label(self.controls[name].value)
 
     def load_spec(self, index: int) -> ExplorerReading | None:
         """Load the inputs of spec `index` (one computed by a science item) into the controls."""
@@ -254,6 +309,8 @@ class FormulaExplorer(widgets.VBox):
             return None
         self.error = ""
         self.status_html.value = ""
+        for name in self.boxes:
+            self._show_box(name)
         x = self.x_axis.value
         xvar = item.variables[x]
         self.formula_html.value = (

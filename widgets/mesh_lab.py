@@ -114,14 +114,21 @@ class MeshLab(Lab):
     def _read(self) -> MeshReading:
         return read_mesh(self.config(), self._shapes[self.mesh_shape.value], self.batch.value, self.context.value)
 
+    def refresh(self) -> MeshReading | None:
+        """Recompute and redraw; a setting that fails shows its error and no table (the last one would be stale)."""
+        reading = super().refresh()
+        if reading is None:
+            self.table_html.value = ""
+        return reading
+
     def _render(self, r: MeshReading) -> None:
         fmt = dantinox.format_bytes
         k = r.cfg.n_kv_heads
         notes = []
         if r.layout.replicated:
             notes.append(f"The model axis ({r.layout.model}) is larger than K = {k}: the heads cannot be cut "
-                         f"further, so each KV head is held by {r.layout.replicas} devices (replicated). This is "
-                         "Llama-70B's situation: 8 KV heads served on 16 chips.")
+                         f"further, so each KV head is held by {r.layout.replicas} devices (replicated): more "
+                         f"devices on the model axis than KV heads no longer shrinks each device's cache.")
         if r.source == "shapes":
             notes.append(f"This cache ({esc(fmt(r.total_bytes))}) is above the lab's allocation budget, so the "
                          "per-device bytes come from the sharding's shard shapes; nothing was allocated.")

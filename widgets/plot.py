@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 import dantinox
+from widgets._figure import FigureWidget
 from widgets.readings import CacheSize, peer_configs, variant_label
 
 MIB = 2**20
@@ -39,7 +40,7 @@ class CachePlot(widgets.VBox):
         self._lines_key = None
         self._dots: dict[int, tuple[int, str]] = {}  # T -> (bytes, source) for the current (cfg, B)
         self._dots_key = None
-        self.figure = go.FigureWidget(layout=dict(
+        self.figure = FigureWidget(layout=dict(
             height=400, width=820, margin=dict(l=60, r=20, t=60, b=50), hovermode="closest",
             xaxis=dict(title="tokens held per sequence (T)"), yaxis=dict(title="KV cache (MiB)"),
             legend=dict(orientation="h", y=-0.2)))

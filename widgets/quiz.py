@@ -5,10 +5,13 @@
     quiz.score, quiz.attempts, quiz.to_json()
 
 Numeric answers are computed from the entry's science items (never typed in content) and accepted
-within the check's relative tolerance. The score counts first attempts. Every attempt is written, as it
+within the check's relative tolerance; each numeric question says which answers that accepts (from ... to
+...), so what it asks and how it grades agree. Typed numbers may carry commas, the unit or a fraction (1/8).
+The score counts first attempts. Every attempt is written, as it
 happens, to the answer store (`classroom.store`, $DANTINOX_ANSWERS_DB or the user's data directory), so
 reopening the lab shows earlier answers and score; "reset my answers" starts the entry over. Inside a
-JupyterHub server with the classroom service configured, each attempt is also sent to that service.
+JupyterHub server with the classroom service configured, each attempt is also sent to that service, from a
+background thread (`classroom.client.BackgroundDelivery`): a click never waits on the network.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import Any
 import ipywidgets as widgets
 
 import content
+from classroom.grading import parse_number
 from classroom.store import AnswerStore, Attempt, current_learner, new_key
 from classroom.summary import question_rows
+from content.units import tolerance_text
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"
@@ -39,15 +44,11 @@ def _number_text(value: float) -> str:
     return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
 
 
-def parse_number(text: str, unit: str) -> float:
-    """A learner's typed number: commas and the unit are allowed ('6,291,456 B'); anything else is refused."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
-    if unit and cleaned.endswith(unit):
-        cleaned = cleaned[: -len(unit)].strip()
-    try:
-        return float(cleaned)
-    except ValueError:
-        raise ValueError(f"answer: expected a number in {unit}, got {text!r}") from None
+def accepted_text(value: float, tolerance: float, unit: str) -> str:
+    """'answers from 98.85 to 99.65 MiB are accepted (±0.4 %)': what `content.is_correct` accepts, in words."""
+    lo, hi = sorted((value * (1 - tolerance), value * (1 + tolerance)))
+    return (f"answers from {_number_text(lo)} to {_number_text(hi)} {unit} are accepted "
+            f"({tolerance_text(tolerance)} of the formula's value)")
 
 
 class Quiz(widgets.VBox):
@@ -73,12 +74,18 @@ class Quiz(widgets.VBox):
         self.learner = learner or current_learner()
         self.content_version = _content_version(entry)
         self.status = widgets.HTML()  # where store and delivery problems show; the quiz keeps working
+        self._unsaved: str | None = None  # why the last answer is in no store, while that is so
         self.store = store
         if store is None:
             try:
                 self.store = AnswerStore()
             except ValueError as err:
+                self._unsaved = str(err)
                 self.status.value = error_box(f"{err}; answers are kept for this session only")
+                try:  # a read-only file or a full disk: earlier answers can still be shown
+                    self.store = AnswerStore(readonly=True)
+                except ValueError:
+                    self.store = None
         self.attempts: list[Attempt] = []
         self.first_try: dict[int, bool] = {}  # check index -> whether its first answer was right
         self.shown_params: dict[int, dict[str, float]] = {}  # numeric check -> params its question shows
@@ -107,8 +114,9 @@ class Quiz(widgets.VBox):
                                      layout=widgets.Layout(width="260px"))
             use_lab.on_click(lambda _: self.use_params(self.params_source()))
             extra.append(use_lab)
-        self.export_button = widgets.Button(description="show my answers (JSON)", layout=widgets.Layout(width="220px"))
-        self.export_area = widgets.Textarea(layout=widgets.Layout(width="100%", height="120px", display="none"))
+        self.export_button = widgets.Button(description="show my answers", icon="table",
+                                            layout=widgets.Layout(width="200px"))
+        self.export_area = widgets.HTML(layout=widgets.Layout(display="none"))  # a table of the attempts
         self.export_button.on_click(lambda _: self._show_export())
         self.reset_button = widgets.Button(description="reset my answers", icon="undo",
                                            layout=widgets.Layout(width="180px"))
@@ -130,9 +138,12 @@ class Quiz(widgets.VBox):
                 text = content.render_question(self.entry, i, own or None)
                 if own:
                     text += " (numbers from your lab settings)"
+                value = content.check_answer(self.entry, i, own or None)
+                grading = (f"<div style='color:#555;font-size:90%'>Graded: "
+                           f"{esc(accepted_text(value, check.tolerance, check.unit))}.</div>")
             else:
-                text = check.question
-            self.questions[i].value = f"<b>Q{i + 1}.</b> {esc(text)}"
+                text, grading = check.question, ""
+            self.questions[i].value = f"<b>Q{i + 1}.</b> {esc(text)}{grading}"
             if i in self.lab_checks:  # its numbers changed: feedback on the old ones would mislead
                 self.feedback[i].value = ""
         self._show_score()
@@ -175,31 +186,61 @@ class Quiz(widgets.VBox):
         return sum(a.check_index == index for a in self.attempts) + 1
 
     def _record(self, attempt: Attempt) -> None:
-        """Keep the attempt on screen and in the store; in a class, queue it and send the queue."""
+        """Keep the attempt on screen and in the store; in a class, hand it to the background sender."""
         self.attempts.append(attempt)
         self.first_try.setdefault(attempt.check_index, attempt.correct)
-        if self.store is None:
-            return
         in_class = _classroom_configured()
-        try:
-            self.store.add(attempt, outbox=in_class)
-        except Exception as err:  # a full disk or a locked file must not lose the learner's feedback
-            self.status.value = error_box(f"answer store {self.store.path}: could not save this answer ({err})")
+        saved = False
+        if self.store is not None:
+            try:
+                self.store.add(attempt, outbox=in_class)
+                saved = True
+            except Exception as err:  # a full disk or a locked file must not lose the learner's feedback
+                self._unsaved = f"answer store {self.store.path}: could not save this answer ({err})"
+        if saved:
+            self._unsaved = None  # an earlier failure is over: its line must not stay
+        if not in_class:
+            self._show_status(None)
             return
-        if in_class:
-            self._deliver()
+        sender = self._sender()
+        if saved:
+            sender.kick()
+        else:  # in no store: post it straight to the service, from memory
+            sender.send_direct(attempt)
+        self._show_status(None)
 
-    def _deliver(self) -> None:
-        """Send the outbox to the classroom service; what is not acknowledged goes with the next answer."""
+    def _sender(self):
+        from classroom.client import background_delivery
+
+        sender = background_delivery(self.store)
+        if self._on_delivery not in sender.listeners:
+            sender.listeners.append(self._on_delivery)
+        return sender
+
+    def _on_delivery(self, result) -> None:
+        self._show_status(result)
+
+    def _show_status(self, result) -> None:
+        """One line per problem: an answer not saved here, answers waiting for the service, refused ones."""
+        lines = []
+        if self._unsaved:
+            lines.append(self._unsaved + ("; sent straight to the classroom service instead" if
+                                          _classroom_configured() else "; it is kept for this session only"))
+        if result is not None and result.pending and result.error:
+            lines.append(f"{result.pending} answer(s) not yet sent to the classroom service ({result.error}); "
+                         f"retrying in the background")
         try:
-            from classroom.client import deliver_pending
-
-            error = deliver_pending(self.store).error
-        except Exception as err:  # the attempt is safe in the outbox whatever went wrong on the way
-            error = f"{type(err).__name__}: {err}"
-        self.status.value = "" if error is None else error_box(
-            f"saved on this server; not yet sent to the classroom service ({error}); "
-            f"it will be sent with your next answer")
+            refused = self.store.refused() if self.store is not None and _classroom_configured() else []
+        except Exception:  # noqa: BLE001 - an unreadable store is reported where it is read
+            refused = []
+        if refused:
+            lines.append(f"{len(refused)} answer(s) refused by the classroom service ({refused[-1][1]}): they stay "
+                         f"on this server (dantinox answers export shows them) and are not sent again; "
+                         f"tell your instructor")
+        elif result is not None and result.refused:
+            lines.append(f"{result.refused} answer(s) refused by the classroom service ({result.refusal}); "
+                         f"tell your instructor")
+        self.status.value = "".join(error_box(line) for line in lines)
 
     def _show_feedback(self, attempt: Attempt, earlier: bool = False) -> None:
         check = self.entry.checks[attempt.check_index]
@@ -211,15 +252,15 @@ class Quiz(widgets.VBox):
                 note = note[len(verdict):].strip()
             lines = [verdict, note] if note else [verdict]
         else:
-            expected, tol = _number_text(float(attempt.expected)), f"±{check.tolerance:.0%}"
+            value = float(attempt.expected)
+            expected, accepted = _number_text(value), accepted_text(value, check.tolerance, check.unit)
             given = attempt.response
             try:
                 given = _number_text(parse_number(given, check.unit))
             except ValueError:
                 pass
-            lines = [f"Correct: {expected} {check.unit} (accepted within {tol})." if attempt.correct else
-                     f"Not quite: the formula gives {expected} {check.unit}; you answered {given} "
-                     f"(accepted within {tol})."]
+            lines = [f"Correct: {expected} {check.unit}; {accepted}." if attempt.correct else
+                     f"Not quite: the formula gives {expected} {check.unit}; you answered {given}; {accepted}."]
         if earlier:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(attempt.time))
             lines.insert(0, f"Your earlier answer ({when}, attempt {attempt.attempt}): {attempt.response}")
@@ -231,8 +272,10 @@ class Quiz(widgets.VBox):
     def _submit(self, index: int) -> None:
         field = self.inputs[index]
         try:
-            if field.value is None or field.value == "":
-                raise ValueError("answer: choose an option or type a number first")
+            if field.value is None or str(field.value).strip() == "":
+                check = self.entry.checks[index]
+                raise ValueError("answer: choose an option first" if check.kind == "choice" else
+                                 f"answer: type a number in {check.unit} first")
             self.answer(index, field.value)
         except ValueError as err:
             self.feedback[index].value = error_box(str(err))
@@ -242,7 +285,13 @@ class Quiz(widgets.VBox):
         """Show this learner's earlier attempts at the entry (since their last reset) and their score."""
         if self.store is None:
             return
-        for attempt in self.store.attempts(self.learner, self.entry.id):
+        try:
+            earlier = self.store.attempts(self.learner, self.entry.id)
+            in_class = _classroom_configured() and bool(self.store.pending() or self.store.refused())
+        except Exception as err:  # a damaged file: the quiz still works, and says why nothing came back
+            self.status.value = error_box(f"answer store {self.store.path}: could not read earlier answers ({err})")
+            return
+        for attempt in earlier:
             if attempt.check_index < len(self.entry.checks):
                 self.attempts.append(attempt)
                 self.first_try.setdefault(attempt.check_index, attempt.correct)
@@ -250,8 +299,9 @@ class Quiz(widgets.VBox):
         for attempt in last.values():
             self._show_feedback(attempt, earlier=True)
         self._show_score()
-        if _classroom_configured() and self.store.pending():
-            self._deliver()
+        if in_class:
+            self._show_status(self._sender().last)
+            self._sender().kick()
 
     def reset(self) -> int:
         """Start this entry over: earlier attempts leave the screen and the score (the store keeps them)."""
@@ -284,8 +334,35 @@ class Quiz(widgets.VBox):
         """Every attempt on screen, as JSON: what `summarise` and `dantinox answers export` read."""
         return json.dumps(self.records, indent=1)
 
+    def answers_html(self) -> str:
+        """The attempts on screen as a table a learner reads (the JSON is `to_json`, or `dantinox answers
+        export`)."""
+        if not self.attempts:
+            return "<i>No answers yet.</i>"
+        head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in
+                       ("question", "attempt", "your answer", "the formula's answer", "result", "when"))
+        rows = []
+        for a in self.attempts:
+            check = self.entry.checks[a.check_index] if a.check_index < len(self.entry.checks) else None
+            unit = f" {check.unit}" if check is not None and check.kind == "numeric" else ""
+            expected = a.expected
+            if unit:
+                try:
+                    expected = _number_text(float(a.expected))
+                except ValueError:
+                    pass
+            cells = (f"Q{a.check_index + 1}", str(a.attempt), f"{a.response}{unit}", f"{expected}{unit}",
+                     "right" if a.correct else "wrong", time.strftime("%Y-%m-%d %H:%M", time.localtime(a.time)))
+            colour = RIGHT if a.correct else WRONG
+            rows.append("<tr style='border-top:1px solid #eee'>" + "".join(
+                f"<td style='padding:2px 8px{';color:' + colour if k == 4 else ''}'>{esc(c)}</td>"
+                for k, c in enumerate(cells)) + "</tr>")
+        return (f"<table style='border-collapse:collapse;font-size:90%'><tr>{head}</tr>{''.join(rows)}</table>"
+                f"<div style='color:#555;font-size:90%'>{len(self.attempts)} answer(s) to {esc(self.entry.name)}; "
+                f"<code>dantinox answers export</code> writes them as JSON.</div>")
+
     def _show_export(self) -> None:
-        self.export_area.value = self.to_json()
+        self.export_area.value = self.answers_html()
         self.export_area.layout.display = None
 
 

@@ -25,6 +25,7 @@ from dantinox import roofline
 from dantinox.config import DTYPES
 from dantinox.profile import CATEGORIES, StepProfile
 from widgets._controls import Lab, describe
+from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
 from widgets.roofline_reading import (
@@ -78,7 +79,7 @@ class RooflineLab(Lab):
                                              layout=widgets.Layout(width="260px"))
         self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.profile: StepProfile | None = None
-        self.figure = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
+        self.figure = FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
         buttons = widgets.HBox([self.measure_button, self.profile_button])
@@ -137,14 +138,18 @@ class RooflineLab(Lab):
         return None if reading is None else self.profile
 
     def _measure(self, note: str, work) -> RooflineReading | None:
-        """Run a measurement with `note` on screen, then redraw; an error is shown, never raised."""
+        """Run a measurement with `note` on screen and both buttons disabled (a second click would queue a
+        second run), then redraw; an error is shown, never raised."""
         self.status_html.value = note_box(note)
+        self.measure_button.disabled = self.profile_button.disabled = True
         try:
             work()
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
             self.error = describe(err)
             self.status_html.value = error_box(self.error)
             return None
+        finally:
+            self.measure_button.disabled = self.profile_button.disabled = False
         return self.refresh()
 
     # Reading and drawing ------------------------------------------------------------------------

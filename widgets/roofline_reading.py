@@ -90,7 +90,7 @@ def read_machine(repeats: int = 5) -> roofline.Machine:
 
 @functools.lru_cache(maxsize=8)
 def read_devices() -> tuple[roofline.Machine, ...]:
-    return tuple(roofline.datasheet_machines())
+    return tuple(roofline.datasheet_machines(content.load_entry("prefill-and-decode").specs))
 
 
 @functools.lru_cache(maxsize=8)

@@ -19,13 +19,14 @@ import time
 
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 import traitlets
+from plotly.subplots import make_subplots
 
 import dantinox
 from dantinox.serving import LENGTHS, ServeResult, make_trace, serve
 from widgets._controls import Lab
-from widgets._html import badge, esc, note_box, readout_table
+from widgets._figure import FigureWidget
+from widgets._html import badge, esc, note_box
 
 # label -> (policy, reservation), in the order of the paper's Fig. 2: baselines first, paging last
 POLICY_RUNS = {
@@ -94,6 +95,26 @@ def block_table_html(tables: dict, shared: set | frozenset, block_size: int, fil
             f"</div><table style='border-collapse:collapse'>{''.join(lines)}</table>{tail}")
 
 
+POLICY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c")  # one per policy, both panels
+
+
+def policy_table(r: ServingReading) -> str:
+    """One row per policy, one column per measure: a table that wraps instead of one long line per policy."""
+    head = ("policy", "KV memory holding token states", "most sequences at once", "tokens / step", "steps",
+            "mean latency (steps)", "preemptions")
+    rows = []
+    for label, res in r.results.items():
+        cells = (label, f"{res.shares()['token states']:.1%}", f"{res.running.max()}", f"{res.tokens_per_step:.2f}",
+                 f"{res.steps}", f"{res.latency_steps.mean():.0f}",
+                 f"{res.preemptions}" if res.policy == "paged" else "—")
+        rows.append("<tr>" + "".join(f"<td style='padding:2px 8px;{'' if i == 0 else 'text-align:right'}'>"
+                                     f"{esc(c)}</td>" for i, c in enumerate(cells)) + "</tr>")
+    header = "".join(f"<th style='padding:2px 8px;text-align:{'left' if i == 0 else 'right'}'>{esc(h)}</th>"
+                     for i, h in enumerate(head))
+    return (f"<table style='border-collapse:collapse;max-width:100%'><tr style='border-bottom:1px solid #ccc'>"
+            f"{header}</tr>{''.join(rows)}</table>")
+
+
 class ServingLab(Lab):
     """Sliders for block size, budget, request rate, length distribution and samples; bars, lines, tables."""
 
@@ -115,11 +136,13 @@ class ServingLab(Lab):
                                         layout=layout)
         self.n = widgets.IntSlider(min=1, max=4, description="samples per request n", style=style, layout=layout)
         self.lengths_html, self.readout_html, self.tables_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.bars = go.FigureWidget(layout=dict(barmode="stack", height=340, margin=dict(l=40, r=10, t=60, b=40),
-                                                yaxis=dict(title="share of KV memory (%)", range=[0, 100]),
-                                                legend=dict(orientation="h", y=-0.25)))
-        self.lines = go.FigureWidget(layout=dict(height=360, margin=dict(l=40, r=10, t=40, b=40),
-                                                 xaxis=dict(title="decode step"), legend=dict(orientation="h", y=-0.3)))
+        self.bars = FigureWidget(layout=dict(  # legend above the bars: the policy names need the room below
+            barmode="stack", height=420, width=760, margin=dict(l=60, r=40, t=110, b=70),
+            yaxis=dict(title="share of KV memory (%)", range=[0, 100]), xaxis=dict(tickangle=0),
+            legend=dict(orientation="h", x=0, y=1.02, xanchor="left", yanchor="bottom")))
+        self.lines = FigureWidget(make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08))
+        self.lines.update_layout(height=560, width=760, margin=dict(l=60, r=40, t=50, b=50),
+                                 legend=dict(orientation="h", x=0, y=-0.12, xanchor="left", yanchor="top"))
         status = widgets.HTML()
         super().__init__([self.block_size, self.budget_mib, self.rate, self.lengths, self.n, status,
                           self.lengths_html, self.readout_html, self.bars, self.lines, self.tables_html], status)
@@ -142,35 +165,35 @@ class ServingLab(Lab):
         self.lengths_html.value = (f"<div>Trace: {r.n_requests} requests, seed 0, Poisson arrivals at {r.rate:g} "
                                    f"per step; lengths: {esc(LENGTHS[r.lengths])}. Mean prompt + output: "
                                    f"{r.mean_length:.1f} tokens {badge('measured', 'from the trace')}</div>")
-        rows = []
-        for label, res in r.results.items():
-            rows.append((label, f"{res.shares()['token states']:.1%} of KV memory holds token states; "
-                                f"{res.running.max()} sequences at most; {res.tokens_per_step:.2f} tokens/step; "
-                                f"{res.steps} steps; mean latency {res.latency_steps.mean():.0f} steps"
-                                + (f"; {res.preemptions} preemptions" if res.policy == "paged" else ""),
-                         badge("measured", how)))
-        self.readout_html.value = readout_table(rows) + note_box(esc(f"Compare with {PAPER_FIG2} (their workload "
-                                                                     "and models; the shape is what carries over)."))
+        self.readout_html.value = policy_table(r) + f"<div>{badge('measured', how)}</div>" + note_box(esc(
+            f"Compare with {PAPER_FIG2} (their workload and models; the shape is what carries over)."))
         labels = list(r.results)
         with self.bars.batch_update():
+            self.bars.layout.xaxis.update(tickvals=labels, ticktext=[x.replace(", ", ",<br>") for x in labels])
             self.bars.data = ()
             for cat, colour in CATEGORIES.items():
                 self.bars.add_bar(x=labels, y=[100 * res.shares()[cat] for res in r.results.values()], name=cat,
                                   marker_color=colour)
-            self.bars.layout.title = (f"Where the KV memory goes, summed over the run (measured, block "
-                                      f"{r.block_size}, {r.budget_bytes >> 20} MiB, n={r.n})")
+            self.bars.layout.title = dict(text=f"Where the KV memory goes, summed over the run<br><sup>measured · "
+                                               f"block {r.block_size}, {r.budget_bytes >> 20} MiB, n={r.n}</sup>",
+                                          x=0, xref="paper", xanchor="left")
+        most = max(int(res.running.max()) for res in r.results.values())
         with self.lines.batch_update():
             self.lines.data = ()
-            for label, res in r.results.items():
+            for k, (label, res) in enumerate(r.results.items()):
                 used = (res.token_states + res.reserved + res.internal) / r.budget_bytes * 100
                 util = np.divide(res.token_states, res.token_states + res.reserved + res.internal,
                                  out=np.zeros(res.steps), where=used > 0) * 100
-                self.lines.add_scatter(y=util, name=f"{label}: token states / allocated (%)", mode="lines")
-                self.lines.add_scatter(y=res.running, name=f"{label}: sequences running", mode="lines",
-                                       line=dict(dash="dot"), yaxis="y2", visible="legendonly")
-            self.lines.layout.yaxis = dict(title="utilisation (%)", range=[0, 100])
-            self.lines.layout.yaxis2 = dict(title="sequences", overlaying="y", side="right")
-            self.lines.layout.title = "Utilisation and concurrency over time (measured; click a legend entry)"
+                colour = POLICY_COLOURS[k % len(POLICY_COLOURS)]
+                self.lines.add_scatter(y=util, name=label, mode="lines", legendgroup=label, line=dict(color=colour),
+                                       row=1, col=1)
+                self.lines.add_scatter(y=res.running, name=label, mode="lines", legendgroup=label, showlegend=False,
+                                       line=dict(color=colour), row=2, col=1)
+            self.lines.update_yaxes(title_text="token states /<br>allocated (%)", range=[0, 100], row=1, col=1)
+            self.lines.update_yaxes(title_text="sequences<br>running", range=[0, most * 1.05 + 1], row=2, col=1)
+            self.lines.update_xaxes(title_text="decode step", row=2, col=1)
+            self.lines.layout.title = dict(text="Utilisation and concurrency over time (measured; click a policy "
+                                                "to hide it)", x=0, xref="paper", xanchor="left")
         paged = r.results["paged + continuous"]
         self.tables_html.value = (f"<b>Block tables at the busiest step of the paged run</b> "
                                   f"{badge('measured', 'from the BlockManager')}"

@@ -29,15 +29,17 @@ class LabSpec:
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
     screenshot: str | None = None  # text inside the cell to photograph; None: the slider's (or first plot's) cell
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
+    scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
 
 
 DEFAULT = LabSpec()
 
 SPECS: dict[str, LabSpec] = {
+    # decodes SmolLM2 with the cache at B=1, then the tiny run without it at B=2: the panel must refuse to compare
     "kv-cache": LabSpec(slider="tokens T",
-                        presses=(Press(label="decode with KV cache", expect=r"cache\b.*tokens/s"),
-                                 Press(label="decode without cache", expect=r"ms without the cache and")),
-                        screenshot="decode with KV cache"),
+                        presses=(Press(label="decode with KV cache", expect=r"cache per token.*23,040 B.*tokens/s",
+                                       timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
+                        scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache"),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),)),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
     "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
@@ -45,12 +47,15 @@ SPECS: dict[str, LabSpec] = {
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
     "concepts": LabSpec(slider="T [tokens]",
-                        presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),)),
-    "memory-savers": LabSpec(slider="tokens decoded"),  # the ring-buffer view: which slots a local layer holds
+                        presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
+                        scenarios=("explorer_after_switching_entry",)),
+    # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",)),
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0))),
-    "serving": LabSpec(slider="block size (tokens)"),  # re-serves the trace: waste bar and block tables follow
+    # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
+    "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",)),
 }
 
 

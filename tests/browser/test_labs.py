@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_specs import spec_for
+from lab_specs import Press, spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb"))
@@ -92,6 +92,14 @@ def _save_screenshot(cell, stem: str, folder: Path) -> Path:
     return path
 
 
+def _slider_shown(slider) -> str:
+    """A slider's value as shown: its readout, or the typed-number box beside it (the formula explorer's)."""
+    readout = slider.locator(".widget-readout")
+    if readout.count() and readout.first.is_visible():
+        return readout.first.inner_text()
+    return slider.locator("xpath=following-sibling::*[1]").locator("input").input_value()
+
+
 def _move_slider(page, name: str, spec):
     """Move a slider one step with the keyboard; some text the kernel writes in its cell must change."""
     sliders = page.locator(".widget-slider")
@@ -102,10 +110,10 @@ def _move_slider(page, name: str, spec):
                                  f"entry in tests/browser/lab_specs.py")
     slider = sliders.first
     cell = _cell_with(page, slider)
-    before, shown = _kernel_text(cell), slider.locator(".widget-readout").inner_text()
+    before, shown = _kernel_text(cell), _slider_shown(slider)
     slider.locator(".noUi-handle").focus()
     page.keyboard.press(spec.key)
-    if slider.locator(".widget-readout").inner_text() == shown:  # already at that end: the other way
+    if _slider_shown(slider) == shown:  # already at that end: the other way
         page.keyboard.press("ArrowLeft" if spec.key == "ArrowRight" else "ArrowRight")
     _wait_for(lambda: _kernel_text(cell) != before, 30,
               f"{name}: moving slider {spec.slider or '(first)'} changed no readout")
@@ -136,6 +144,159 @@ def _press(page, name: str, press) -> None:
         _wait_for(lambda: re.search(press.expect, _kernel_text(cell), re.S), press.timeout_s,
                   f"{name}: after {what}, no text matching {press.expect!r}; shown:\n{_kernel_text(cell)[:1500]}")
     _wait_for(button.is_enabled, press.timeout_s, f"{name}: {what} stayed disabled (its work never ended)")
+
+
+def _label(scope, description: str):
+    """A widget's description label, as an inner locator for `filter(has=...)` (built from the page)."""
+    page = getattr(scope, "page", scope)
+    return page.locator(".widget-label", has_text=re.compile(f"^{re.escape(description)}$"))
+
+
+def _dropdown(scope, description: str):
+    """The <select> of an ipywidgets Dropdown by its description, among those on screen."""
+    label = _label(scope, description)
+    return scope.locator(".widget-dropdown").filter(has=label).filter(visible=True).locator("select")
+
+
+def _slider_step(scope, description: str, key: str = "ArrowRight") -> str:
+    """Move a slider (on screen, by its description) one step with the keyboard; its new readout."""
+    label = _label(scope, description)
+    slider = scope.locator(".widget-slider").filter(has=label).filter(visible=True).first
+    cell = _cell_with(slider.page, slider)
+    shown, before = _slider_shown(slider), _kernel_text(cell)
+    slider.locator(".noUi-handle").focus()
+    slider.page.keyboard.press(key)
+    _wait_for(lambda: _slider_shown(slider) != shown, 10, f"slider {description} did not move from {shown}")
+    _wait_for(lambda: _kernel_text(cell) != before, 30, f"moving slider {description} changed no readout")
+    return _slider_shown(slider)
+
+
+PLOTS = """(cell, title) => [...cell.querySelectorAll('.js-plotly-plot')]
+  .filter(g => g.offsetParent !== null && ((g.layout.title || {}).text || '').startsWith(title))
+  .map(g => g.data.map(t => ({x: Array.from(t.x || []), y: Array.from(t.y || [])})))"""
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _explorer_after_switching_entry(page, name: str) -> None:
+    """Switch entry and back, switch formula, move a slider: the plot's dot and line follow the readout."""
+    import content  # the same entries the lab shows
+
+    entries = content.load_all()
+    kv, other = entries["kv-cache"], entries["attention"]
+    item = kv.science_item("KV cache per token")
+    picker = _dropdown(page, "entry")
+    cell = _cell_with(page, picker)
+    for entry in (other, kv):
+        picker.select_option(label=entry.name)
+        _wait_for(lambda e=entry: cell.locator(".widget-html-content h3").first.inner_text() == e.name, 30,
+                  f"{name}: selecting {entry.name} did not show its page")
+    _dropdown(cell, "formula").select_option(label=item.title)
+    readout = cell.locator(".widget-htmlmath-content").filter(has_text=item.title).filter(visible=True).first
+    readout.wait_for()  # the kernel has rebuilt the controls for this formula
+    x = next(iter(item.variables))
+    description = f"{x} [{item.variables[x].unit}]"
+    value = _number(_slider_step(cell, description))
+
+    def agrees() -> bool:
+        shown = re.findall(r"=\s*([\d,]+(?:\.\d+)?) B\b", readout.inner_text())
+        plots = cell.evaluate(PLOTS, f"{item.title} vs {x}")
+        if not shown or len(plots) != 1:
+            return False
+        (line, dot), result = plots[0], _number(shown[-1])
+        if dot["x"] != [value] or dot["y"] != [result]:
+            return False
+        # the dot lies on the line: the formula is linear in its first variable, so interpolate
+        k = next(i for i, v in enumerate(line["x"]) if v >= value)
+        if line["x"][k] == value:
+            return line["y"][k] == result
+        x0, x1, y0, y1 = line["x"][k - 1], line["x"][k], line["y"][k - 1], line["y"][k]
+        return abs(y0 + (y1 - y0) * (value - x0) / (x1 - x0) - result) <= 1e-9 * result
+
+    def fail(what: str) -> str:
+        return (f"{name}: after switching entry and formula and {what} {x} to {value:g}, the explorer's plot "
+                f"does not show the readout ({readout.inner_text()[-200:]!r}; plot data "
+                f"{str(cell.evaluate(PLOTS, item.title))[:600]})")
+
+    _wait_for(agrees, 30, fail("moving"))
+    # the box beside the slider: a typed value applies, the readout and the plot follow it
+    box = _label(cell, description).locator("xpath=ancestor::*[contains(@class,'widget-slider')][1]").locator(
+        "xpath=following-sibling::*[1]").locator("input")
+    value = value + 7
+    box.fill(f"{value:g}")
+    box.press("Enter")
+    _wait_for(agrees, 30, fail("typing"))
+
+
+def _decode_ratio_needs_equal_settings(page, name: str) -> None:
+    """Decode with the cache at one batch (a press before this), without it at the next: no ratio is shown."""
+    assert _slider_step(page, "concurrency B") == "2", f"{name}: the lab's batch did not start at B=1"
+    # one new token: recomputing the prefix of the published model at B=2 for every token would take minutes
+    label = _label(page, "new tokens")
+    tokens = page.locator(".widget-slider").filter(has=label).filter(visible=True).first
+    tokens.locator(".noUi-handle").focus()
+    page.keyboard.press("Home")
+    _wait_for(lambda: _slider_shown(tokens) == "1", 10, f"{name}: the new-tokens slider did not go to 1")
+    _press(page, name, Press(label="decode without cache", expect=r"No ratio: [^\n]*B=1 vs B=2"))
+    stats = _kernel_text(_cell_with(page, _button(page, "decode without cache").first))
+    assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
+
+
+LABEL_PROBLEMS = """() => {
+  const problems = [];
+  const texts = '.xtick text, .ytick text, .y2tick text, .legendtext, .gtitle, .g-xtitle, .g-ytitle, .g-y2title, '
+    + '.g-x2title, .g-y3title, .annotation-text, .textpoint text, .gtitle-subtitle';
+  for (const gd of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot')) {
+    if (gd.offsetParent === null || !(gd.data || []).length) continue;  // hidden, or no traces (default axes)
+    const fig = gd.querySelector('.main-svg').getBoundingClientRect();
+    const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '(untitled)';
+    const name = `${title.split('<br>')[0].slice(0, 60)} [${(gd.data || []).length} traces, `
+      + `${Math.round(fig.width)}x${Math.round(fig.height)} px, cell ${[...document.querySelectorAll('.jp-CodeCell')]
+          .indexOf(gd.closest('.jp-CodeCell'))}]`;
+    const boxes = [...gd.querySelectorAll(texts)]
+      .filter(e => e.textContent.trim() && e.getBoundingClientRect().width > 0)
+      .map(e => ({text: e.textContent.trim().slice(0, 50), r: e.getBoundingClientRect()}));
+    for (const b of boxes) {
+      if (b.r.left < fig.left - 1 || b.r.right > fig.right + 1 || b.r.top < fig.top - 1 || b.r.bottom > fig.bottom + 1)
+        problems.push(`${name}: '${b.text}' is cut off at the figure's edge`);
+    }
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i].r, b = boxes[j].r;
+      const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+      const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+      if (w > 2 && h > 2) problems.push(`${name}: '${boxes[i].text}' overlaps '${boxes[j].text}'`);
+    }
+  }
+  for (const e of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .widget-html-content')) {
+    if (e.offsetParent !== null && e.scrollWidth > e.clientWidth + 2)
+      problems.push(`a readout is wider than its box (${e.scrollWidth} > ${e.clientWidth} px): `
+                    + e.textContent.trim().slice(0, 80));
+  }
+  return problems;
+}"""
+
+
+def _labels_clear(page, name: str) -> None:
+    """Every plot's titles, ticks, legend entries and labels lie inside its figure and apart; no readout is
+    wider than its box (cut off at the right)."""
+    problems: list[str] = []
+
+    def clear() -> bool:  # a plot being redrawn (a slider just moved) is briefly empty: wait for it to settle
+        problems[:] = page.evaluate(LABEL_PROBLEMS)
+        return not problems
+
+    try:
+        _wait_for(clear, 10, "labels")
+    except AssertionError:
+        pass
+    assert not problems, f"{name}: labels cut off or on top of each other:\n" + "\n".join(problems[:20])
+
+
+SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
+             "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
+             "labels_clear": _labels_clear}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -184,6 +345,8 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
                 _answer_quiz(page, notebook.name)
             for press in spec.presses:
                 _press(page, notebook.name, press)
+            for scenario in spec.scenarios:
+                SCENARIOS[scenario](page, notebook.name)
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 

