@@ -16,18 +16,8 @@ import dantinox
 from dantinox import pretrained, tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
-from widgets.generate import (
-    CHAT_PROMPT,
-    MAX_REDRAWS_PER_S,
-    PUBLISHED,
-    DecodeRun,
-    DecodeSettings,
-    find_run,
-    progress_text,
-    same_model,
-    seconds_left,
-    step_ratio,
-)
+from widgets.decode_runs import DecodeRun, DecodeSettings, progress_text, seconds_left, step_ratio
+from widgets.generate import CHAT_PROMPT, MAX_REDRAWS_PER_S, PUBLISHED, find_run, same_model
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),

@@ -13,9 +13,10 @@
 from widgets.cache_lab import CacheLab
 from widgets.card import ConceptCard
 from widgets.concept_map import ConceptMap, learning_path
+from widgets.decode_runs import DecodeRun
 from widgets.diffusion_lab import DiffusionLab
 from widgets.formula_explorer import ExplorerReading, FormulaExplorer, read_formula
-from widgets.generate import DecodeRun, GeneratePanel
+from widgets.generate import GeneratePanel
 from widgets.memory_savers_lab import MemorySaversLab, load_measurements
 from widgets.mesh_lab import MeshLab, read_mesh
 from widgets.mla_lab import MlaLab, decode_path_agreement
