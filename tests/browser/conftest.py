@@ -1,8 +1,9 @@
-"""One JupyterLab server and one Chromium for the whole browser-test session.
+"""One JupyterLab server and one Chromium per test worker, for every browser test it runs.
 
-The server runs on a free local port with a random token, serves labs/ itself, and keeps its settings,
-workspaces and answer store in a temporary directory: autosave is off (the committed notebooks are never
-rewritten), the news prompt is off, and every cell is kept in the page (no windowing), so what the test
+The server is the learner's own command, `dantinox lab`, on a temporary working copy of labs/ (so what is
+tested is what a learner opens, and the committed notebooks are never rewritten). It runs on a free local
+port with a random token and keeps its settings, workspaces and answer store in a temporary directory:
+autosave is off, the news prompt is off, and every cell is kept in the page (no windowing), so what the test
 reads is what a learner would scroll to.
 """
 
@@ -23,8 +24,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from chromium import INSTALL_HINT, find_chromium  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-LABS = ROOT / "labs"
 SETTINGS = {  # JupyterLab user settings for the test server only
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -35,8 +34,9 @@ SETTINGS = {  # JupyterLab user settings for the test server only
 class Server:
     """A running JupyterLab: its base URL, token, and the REST calls the tests need."""
 
-    def __init__(self, port: int, token: str, process: subprocess.Popen, log: Path):
+    def __init__(self, port: int, token: str, process: subprocess.Popen, log: Path, folder: Path):
         self.url, self.token, self.process, self.log = f"http://127.0.0.1:{port}", token, process, log
+        self.folder = folder  # the learner's working copy of labs/ that the server opens
 
     def api(self, method: str, path: str):
         request = urllib.request.Request(f"{self.url}{path}", method=method,
@@ -75,15 +75,14 @@ def jupyter(tmp_path_factory) -> Server:
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
            "DANTINOX_ANSWERS_DB": str(home / "answers.sqlite")}
+    env.pop("DISPLAY", None)  # no browser window of its own
     port, token = _free_port(), secrets.token_hex(16)
-    args = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={port}",
-            "--ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={LABS}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--allow-root")
+    args = [sys.executable, "-m", "dantinox_labs.cli", "lab", "--dir", str(home / "labs"), f"--port={port}",
+            "--ip=127.0.0.1", f"--IdentityProvider.token={token}"]
     log = home / "server.log"
     with open(log, "w") as out:
-        process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    server = Server(port, token, process, log)
+        process = subprocess.Popen(args, cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(port, token, process, log, home / "labs")
     deadline = time.monotonic() + 90
     while True:
         try:
@@ -92,7 +91,7 @@ def jupyter(tmp_path_factory) -> Server:
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                pytest.fail(f"JupyterLab did not start; its log:\n{log.read_text()[-3000:]}", pytrace=False)
+                pytest.fail(f"dantinox lab did not start; its log:\n{log.read_text()[-3000:]}", pytrace=False)
             time.sleep(0.5)
     yield server
     process.terminate()

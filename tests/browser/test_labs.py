@@ -294,6 +294,50 @@ def _labels_clear(page, name: str) -> None:
     assert not problems, f"{name}: labels cut off or on top of each other:\n" + "\n".join(problems[:20])
 
 
+def _open(browser, jupyter, notebook: Path):
+    """A fresh browser context with `notebook` opened in a fresh workspace, its kernel up: (context, page)."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    workspace = f"{notebook.stem}-{secrets.token_hex(4)}"  # fresh: no tabs restored from another test
+    page.goto(f"{jupyter.url}/lab/workspaces/{workspace}/tree/{notebook.name}?reset&token={jupyter.token}")
+    page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for()
+    _accept_dialogs(page, 3)
+    page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
+    return context, page
+
+
+def _shows_no_broken_widget(page, visit: str) -> None:
+    page.wait_for_timeout(2000)  # the widget manager restores (or fails to) once the kernel is up
+    text = page.locator(".jp-NotebookPanel").inner_text()
+    assert "Error displaying widget" not in text and "model not found" not in text, visit
+    assert "children=(" not in text, f"{visit}: a widget's text repr is shown in its place"
+    assert "A live widget goes here" in text, visit
+
+
+def _reopens_after_save(page, notebook: Path, jupyter, browser) -> None:
+    """Day two: the run lab saved from the menu, closed and reopened (kernel alive, then a new one) is not broken.
+
+    The server is the learner's `dantinox lab`, so what is saved is the learner's copy, through its pre-save hook.
+    """
+    copy = jupyter.folder / notebook.name
+    before = copy.stat().st_mtime_ns
+    _menu(page, "File", "Save Notebook")
+    _wait_for(lambda: copy.stat().st_mtime_ns != before, 30, f"{notebook.name}: the notebook was not saved")
+    page.context.close()
+    saved = json.loads(copy.read_text(encoding="utf-8"))
+    assert all(c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code")  # this run, saved
+    assert not [o for c in saved["cells"] for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})], \
+        f"{notebook.name}: saved with widget outputs whose state is not saved"
+    for visit in ("reopened, its kernel still running", "reopened with a new kernel"):
+        context, reopened = _open(browser, jupyter, notebook)
+        try:
+            _shows_no_broken_widget(reopened, f"{notebook.name} {visit}")
+        finally:
+            context.close()
+        jupyter.shut_down_kernels()
+
+
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
              "labels_clear": _labels_clear}
@@ -302,19 +346,15 @@ SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp_path):
     spec, source = spec_for(notebook.stem), notebook.read_text(encoding="utf-8")
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    shipped = notebook.read_bytes()
+    context, page = _open(browser, jupyter, notebook)
     problems: list[str] = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
     try:
-        workspace = f"{notebook.stem}-{secrets.token_hex(4)}"  # fresh: no tabs restored from another test
-        page.goto(f"{jupyter.url}/lab/workspaces/{workspace}/tree/{notebook.name}?reset&token={jupyter.token}")
-        page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for()
-        _accept_dialogs(page, 3)
         page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # fold the file browser away
-        page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
+        if spec.reopen:  # the learner's copy as first opened: saved widget outputs replaced, nothing broken
+            _shows_no_broken_widget(page, f"{notebook.name} first visit")
         _menu(page, "Edit", "Clear Outputs of All Cells")  # saved outputs would look like a finished run
         _menu(page, "Run", "Run All Cells")
         page.wait_for_function(ALL_RAN, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
@@ -355,10 +395,14 @@ def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp
         folder = SCREENSHOTS if os.environ.get("DANTINOX_SCREENSHOTS") == "1" else tmp_path
         _save_screenshot(shot, notebook.stem, folder)
         assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
+        if spec.reopen:
+            _reopens_after_save(page, notebook, jupyter, browser)
+        assert notebook.read_bytes() == shipped, f"{notebook.name}: the tracked lab was rewritten"
     except Exception:
-        page.screenshot(path=tmp_path / "failure.png", full_page=True)
+        if not page.is_closed():
+            page.screenshot(path=tmp_path / "failure.png", full_page=True)
         print(f"screenshot of the page at the failure: {tmp_path / 'failure.png'}")
         raise
     finally:
-        context.close()
+        context.close()  # already closed when the lab was reopened: closing again does nothing
         jupyter.shut_down_kernels()
