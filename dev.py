@@ -106,8 +106,9 @@ def _workers() -> list[str]:
     """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
 
     Much of the suite waits on kernels, browsers and servers, so even two cores run two files at once to profit.
+    tests/conftest.py names the groups (a file each; the labs' browser tests in two shares) and their order.
     """
-    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile"]
+    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
 def main() -> None:

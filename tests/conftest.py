@@ -24,3 +24,40 @@ os.environ["DANTINOX_ANSWERS_DB"] = os.path.join(tempfile.mkdtemp(prefix="dantin
 def _own_answer_store(tmp_path, monkeypatch):
     monkeypatch.setenv("DANTINOX_ANSWERS_DB", str(tmp_path / "answers.sqlite"))
 
+
+# --- How `dev.py test` shares the suite between its workers (pytest-xdist, --dist loadgroup) ----------------
+# Each file stays on one worker (its hub, its server, its notebook's kernel), except the browser tests of the
+# labs: they are cut in two shares (tests/browser/lab_specs.py balances them by each lab's time), one per worker,
+# each with its own JupyterLab and Chromium. The work known to take longest is handed out first, so that no
+# worker is left alone with a long file at the end.
+FIRST = ("browser-0", "browser-1", "tests/test_mesh.py", "tests/test_wheel.py", "labs/diffusion.ipynb",
+         "labs/roofline.ipynb", "tests/test_pretrained.py", "labs/kv-cache.ipynb", "labs/memory-savers.ipynb",
+         "tests/test_cli.py", "tests/test_classroom_hub.py", "tests/test_public_api.py")
+
+
+def _group(item, root: str, browser_share: dict) -> str:
+    path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+    notebook = getattr(item, "callspec", None) and item.callspec.params.get("notebook")
+    if path == "tests/browser/test_labs.py" and notebook:
+        return f"browser-{browser_share[notebook.stem]}"
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    import sys
+
+    sys.path.insert(0, os.path.join(_HERE, "browser"))
+    from lab_specs import shares
+
+    root = str(config.rootpath)
+    labs = sorted({i.callspec.params["notebook"].stem for i in items
+                   if i.path.name == "test_labs.py" and hasattr(i, "callspec")})
+    share = shares(labs)
+    groups = {id(item): _group(item, root, share) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: the rest keep their order
