@@ -1,5 +1,7 @@
 """Run directories, the Generator, the tokenizer and the `dantinox` command."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -14,13 +16,26 @@ import dantinox
 from dantinox import tokenizer
 from dantinox.rundir import Generator, load_run, read_log, save_run
 from dantinox.train import train
+from dantinox_labs.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args, cwd=ROOT):
+def run_cli(*args):
+    """`dantinox ARGS` in this process (as the console script calls it): exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_console(*args):
+    """`dantinox ARGS` as its own process, the way a learner's shell starts it."""
     return subprocess.run([sys.executable, "-m", "dantinox_labs.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +115,7 @@ def test_missing_run_dir():
 
 
 def test_cli_generate_prints_text_and_rate(run_dir):
-    res = run_cli("generate", "--run_dir", str(run_dir), "--prompt", "the key", "--max_new_tokens", "8")
+    res = run_console("generate", "--run_dir", str(run_dir), "--prompt", "the key", "--max_new_tokens", "8")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("the key")
     assert "tokens/s" in res.stderr
