@@ -68,7 +68,16 @@ lab.update(kv_heads=4)
 out["mesh_lab"]["after"] = [lab.error, "replicated" in lab.status_html.value, lab.reading.formula_bytes]
 lab.update(batch=3)
 out["mesh_lab"]["bad_batch"] = lab.error
-out["mesh_lab"]["table_after_error"] = lab.table_html.value
+out["mesh_lab"]["table_after_error"] = lab.table_html.value + lab.grid_html.value
+from widgets.mesh_lab import device_grid_html
+
+out["mesh_lab"]["placement"] = [[[d, list(s), list(h)] for d, (s, h) in sorted(r.placement.items())]
+                                for r in (arrays, shapes)]
+out["mesh_lab"]["holdings"] = sorted([h["device"], list(h["sequences"]), list(h["heads"])] for h in arrays.holdings)
+out["mesh_lab"]["grid"] = [list(row) for row in arrays.grid]
+out["mesh_lab"]["boxes"] = [device_grid_html(r).count("class='mesh-device'") for r in (arrays, shapes)]
+out["mesh_lab"]["badges"] = ["measured: shard indices" in device_grid_html(arrays),
+                             "derived: the sharding" in device_grid_html(shapes)]
 print(json.dumps(out))
 """
 
@@ -130,3 +139,13 @@ def test_mesh_lab_measures_each_device(mesh_runs):
     assert lab["replicated_note"] and lab["after"] == ["", False, share // 2]
     assert lab["bad_batch"] == "mesh: the data axis (2) must divide the batch (3)"
     assert lab["table_after_error"] == ""  # the table of the last good setting does not stay under the error
+
+
+def test_mesh_lab_grid_shows_what_each_device_holds(mesh_runs):
+    lab = mesh_runs["mesh_lab"]
+    # read from the arrays' shards (and from the sharding's map, unallocated): equal to the layout's holdings
+    assert lab["placement"][0] == lab["placement"][1] == lab["holdings"]
+    by_device = {d: (seqs, heads) for d, seqs, heads in lab["holdings"]}
+    assert lab["grid"] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # data rows × model columns, as jax.make_mesh placed them
+    assert [by_device[d] for d in lab["grid"][1]] == [([2, 3], [0]), ([2, 3], [0]), ([2, 3], [1]), ([2, 3], [1])]
+    assert lab["boxes"] == [8, 8] and lab["badges"] == [True, True]
