@@ -233,6 +233,8 @@ INDEPENDENT = {
     "Softmax scale": lambda v: (v["D"] / v["N"]) ** -0.5,
     "Attention scores per layer": lambda v: v["B"] * v["N"] * v["T"] * v["S"],
     "GQA cache relative to MHA": lambda v: v["H_kv"] / v["N"],
+    "KV cache per device on a mesh": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"] * v["bytes"]
+    / v["data"] / (v["H_kv"] if v["model"] > v["H_kv"] else v["model"]),  # heads cut at most K ways
     "KV bytes saved per token": lambda v: 2 * v["L"] * v["N"] * v["d_h"] * v["bytes"]
     - 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
     "MLA latent cache size": lambda v: v["L"] * v["B"] * v["T"] * (v["C"] + v["R"]) * v["bytes"],
