@@ -76,6 +76,14 @@ out["mesh_lab"]["placement"] = [[[d, list(s), list(h)] for d, (s, h) in sorted(r
 out["mesh_lab"]["holdings"] = sorted([h["device"], list(h["sequences"]), list(h["heads"])] for h in arrays.holdings)
 out["mesh_lab"]["grid"] = [list(row) for row in arrays.grid]
 out["mesh_lab"]["boxes"] = [device_grid_html(r).count("class='mesh-device'") for r in (arrays, shapes)]
+import content
+
+gqa = content.load_entry("grouped-query-attention")
+item = gqa.science_item("KV cache per device on a mesh")
+lab.update(kv_heads=2, batch=4)  # 2×4 mesh, K = 2: heads replicated twice
+params = lab.formula_params()
+out["mesh_lab"]["content_share"] = [content.evaluate(gqa, item.title, **{k: params[k] for k in item.variables}),
+                                    lab.reading.formula_bytes, sorted(set(lab.reading.device_bytes.values()))]
 out["mesh_lab"]["badges"] = ["measured: shard indices" in device_grid_html(arrays),
                              "derived: the sharding" in device_grid_html(shapes)]
 print(json.dumps(out))
@@ -149,3 +157,8 @@ def test_mesh_lab_grid_shows_what_each_device_holds(mesh_runs):
     assert lab["grid"] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # data rows × model columns, as jax.make_mesh placed them
     assert [by_device[d] for d in lab["grid"][1]] == [([2, 3], [0]), ([2, 3], [0]), ([2, 3], [1]), ([2, 3], [1])]
     assert lab["boxes"] == [8, 8] and lab["badges"] == [True, True]
+
+
+def test_the_content_formula_gives_each_devices_measured_share(mesh_runs):
+    formula, share, measured = mesh_runs["mesh_lab"]["content_share"]  # the quiz's formula at the lab's settings
+    assert formula == share and measured == [share]

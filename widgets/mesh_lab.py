@@ -24,6 +24,7 @@ from dantinox import sharding
 from widgets._controls import Lab
 from widgets._html import badge, esc, note_box
 from widgets.cache_lab import divisors
+from widgets.readings import formula_params
 
 BUDGET = 256 * 2**20  # bytes: a larger cache is sized from its shard shapes instead of allocated
 HEAD_COLOURS = ("#42a5f5", "#ef5350", "#66bb6a", "#ffa726", "#ab47bc", "#26a69a", "#8d6e63", "#ec407a")
@@ -154,6 +155,11 @@ class MeshLab(Lab):
         k, n = self.kv_heads.value, self.base.n_heads
         attention = "mha" if k == n else "mqa" if k == 1 else "gqa"
         return self.base.replace(attention=attention, kv_heads=k if attention == "gqa" else None)
+
+    def formula_params(self) -> dict[str, float]:
+        """The content's variables at the current settings, the mesh's two axes included (the quiz takes these)."""
+        data, model = self._shapes[self.mesh_shape.value]
+        return formula_params(self.config(), self.batch.value, self.context.value, data=data, model=model)
 
     def _read(self) -> MeshReading:
         return read_mesh(self.config(), self._shapes[self.mesh_shape.value], self.batch.value, self.context.value)

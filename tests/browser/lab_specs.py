@@ -42,7 +42,7 @@ SPECS: dict[str, LabSpec] = {
                         scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache"),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),)),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
-    "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
+    "mesh": LabSpec(slider="batch B"),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
