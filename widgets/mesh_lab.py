@@ -147,9 +147,25 @@ class MeshLab(Lab):
         self.grid_html, self.table_html = widgets.HTML(), widgets.HTML()
         controls = [self.mesh_shape, self.kv_heads, self.batch, self.context]
         super().__init__([*controls, status := widgets.HTML(), self.grid_html, self.table_html], status)
-        self.observe_controls(*controls)
+        self.mesh_shape.observe(self._on_mesh, names="value")
+        self.observe_controls(self.kv_heads, self.batch, self.context)
+        self._snapped = ""  # the note of the last mesh change that moved the batch
         self.update(mesh_shape=mesh_shape or list(shapes)[len(shapes) // 2], kv_heads=kv_heads, batch=batch,
                     context=context)
+
+    def _on_mesh(self, _change=None) -> None:
+        """The batch slider steps by the data axis, so every batch it offers splits evenly over the mesh."""
+        data = self._shapes[self.mesh_shape.value][0]
+        old = self.batch.value
+        new = min(max(data, round(old / data) * data), self.batch.max // data * data)
+        moved = new != old and not self._quiet  # update(...) sets the batch itself next: no note then
+        with self.batched():
+            self.batch.min = 1  # widen first: the value never leaves the range while min and step change
+            self.batch.step = data
+            self.batch.value = new
+            self.batch.min = data
+        self._snapped = f"batch moved from {old} to {new}: the data axis ({data}) must divide it" if moved else ""
+        self._on_change()
 
     def config(self) -> dantinox.ModelConfig:
         k, n = self.kv_heads.value, self.base.n_heads
@@ -182,6 +198,9 @@ class MeshLab(Lab):
         if r.source == "shapes":
             notes.append(f"This cache ({esc(fmt(r.total_bytes))}) is above the lab's allocation budget, so the "
                          "per-device bytes come from the sharding's shard shapes; nothing was allocated.")
+        if self._snapped:
+            notes.insert(0, esc(self._snapped))
+            self._snapped = ""
         self.status_html.value = note_box("<br>".join(notes)) if notes else ""
         how = badge("measured", "addressable shards" if r.source == "arrays" else "shard shapes, not allocated")
         self.grid_html.value = device_grid_html(r)
