@@ -141,12 +141,12 @@ class GeneratePanel(widgets.VBox):
         self.progress = widgets.HTML()  # tokens so far and the time left, while a decode runs
         self.figure = FigureWidget(make_subplots(
             rows=1, cols=2, subplot_titles=("cache bytes held vs tokens (measured)",
-                                            "model time per decode step (measured; compiling chunks left out)")))
+                                            "model time per decode step (measured)")))
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms per step of B tokens", rangemode="tozero",
+        self.figure.update_yaxes(title_text="ms per step, compiles left out", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
