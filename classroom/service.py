@@ -26,6 +26,7 @@ Endpoints, under the service prefix (`/services/classroom/`):
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import sqlite3
@@ -53,6 +54,8 @@ ROLE_CACHE_S = 5.0  # how long a learner's group membership is trusted before as
 # per learner: requests and attempts each come from a bucket that refills at a steady rate (token bucket)
 RATE_REQUESTS = (100, 50.0)  # burst, per second: a quiz click is one request; a load test is far more
 RATE_ATTEMPTS = (3000, 100.0)  # burst (a whole outbox after an outage), per second
+PARENT_CHECK_S = 1.0  # how often a hub-started service checks that its hub is still its parent
+BIND_WAIT_S = 10.0  # how long a new service waits for its port while an earlier one lets go of it
 
 
 def _port_from(url: str) -> int | None:
@@ -135,11 +138,21 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
             raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
+    def timed(self, name: str, since: float) -> float:
+        """Add the time since `since` to this response's Server-Timing header (in ms); returns now."""
+        now = time.perf_counter()
+        self.timings.append(f"{name};dur={1000 * (now - since):.2f}")
+        self.set_header("Server-Timing", ", ".join(self.timings))
+        return now
+
     async def prepare(self):
+        self.timings = []  # where a request's time goes: the benchmark reads them (benchmarks/classroom_load.py)
         length = self.request.headers.get("Content-Length", "0")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise web.HTTPError(413, f"body: expected at most {MAX_BODY_BYTES} bytes, got {length}")
+        start = time.perf_counter()
         model = await self.hub_auth.get_user(self, sync=False)
+        self.timed("auth", start)  # the hub's word on the token: cached TOKEN_CACHE_S, then asked again
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
         except UserNotAllowed:
@@ -239,6 +252,7 @@ class AttemptsHandler(_Handler):
         self.entries, self.limits = entries, limits
 
     async def post(self):
+        start = time.perf_counter()
         requests, attempts_bucket = self.limits
         if not requests.take(self.learner):
             self.set_header("Retry-After", "1")
@@ -258,13 +272,16 @@ class AttemptsHandler(_Handler):
             graded = grade_all(attempts, self.entries, time.time())  # arrival time, not the client's clock
         except ValueError as err:
             raise web.HTTPError(400, str(err)) from None
+        start = self.timed("grade", start)  # parsing and validation included
         try:  # one transaction: the whole body is stored, numbered in arrival order, before we acknowledge
             new = await self.db(self.store.add_many, graded, number=True, pool="write")
         except KeyConflict as err:
             raise web.HTTPError(409, str(err)) from None
+        start = self.timed("store", start)  # waiting for the one writer thread included
         for a, is_new in zip(graded, new, strict=True):
             if is_new:
                 self.tally.add(a)  # the dashboard's numbers, kept up to date here rather than recounted per poll
+        self.timed("tally", start)
         self.write_json({"received": len(attempts), "new": sum(new), "keys": [a.key for a in attempts]})
 
     async def get(self):
@@ -371,27 +388,61 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
         (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, {"hub_auth": hub_auth}),
     ]
     secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
-    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False)
+    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False, pools=pools)
 
 
-def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1") -> None:
-    """Run the service until killed. Needs the environment a JupyterHub service is started with."""
+def _listen(app: web.Application, port: int, ip: str) -> None:
+    """Listen on ip:port, waiting up to BIND_WAIT_S while the port is still held (the service of a hub that
+    was just killed needs up to PARENT_CHECK_S to notice and let go of it)."""
+    deadline = time.monotonic() + BIND_WAIT_S
+    while True:
+        try:
+            app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+            return
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); another process "
+                                 f"holds it (not a classroom service of a stopped hub: those exit within "
+                                 f"{PARENT_CHECK_S:g} s). Stop it or choose another DANTINOX_CLASSROOM_PORT") from None
+            time.sleep(0.2)
+
+
+def _exit_with_hub(hub_pid: int) -> None:
+    """Stop the service once the hub that started it (its parent) is gone, so that no orphan keeps the port
+    and the database after a kill -9 of the hub: a dead parent is certain, never a guess about a stranger."""
+    if os.getppid() != hub_pid:
+        raise ValueError(f"--hub-pid {hub_pid}: expected the pid of the hub that started this service (its "
+                         f"parent), got a process that is not its parent ({os.getppid()} is)")
+
+    def check() -> None:
+        if os.getppid() != hub_pid:
+            print(f"classroom service: its hub (pid {hub_pid}) is gone: stopping", flush=True)
+            ioloop.IOLoop.current().stop()
+
+    ioloop.PeriodicCallback(check, PARENT_CHECK_S * 1000).start()
+
+
+def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1",
+          hub_pid: int | None = None) -> None:
+    """Run the service until killed, or until the hub process `hub_pid` (its parent) is gone. Needs the
+    environment a JupyterHub service is started with."""
     for name in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL", "JUPYTERHUB_SERVICE_PREFIX"):
         if not os.environ.get(name):
             raise ValueError(f"${name} is not set: run this as a JupyterHub service "
                              "(see classroom/jupyterhub_config.py)")
+    if hub_pid is not None:
+        _exit_with_hub(hub_pid)
     if port is None:
         port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
     store = AnswerStore(db if db is not None else default_db_path())
     app = make_app(store)
-    try:
-        app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
-    except OSError as err:
-        raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); is an earlier classroom "
-                         f"service still running (after the hub was killed)? Stop it, then restart the hub") from None
+    _listen(app, port, ip)
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()
+    for pool in app.settings["pools"].values():
+        pool.shutdown(wait=True)  # a write already handed to the writer thread is committed before exit
+    store.close()
 
 
 if __name__ == "__main__":  # `python -m classroom.service`: the same as `dantinox classroom serve`, without jax
@@ -402,8 +453,9 @@ if __name__ == "__main__":  # `python -m classroom.service`: the same as `dantin
     p.add_argument("--db", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--ip", default="127.0.0.1")
+    p.add_argument("--hub-pid", type=int, default=None, help="stop when this process (the hub) is gone")
     args = p.parse_args()
     try:
-        serve(db=args.db, port=args.port, ip=args.ip)
+        serve(db=args.db, port=args.port, ip=args.ip, hub_pid=args.hub_pid)
     except ValueError as err:
         sys.exit(f"classroom serve: error: {err}")
