@@ -7,8 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
+from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
 from dantinox_labs import shipped, workspace
 from dantinox_labs.cli import main
 
@@ -102,20 +101,24 @@ def test_the_learners_jupyterlab_hides_nbgrader(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
     argv, env = workspace.lab_command(tmp_path, ["--port=1"])
     assert f"--ServerApp.root_dir={tmp_path}" in argv and argv[-1] == "--port=1"
-    config = Path(env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0])
-    assert env["JUPYTER_CONFIG_PATH"].endswith(os.pathsep + "/elsewhere")
-    server = json.loads((config / "jupyter_server_config.json").read_text())
-    assert set(server["ServerApp"]["jpserver_extensions"]) == set(workspace.NBGRADER_SERVER_EXTENSIONS)
-    assert not any(server["ServerApp"]["jpserver_extensions"].values())
-    page = json.loads((config / "labconfig" / "page_config.json").read_text())
-    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    own, hidden, elsewhere = map(Path, env["JUPYTER_CONFIG_PATH"].split(os.pathsep))
+    assert hidden == LEARNER_JUPYTER_CONFIG and elsewhere == Path("/elsewhere")  # the hub's learners get `hidden`
+    hook = json.loads((own / "jupyter_server_config.json").read_text())["ContentsManager"]["pre_save_hook"]
+    assert hook == "dantinox_labs.workspace.pre_save_hook"
 
 
-@pytest.mark.parametrize("name", sorted(workspace.NBGRADER_SERVER_EXTENSIONS))
-def test_the_hidden_extensions_are_the_installed_ones(name):
-    import importlib.util
+def test_the_hidden_extensions_are_every_one_nbgrader_installs():
+    import pkgutil
 
-    assert importlib.util.find_spec(name) is not None  # a renamed extension would otherwise stay visible
+    import nbgrader
+    import nbgrader.server_extensions
+
+    server = json.loads((LEARNER_JUPYTER_CONFIG / "jupyter_server_config.json").read_text())
+    found = pkgutil.iter_modules(nbgrader.server_extensions.__path__)
+    modules = {f"nbgrader.server_extensions.{m.name}" for m in found}
+    assert server == {"ServerApp": {"jpserver_extensions": dict.fromkeys(modules, False)}}  # a new one would show
+    page = json.loads((LEARNER_JUPYTER_CONFIG / "labconfig" / "page_config.json").read_text())
+    assert page == {"disabledExtensions": {p["dest"]: True for p in nbgrader._jupyter_labextension_paths()}}
 
 
 def test_the_labs_folder_holds_only_the_labs():
