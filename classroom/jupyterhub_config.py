@@ -20,17 +20,18 @@ instructor's own system password.
 `shared`: one class password (DANTINOX_HUB_PASSWORD, at least 8 characters) logs anyone in under any name
 that is not an instructor's or an admin's; those need DANTINOX_HUB_INSTRUCTOR_PASSWORD (at least 32
 characters), and the hub refuses to start without it when there are any. Every learner's server runs as the
-hub's own OS account (with --allow-root when that is root): any learner can read every file that account can (the answer database included) and
-kill the service. Use it only for a trial on a machine whose users all trust each other.
+hub's own OS account (with --allow-root when that is root): any learner can read every file that account can
+(the answer database included) and kill the service. Use it only for a trial on a machine whose users all
+trust each other.
 
 Learners' servers start without nbgrader's extensions (LEARNER_JUPYTER_CONFIG, put on their
 $JUPYTER_CONFIG_PATH at each spawn); instructors and admins keep them.
 
 The hub starts the service (`python -m classroom.service`, the same as `dantinox classroom serve`) as a
-managed service that stops when the hub process is gone (`--hub-pid`), gives it a role that may read users and groups (to know who is an instructor), and adds
-`access:services!service=classroom` to the `user` and `server` roles, keeping their defaults, so that a
-learner's kernel (which holds its server's token) may post attempts. Kernels find the service through
-$DANTINOX_CLASSROOM_URL, set here for every user server.
+managed service that stops when the hub process is gone (`--hub-pid`), gives it a role that may read users
+and groups (to know who is an instructor), and adds `access:services!service=classroom` to the `user` and
+`server` roles, keeping their defaults, so that a learner's kernel (which holds its server's token) may
+post attempts. Kernels find the service through $DANTINOX_CLASSROOM_URL, set here for every user server.
 """
 
 from __future__ import annotations
