@@ -103,8 +103,8 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
         service["oauth_redirect_uri"] = f"/services/{service_name}/oauth_callback"  # as a managed service's
     c.JupyterHub.services = [service]
     bin_dir = Path(python).parent  # the proxy and the user servers come from this environment, activated or not
-    if (bin_dir / "configurable-http-proxy").exists():
-        c.ConfigurableHTTPProxy.command = [str(bin_dir / "configurable-http-proxy")]
+    if (bin_dir / "configurable-http-proxy").exists():  # the pure-Python proxy, with room for a class's requests
+        c.ConfigurableHTTPProxy.command = [python, "-m", "classroom.proxy"]
     if (bin_dir / "jupyterhub-singleuser").exists():
         c.Spawner.cmd = [str(bin_dir / "jupyterhub-singleuser")]
     c.JupyterHub.load_roles = classroom_roles(service_name)

@@ -578,6 +578,7 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
     assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
     assert c.Spawner.http_timeout == 120
+    assert c.ConfigurableHTTPProxy.command[-2:] == ["-m", "classroom.proxy"]  # room for a class's requests
     assert c.Spawner.pre_spawn_hook.__name__ == "hide_nbgrader_from_learners"  # the file's own copy of it
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
     with pytest.raises(SystemExit, match="DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
