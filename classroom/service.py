@@ -29,7 +29,9 @@ import asyncio
 import errno
 import json
 import os
+import queue
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -121,59 +123,73 @@ class RateLimit:
 
 
 class GroupCommit:
-    """The one writer: attempts posted while it is writing wait and then go together, in one transaction (one
-    commit and one trip to the writer thread for all of them), each request still stored all or none.
+    """The one writer: a thread that stores, in one transaction (one commit), every request that arrived while
+    it wrote the previous one, each request still all or none; the event loop only hands requests over.
 
-    Under a class's load this is what keeps the store's share of an answer's time small: requests no longer
-    queue one transaction each behind the writer thread."""
+    Under a class's load this keeps the store's share of an answer's time small: requests no longer queue one
+    transaction and one thread round trip each, and the writer never waits for the event loop between them."""
 
-    def __init__(self, store: AnswerStore, pool: ThreadPoolExecutor):
-        self.store, self.pool, self.waiting, self.busy = store, pool, [], False
+    def __init__(self, store: AnswerStore):
+        self.store, self.queue = store, queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="classroom-write", daemon=True)
+        self.thread.start()
 
     async def add(self, attempts: list[Attempt]) -> list[bool]:
         """Store `attempts` (numbered in arrival order); per attempt whether it was new. Raises KeyConflict
         (this request only) or sqlite3.OperationalError (everyone in the transaction)."""
         future = asyncio.get_running_loop().create_future()
-        self.waiting.append((attempts, future))
-        if not self.busy:
-            self._write_waiting()
+        self.queue.put((attempts, future))
         return await future
 
-    def _write_waiting(self) -> None:
-        batch, self.waiting, self.busy = self.waiting, [], True
-        job = asyncio.get_running_loop().run_in_executor(
-            self.pool, lambda: self.store.add_groups([attempts for attempts, _ in batch], number=True))
-        job.add_done_callback(lambda done: self._written(batch, done))
+    def close(self) -> None:
+        """Finish what was handed over, then stop the thread."""
+        self.queue.put(None)
+        self.thread.join()
 
-    def _written(self, batch: list, done: asyncio.Future) -> None:
-        self.busy = False
-        failed = done.exception()
-        for i, (_, future) in enumerate(batch):
-            result = failed or done.result()[i]
-            if not future.done():  # a request whose client went away may have been cancelled
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-        if self.waiting:
-            self._write_waiting()
+    def _run(self) -> None:
+        while True:
+            batch = [self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get())
+            stop = None in batch
+            batch = [item for item in batch if item is not None]
+            if batch:
+                try:
+                    outcomes = self.store.add_groups([attempts for attempts, _ in batch], number=True)
+                except Exception as err:  # noqa: BLE001 - locked, disk full: every request in it is told
+                    outcomes = [err] * len(batch)
+                loop = batch[0][1].get_loop()
+                loop.call_soon_threadsafe(self._settle, [future for _, future in batch], outcomes)
+            if stop:
+                return
+
+    @staticmethod
+    def _settle(futures: list[asyncio.Future], outcomes: list) -> None:
+        for future, outcome in zip(futures, outcomes, strict=True):
+            if future.done():  # its client went away
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
 
 class _Handler(HubOAuthenticated, web.RequestHandler):
     """Authenticates through the hub before any handler body runs."""
 
-    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, pools: dict, tally: Tally):
-        self.store, self.hub_auth, self.roles, self.pools, self.tally = store, hub_auth, roles, pools, tally
+    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, reads: ThreadPoolExecutor,
+                   tally: Tally):
+        self.store, self.hub_auth, self.roles, self.reads, self.tally = store, hub_auth, roles, reads, tally
 
     def set_default_headers(self):
         self.set_header("X-Content-Type-Options", "nosniff")  # an export is data, never run as a page
         self.set_header("X-Frame-Options", "DENY")
 
-    async def db(self, fn, *args, pool: str = "read", **kwargs):
-        """Run a store call in a worker thread, off the event loop: one thread writes, others read (WAL readers
-        never wait for a writer, so a write stuck on another process's lock holds back no read)."""
+    async def db(self, fn, *args, **kwargs):
+        """Run a store read in a worker thread, off the event loop (WAL readers never wait for a writer, so a
+        write stuck on another process's lock holds back no read; writes go through GroupCommit)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pools[pool], lambda: fn(*args, **kwargs))
+            return await asyncio.get_running_loop().run_in_executor(self.reads, lambda: fn(*args, **kwargs))
         except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
             raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
@@ -413,10 +429,9 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
     `entries` (for question text, options and beliefs) to every entry in content/."""
     hub_auth = hub_auth or HubOAuth(cache_max_age=TOKEN_CACHE_S)
     prefix = hub_auth.base_url  # $JUPYTERHUB_SERVICE_PREFIX, e.g. /services/classroom/
-    pools = {"write": ThreadPoolExecutor(1, thread_name_prefix="classroom-write"),  # one writer
-             "read": ThreadPoolExecutor(2, thread_name_prefix="classroom-read")}
+    reads, writer = ThreadPoolExecutor(2, thread_name_prefix="classroom-read"), GroupCommit(store)  # one writer
     tally = Tally(store.attempts())  # once at start; then each stored attempt is added as it arrives
-    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), pools=pools, tally=tally)
+    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), reads=reads, tally=tally)
     content_entries = Entries(entries)
     content_entries.get()  # load now: the first answer of a class should not wait for it
     limits = (RateLimit(*RATE_REQUESTS), RateLimit(*RATE_ATTEMPTS))
@@ -424,13 +439,13 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
         (prefix, DashboardHandler, kw),
         (url_path_join(prefix, "api/me"), MeHandler, kw),
         (url_path_join(prefix, "api/attempts"), AttemptsHandler,
-         {**kw, "entries": content_entries, "limits": limits, "writer": GroupCommit(store, pools["write"])}),
+         {**kw, "entries": content_entries, "limits": limits, "writer": writer}),
         (url_path_join(prefix, "api/attempts/mine"), MyAttemptsHandler, kw),
         (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": content_entries}),
         (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, {"hub_auth": hub_auth}),
     ]
     secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
-    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False, pools=pools)
+    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False, writer=writer)
 
 
 def _listen(app: web.Application, port: int, ip: str) -> None:
@@ -482,8 +497,7 @@ def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()
-    for pool in app.settings["pools"].values():
-        pool.shutdown(wait=True)  # a write already handed to the writer thread is committed before exit
+    app.settings["writer"].close()  # a write already handed to the writer is committed before exit
     store.close()
 
 
