@@ -108,17 +108,15 @@ def test_the_learners_jupyterlab_hides_nbgrader(tmp_path, monkeypatch):
 
 
 def test_the_hidden_extensions_are_every_one_nbgrader_installs():
-    import pkgutil
+    import sys
 
-    import nbgrader
-    import nbgrader.server_extensions
-
+    installed = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "nbgrader.json"  # turns them on
+    enabled = json.loads(installed.read_text())["ServerApp"]["jpserver_extensions"]
     server = json.loads((LEARNER_JUPYTER_CONFIG / "jupyter_server_config.json").read_text())
-    found = pkgutil.iter_modules(nbgrader.server_extensions.__path__)
-    modules = {f"nbgrader.server_extensions.{m.name}" for m in found}
-    assert server == {"ServerApp": {"jpserver_extensions": dict.fromkeys(modules, False)}}  # a new one would show
+    assert server == {"ServerApp": {"jpserver_extensions": dict.fromkeys(enabled, False)}}  # a new one would show
     page = json.loads((LEARNER_JUPYTER_CONFIG / "labconfig" / "page_config.json").read_text())
-    assert page == {"disabledExtensions": {p["dest"]: True for p in nbgrader._jupyter_labextension_paths()}}
+    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert (Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader").is_dir()
 
 
 def test_the_labs_folder_holds_only_the_labs():
