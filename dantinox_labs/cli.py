@@ -142,11 +142,13 @@ def _kv(args: argparse.Namespace) -> int:
         raise ValueError("--tokens: required with a CONFIG (the context T to size the cache for)")
     import json
 
+    from dantinox.architectures import load_architecture
     from dantinox.kv_ledger import kv_ledger
     from dantinox_labs.kv_table import ledger_table
 
-    ledger = kv_ledger(args.config, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes)
-    print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger))
+    arch = load_architecture(args.config)
+    ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes)
+    print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger, arch))
     return 0
 
 

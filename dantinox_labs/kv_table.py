@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dantinox import engines
+from dantinox.architectures import Architecture
 from dantinox.kv_ledger import Ledger
 from dantinox.memory import format_bytes
 
@@ -18,7 +20,34 @@ def _runs(ledger: Ledger) -> list[tuple[str, object]]:
     return [(str(a) if a == b else f"{a}-{b}", row) for a, b, _, row in runs]
 
 
-def ledger_table(ledger: Ledger) -> str:
+def engine_lines(arch: Architecture, ledger: Ledger) -> list[str]:
+    """The engine columns (derived from vLLM's and llama.cpp's sources, see dantinox/engines.py)."""
+    lines = ["engines (derived from their sources, dantinox/engines.py):"]
+    budget = None
+    if ledger.fit is not None and ledger.fit.weight_bytes is not None:
+        budget = max(ledger.fit.capacity_bytes - ledger.fit.weight_bytes, 0)
+    try:
+        hybrid = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, budget_bytes=budget)
+        plain = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, hybrid_allocator=False)
+    except ValueError as e:
+        lines.append(f"  vLLM: {e}")
+    else:
+        lines.append(f"  vLLM, 16-token pages: {format_bytes(hybrid.total_bytes)} with its hybrid allocator, "
+                     f"{format_bytes(plain.total_bytes)} without")
+        if hybrid.log_line:
+            lines.append(f"  vLLM for the {format_bytes(budget)} left after the weights: {hybrid.log_line}")
+        lines += [f"  vLLM: {note}" for note in hybrid.notes]
+    try:
+        column = engines.llama_cpp_column(arch, ledger.tokens, ledger.cache_dtype)
+    except ValueError as e:
+        lines.append(f"  llama.cpp: {e}")
+    else:
+        lines.append(f"  llama.cpp at n_ctx {ledger.tokens:,}, one sequence ({column.notes[0]}):")
+        lines += [f"    {line}" for line in column.log_line.splitlines()]
+    return lines
+
+
+def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
     lines = [f"{ledger.model}: KV cache at T = {ledger.tokens:,} tokens, B = {ledger.batch}, cache dtype "
              f"{ledger.cache_dtype}", f"config: {ledger.source}", "",
              f"{'layers':>8}  {'kind':8} {'slots':>10} {'elem/slot':>10} {'bytes (each layer)':>20}  measured  formula"]
@@ -55,4 +84,6 @@ def ledger_table(ledger: Ledger) -> str:
                 cap = " (the model's max_position_embeddings)" if fit.max_context == ledger.max_context else ""
                 lines.append(f"  max context at B = {ledger.batch}: {fit.max_context:,} tokens{cap}; max batch at "
                              f"T = {ledger.tokens:,}: {fit.max_batch:,} sequences")
+    if arch is not None:
+        lines += engine_lines(arch, ledger)
     return "\n".join(lines)
