@@ -237,3 +237,22 @@ def test_engine_columns_follow_the_rules_read_in_their_sources():
     assert hybrid.per_layer_bytes[0] == (1023 // 16 + 1 + 1) * 16 * 2 * 16 * 128 * 2  # ceil((W-1)/16) + 1 pages
     assert engines.vllm_column(gemma, 32_768, 1, hybrid_allocator=False).total_bytes == kv_ledger(
         "gemma-3-27b", 32_768).total_bytes + 52 * (32_768 - 1024) * 2 * 16 * 128 * 2
+
+
+def test_the_concept_entrys_formulas_are_the_ledgers():
+    import content
+
+    entry = content.load_entry("kv-cache-of-real-models")
+    for name, tokens in (("gemma-3-27b", 32_768), ("gpt-oss-20b", 5000), ("deepseek-v2", 777), ("llama-3.1-8b", 99)):
+        arch = load_architecture(name)
+        kv = next(layer for layer in arch.layers if layer.kind in ("full", "latent"))
+        window = next((layer.window for layer in arch.layers if layer.kind == "sliding"), 1)
+        formula = content.evaluate(entry, "Per-layer KV cache of a hybrid model", L_f=arch.count("full"),
+                                   L_s=arch.count("sliding"), L_m=arch.count("latent"), T=tokens, W=window, B=3,
+                                   H_kv=kv.kv_heads or 1, d_h=kv.head_size or 1, C=kv.latent or 1, R=kv.rope or 1,
+                                   bytes=2)
+        ledger = kv_ledger(arch, tokens, 3)
+        assert formula == ledger.total_bytes, name
+        naive = content.evaluate(entry, "Naive calculator", L=len(arch.layers), H_kv=arch.config_kv_heads,
+                                 D=arch.d_model, N=arch.n_heads, T=tokens, B=3, bytes=2)
+        assert naive == ledger.naive_bytes or arch.d_model % arch.n_heads, name
