@@ -45,6 +45,8 @@ class LedgerRow:
     measured_bytes: int | None  # from dantinox's cache shapes; None where dantinox builds no such layer
     formula: str  # how `bytes` follows from the config
     derived: bool = False  # True for a row dantinox cannot build (a recurrent state): formula only
+    kv_heads: int | None = None  # K of a K/V layer
+    head_size: int | None = None  # H of a K/V layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +150,7 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     held = {"full": "T", "latent": "T", "sliding": f"min(T, W={layer.window})",
             "chunked": f"min(T, chunk={layer.window})"}[layer.kind]
     return LedgerRow(layer.index, layer.kind, slots, _elements(layer), batch * slots * per_slot, None,
-                     f"B · {held} · {what}")
+                     f"B · {held} · {what}", kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 
 def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:

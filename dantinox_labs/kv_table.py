@@ -12,7 +12,8 @@ def _runs(ledger: Ledger) -> list[tuple[str, object]]:
     """Consecutive rows that differ only in their layer number, as ("3-7", row) pairs."""
     runs: list[list] = []
     for row in ledger.rows:
-        key = (row.kind, row.slots, row.elements_per_slot, row.bytes, row.measured_bytes, row.formula)
+        key = (row.kind, row.slots, row.elements_per_slot, row.bytes, row.measured_bytes, row.formula, row.kv_heads,
+               row.head_size)
         if runs and runs[-1][2] == key and runs[-1][1] == row.layer - 1:
             runs[-1][1] = row.layer
         else:
@@ -50,7 +51,8 @@ def engine_lines(arch: Architecture, ledger: Ledger) -> list[str]:
 def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
     lines = [f"{ledger.model}: KV cache at T = {ledger.tokens:,} tokens, B = {ledger.batch}, cache dtype "
              f"{ledger.cache_dtype}", f"config: {ledger.source}", "",
-             f"{'layers':>8}  {'kind':8} {'slots':>10} {'elem/slot':>10} {'bytes (each layer)':>20}  measured  formula"]
+             f"{'layers':>8}  {'kind':8} {'K×H':>8} {'slots':>10} {'elem/slot':>10} {'bytes (each layer)':>20}  "
+             "measured  formula"]
     formulas: dict[str, str] = {}  # each distinct formula once, under a letter
     for layers, row in _runs(ledger):
         mark = formulas.setdefault(row.formula, f"[{chr(ord('a') + len(formulas))}]")
@@ -60,8 +62,9 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
             measured = "-"
         else:
             measured = "= formula" if row.measured_bytes == row.bytes else f"{row.measured_bytes:,} (differs)"
-        lines.append(f"{layers:>8}  {row.kind:8} {row.slots:>10,} {row.elements_per_slot:>10,} {row.bytes:>20,}  "
-                     f"{measured:9} {mark}")
+        heads = "-" if row.kv_heads is None else f"{row.kv_heads}×{row.head_size}"
+        lines.append(f"{layers:>8}  {row.kind:8} {heads:>8} {row.slots:>10,} {row.elements_per_slot:>10,} "
+                     f"{row.bytes:>20,}  {measured:9} {mark}")
     lines += ["", *(f"{mark} {formula}" for formula, mark in formulas.items())]
     lines += ["", f"total: {ledger.total_bytes:,} B ({format_bytes(ledger.total_bytes)}); measured from dantinox's "
               f"cache shapes (jax.eval_shape): {ledger.measured_bytes:,} B",
