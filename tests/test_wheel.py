@@ -117,3 +117,6 @@ def test_the_installed_command_prepares_the_labs_and_checks_content(installed, t
     done = subprocess.run([str(dantinox), "content", "check"], capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("OK: "), done.stdout + done.stderr
+    done = subprocess.run([str(dantinox), "kv", "--list"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)  # the catalogue is package data of dantinox
+    assert done.returncode == 0 and len(done.stdout.splitlines()) >= 20, done.stdout + done.stderr
