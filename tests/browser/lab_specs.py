@@ -46,7 +46,7 @@ SPECS: dict[str, LabSpec] = {
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),), reopen=True,
                    seconds=45),
     "instructor": LabSpec(interactive=False, seconds=15),  # the class dashboard: plotly figures over stored answers
-    "mesh": LabSpec(slider="batch B", quiz=False, seconds=20),  # no quiz and no button: sliders and dropdowns only
+    "mesh": LabSpec(slider="batch B", seconds=20),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=80),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
@@ -60,6 +60,8 @@ SPECS: dict[str, LabSpec] = {
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0)),
         seconds=50),
     # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
+    # a published model's ledger: the T stops are powers of two up to the model's context
+    "real-models": LabSpec(slider="tokens T (log)", seconds=25),
     "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",), seconds=30),
 }
 
