@@ -327,7 +327,7 @@ class Engine:
         self.pool = BlockPool(num_blocks)
         table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
         self.layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
-        self.max_blocks = blocks_for(self.cfg.max_context, self.block_size)
+        self.max_blocks = min(blocks_for(self.cfg.max_context, self.block_size), num_blocks)  # table width
         self.requests: dict[int, _Request] = {}
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []  # in admission order: the last is preempted first
