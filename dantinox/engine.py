@@ -290,12 +290,13 @@ class Engine:
     `fixed_shapes=True` pads every call to max_seqs rows and the full table width, and a decode to the verify's
     1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
     models and tests, where compiling dominates.
+    `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
     Greedy decoding; a request stops after `max_new_tokens` or at a token of its `stop_ids`.
     """
 
     def __init__(self, model: Transformer, num_blocks: int, block_size: int = 16, prefix_caching: bool = True,
                  chunk_tokens: int | None = 64, speculate: int = 0, max_seqs: int = 8, batching: str = "continuous",
-                 preempt: str = "recompute", ngram: int = 3, fixed_shapes: bool = False):
+                 preempt: str = "recompute", ngram: int = 3, fixed_shapes: bool = False, max_len: int | None = None):
         cfg = model.cfg
         if cfg.paradigm != "autoregressive":
             raise ValueError(f"model: the engine serves autoregressive models; this one has paradigm={cfg.paradigm!r}")
@@ -327,7 +328,10 @@ class Engine:
         self.pool = BlockPool(num_blocks)
         table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
         self.layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
-        self.max_blocks = min(blocks_for(self.cfg.max_context, self.block_size), num_blocks)  # table width
+        self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
+        if self.max_len > cfg.max_context:
+            raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
+        self.max_blocks = min(blocks_for(self.max_len, self.block_size), num_blocks)  # table width
         self.requests: dict[int, _Request] = {}
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []  # in admission order: the last is preempted first
@@ -352,9 +356,9 @@ class Engine:
         new = positive_int("max_new_tokens", max_new_tokens)
         arrival = positive_int("arrival_step", arrival_step, minimum=0)
         total = prompt.size + new
-        if total > self.cfg.max_context:
+        if total > self.max_len:
             raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
-                             f"max_context={self.cfg.max_context}")
+                             f"max_len={self.max_len}")
         if blocks_for(total, self.block_size) > self.pool.num_blocks:
             raise ValueError(f"num_blocks: this request needs up to {blocks_for(total, self.block_size)} blocks of "
                              f"{self.block_size} tokens, the pool has {self.pool.num_blocks}")
@@ -563,9 +567,9 @@ class Engine:
         if every:  # decodes (one token) or verifies (1 + speculate)
             T = 1 if n_max == 1 and not (self.fixed_shapes and self.speculate) else 1 + self.speculate
         elif self.fixed_shapes:
-            T = min(self.chunk_tokens or self.cfg.max_context, self.cfg.max_context)
+            T = min(self.chunk_tokens or self.max_len, self.max_len)
         else:
-            T = _bucket(_buckets(self.cfg.max_context, 8), n_max)
+            T = _bucket(_buckets(self.max_len, 8), n_max)
         if self.fixed_shapes:
             B, M = self.max_seqs, self.max_blocks
         else:

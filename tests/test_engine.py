@@ -156,7 +156,7 @@ def test_bad_requests_get_one_line(model):
     engine = Engine(model, num_blocks=2, block_size=BS)
     with pytest.raises(ValueError, match="num_blocks: this request needs up to 3 blocks of 4 tokens, the pool has 2"):
         engine.add(list(range(8)), 4)
-    with pytest.raises(ValueError, match="max_context=64"):
+    with pytest.raises(ValueError, match="max_len=64"):
         engine.add(list(range(60)), 10)
     with pytest.raises(ValueError, match=r"prompt_ids: token ids must lie in \[0, 259\)"):
         engine.add([300], 1)
