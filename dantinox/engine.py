@@ -611,7 +611,7 @@ class Engine:
             if tok in req.stop:
                 new = new[:i + 1]
                 break
-        kind = "verify" if drafts else ("decode" if real == 1 else "prefill")
+        kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
         req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
         req.tokens += new
         req.token_times += [time.perf_counter()] * len(new)
@@ -622,7 +622,11 @@ class Engine:
 
     # Reports.
     def stats(self) -> dict[str, float]:
-        """Counts over the whole run: prefix hits, blocks saved, drafts accepted, preemptions, swaps."""
+        """Counts over the whole run: prefix hits, blocks saved, drafts accepted, preemptions, swaps.
+
+        hit_rate is the tokens found in the prefix cache over the tokens looked up at every admission (a
+        recomputed request is looked up again); blocks_saved counts the blocks those hits did not compute.
+        """
         c = self.counts
         return {
             "steps": self.steps,

@@ -10,6 +10,7 @@ from flax import nnx
 
 import dantinox
 from dantinox.engine import BlockPool, Engine, PoolError, block_digest, lookup_drafts
+from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
 BS = 4
@@ -104,12 +105,15 @@ def test_chunks_share_iterations_with_decodes(model):
 def test_report_shows_shared_prefix_blocks_and_freed_ones_are_reused(model):
     system = list(range(10, 22))  # three full blocks
     prompts = [system + [1, 2], system + [3], system + [4]]
-    _, _, reports = serve(model, prompts, [6, 6, 3], [0, 1, 20], chunk_tokens=64)
+    _, engine, reports = serve(model, prompts, [6, 6, 3], [0, 1, 20], chunk_tokens=64)
     second = reports[1]
     assert second.hits == {1: 12}
     assert set(second.tables[0][:3]) == set(second.tables[1][:3]) <= second.shared
     assert reports[19].free == BLOCKS and reports[19].cached_free >= 3  # all freed, the prefix still cached
     assert reports[20].hits == {2: 12}  # a request after both finished reuses the freed cached blocks
+    view = EngineRun(engine, tuple(reports), tuple(prompts), engine.outputs(), {}, engine.stats())
+    assert "prefill 1 hit 12" in steps_html(view)  # 13 tokens: 12 found, the last one computed
+    assert tables_html(view, 1).count("#ffe082") == 1 + 6  # the legend, and 3 shared blocks in each of 2 tables
 
 
 def test_sliding_window_run_with_speculation_and_preemption():
