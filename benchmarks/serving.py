@@ -19,7 +19,7 @@
 3. The serving engine (dantinox.Engine) on SmolLM2-135M: static batching, continuous batching, + prefix caching,
    + chunked prefill, + speculation on one seeded trace, and the simulator calibrated from the engine's steps
    (benchmarks/serving_engine.py).
-Prints markdown tables and writes benchmarks/results/serving.json and serving_engine.json.
+Prints markdown tables and writes benchmarks/results/serving.json and benchmarks/data/serving_engine.json.
 """
 
 from __future__ import annotations
