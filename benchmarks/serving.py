@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "simulator", "engine"), default="all")
     parser.add_argument("--docs", action="store_true", help="rewrite the engine tables in docs/ and the README")
     parser.add_argument("--docs-from-results", action="store_true",
-                        help="only rewrite those tables from the stored benchmarks/results/serving_engine.json")
+                        help="only rewrite those tables from the stored benchmarks/data/serving_engine.json")
     args = parser.parse_args()
     if args.docs_from_results:
         import serving_engine
