@@ -167,3 +167,13 @@ def test_bad_requests_get_one_line(model):
     _, ring_model = dantinox.load_run(RUNS / "tiny-swa16-1to1")
     with pytest.raises(ValueError, match="prefix_caching: this model has sliding-window"):
         Engine(ring_model, num_blocks=8)
+
+
+def test_bucketed_shapes_give_the_same_tokens(model, trace):
+    """The default path: calls rounded up to a few batch sizes, table widths and chunk lengths."""
+    prompts, news, arrivals, want = trace
+    engine = Engine(model, num_blocks=BLOCKS, block_size=BS, max_seqs=2, chunk_tokens=64)
+    rids = [engine.add(prompts[i], news[i]) for i in (0, 1)]
+    out = engine.run()
+    assert [out[r] for r in rids] == want[:2]
+    assert {B for B, *_ in engine.shapes} == {1, 2} and len({M for *_, M, _ in engine.shapes}) > 1
