@@ -265,6 +265,9 @@ INDEPENDENT = {
     "End-to-end latency": lambda v: v["ttft"] + v["n"] * v["tpot"],
     "Sequences that fit": lambda v: (v["M"] - v["W"]) // (v["T"] * v["m"]),
     "Requests in flight": lambda v: v["X"] * v["R"],
+    "Blocks saved by a shared prefix": lambda v: sum(v["P"] // v["b"] for _ in range(int(v["n"]) - 1)),
+    "Iterations to prefill a prompt": lambda v: len(range(0, int(v["P"]), int(v["C"] - v["d"]))),
+    "Expected tokens per verify": lambda v: sum(v["a"] ** i for i in range(int(v["k"]) + 1)),
     "Sliding-window cache size": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"]) * v["H_kv"] * v["d_h"]
     * v["bytes"],
     "Hybrid sliding-window cache size": lambda v: sum(  # layer by layer: global layers first, then window layers
@@ -298,6 +301,10 @@ def test_every_science_item_matches_an_independent_formula(entry_id, title):
             values["T"] = values["n_fp"] + rng.randint(0, 4096)
         if {"M", "W"} <= set(values) and "BW" not in values:
             values["M"] = values["W"] + rng.randint(0, 10**9)
+        if {"C", "d"} <= set(values):  # chunked prefill: the budget leaves room beside the decodes
+            values["C"] = values["d"] + rng.randint(1, 4096)
+        if {"a", "k"} <= set(values):  # speculation: an acceptance probability, a few drafts
+            values.update(a=rng.uniform(0.01, 0.99), k=rng.randint(1, 16))
         assert content.evaluate(entry, title, **values) == pytest.approx(INDEPENDENT[title](values), rel=1e-12)
 
 
