@@ -45,8 +45,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 PEER_VENV = HERE / ".peer-venv"
 PEER_PACKAGES = ("torch==2.13.0", "transformers", "gguf", "accelerate", "jinja2")
-VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
-MORE_VARIANTS = {**VARIANTS, "MQA": dict(attention="mqa")}  # the attention-arrangement A/B also covers K = 1
+VARIANTS = {"MHA": dict(), "GQA (K=2)": dict(kv_heads=2)}
+MORE_VARIANTS = {**VARIANTS, "MQA": dict(kv_heads=1)}  # the attention-arrangement A/B also covers K = 1
 BATCHES = (1, 8)
 PROMPT, NEW = 32, 256
 

@@ -200,7 +200,7 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
     from dantinox.paged import Paged
     from dantinox.ring import Chunked, Ring
 
-    payload = LatentCache if cfg.attention == "mla" else LayerCache
+    payload = LatentCache if cfg.attention == "latent" else LayerCache
     out = []
     for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):
         if window is not None:

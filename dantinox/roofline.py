@@ -106,7 +106,7 @@ class StepCost:
 
 
 def _check_variant(cfg: ModelConfig) -> None:
-    if cfg.attention == "mla":
+    if cfg.attention == "latent":
         raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
 
 

@@ -107,9 +107,7 @@ class MeshLab(Lab):
                     context=context)
 
     def config(self) -> dantinox.ModelConfig:
-        k, n = self.kv_heads.value, self.base.n_heads
-        attention = "mha" if k == n else "mqa" if k == 1 else "gqa"
-        return self.base.replace(attention=attention, kv_heads=k if attention == "gqa" else None)
+        return self.base.replace(kv_heads=self.kv_heads.value)
 
     def _read(self) -> MeshReading:
         return read_mesh(self.config(), self._shapes[self.mesh_shape.value], self.batch.value, self.context.value)
