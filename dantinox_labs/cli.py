@@ -162,7 +162,7 @@ def _lab(args: argparse.Namespace) -> int:
 def _classroom_serve(args: argparse.Namespace) -> int:
     from classroom.service import serve
 
-    serve(db=args.db, port=args.port, ip=args.ip)
+    serve(db=args.db, port=args.port, ip=args.ip, hub_pid=args.hub_pid)
     return 0
 
 
@@ -237,6 +237,8 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
     cs.add_argument("--db", default=None, help="SQLite file (default: $DANTINOX_CLASSROOM_DB, else the data dir)")
     cs.add_argument("--port", type=int, default=None, help="default: the port in $JUPYTERHUB_SERVICE_URL")
     cs.add_argument("--ip", default="127.0.0.1")
+    cs.add_argument("--hub-pid", type=int, default=None, help="stop when this process (the hub that started the "
+                                                               "service, its parent) is gone")
     cs.set_defaults(func=_classroom_serve)
     cn = classroom_sub.add_parser("nbgrader", help="write an nbgrader source assignment from entries' checks")
     cn.add_argument("entries", nargs="+", metavar="ENTRY", help="entry ids, e.g. kv-cache")
