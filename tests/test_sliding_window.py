@@ -1,5 +1,7 @@
 """Sliding-window layers: ring-buffer bytes equal the content formula, logits equal a full-cache band-mask reference."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import dantinox
 from dantinox import quality
 from dantinox.cache import LayerCache, View
 from dantinox.config import gemma2_windows, gemma3_windows, local_layers
+from dantinox.generate import _prefill_jit, decode_program
 from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
 from dantinox_labs import shipped
@@ -248,3 +251,27 @@ def test_rings_compose_with_int8_storage_and_paged_global_layers(layout):
         err = quality.max_logit_error(quality.cached_logits(model, ids_BT), quality.cached_logits(same, ids_BT))
         assert err < 0.05 and float_cfg.sliding_window == 5
 
+
+def test_the_ring_step_writes_in_place_and_copies_no_ring():
+    """The compiled decode loop updates a ring layer's W slots in place (scatter into the donated buffer) and
+    never forms a copy of the ring, nor the W + 1 slots a concatenation of ring and new token would make."""
+    cfg = dantinox.ModelConfig.preset("test", sliding_windows=(5, None), kv_heads=2)
+    graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
+    four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
+    state = _prefill_jit(graphdef, params, jnp.asarray(token_ids(2, 4)), four, forty, 0,
+                         dantinox.init_cache(cfg, 2, 64))
+    ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].k.shape
+    assert W == 5 and state.caches.layers[1].k.shape[2] == 64
+    program = decode_program(2, donate=True).lower(graphdef, params, state, None, 40, top_k=None, use_cache=True,
+                                                   bucket=64).compile()
+    hlo = program.as_text()
+    ring_shape = rf"f32\[{B},{K},{W},{H}\]\{{[^}}]*\}}"
+    made = re.findall(rf"= {ring_shape} ([\w-]+)\(([^)]*)\), (?:kind=\w+, )?(?:calls=%(\S+))?", hlo)
+    assert {op for op, _, _ in made} <= {"parameter", "get-tuple-element", "fusion", "scatter",
+                                          "dynamic-update-slice", "bitcast"}, made
+    writes = [calls for op, _, calls in made if op == "fusion"]
+    assert len(writes) == 2 and all("scatter" in c or "dynamic" in c for c in writes), made  # K and V, in place
+    assert f"f32[{B},{K},{W + 1},{H}]" not in hlo  # no ring-plus-token concatenation
+    out = program(params, state, None, 40)
+    assert ring.k.is_deleted() and ring.v.is_deleted()  # donated: the loop wrote into the ring's own buffers
+    assert out.index.tolist() == [40, 40]
