@@ -76,10 +76,11 @@ class StepCost:
     cache_write_bytes: int
     matmul_flops: int
     attention_flops: int
+    page_gather_bytes: int = 0  # a paged read's contiguous copy of its pages: written, then read by attention
 
     @property
     def bytes(self) -> int:
-        return self.weight_bytes + self.cache_read_bytes + self.cache_write_bytes
+        return self.weight_bytes + self.cache_read_bytes + self.cache_write_bytes + self.page_gather_bytes
 
     @property
     def flops(self) -> int:
@@ -128,15 +129,27 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
     return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
 
 
+def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
+    """Bytes a paged step moves beyond reading its pages: on XLA:CPU each paged layer gathers the pages of
+    every sequence into one contiguous copy (dantinox/paged.py), written once and read once by attention."""
+    if cfg.cache_layout != "paged":
+        return 0
+    paged_layers = sum(w is None and c is None for w, c in zip(cfg.layer_windows, cfg.layer_chunks, strict=True))
+    one = cfg.replace(n_layers=1, cache_layout="contiguous", sliding_windows=None, attention_chunks=None)
+    slots = -(-context // cfg.block_size) * cfg.block_size  # whole pages
+    return 2 * paged_layers * kv_cache_bytes(one, batch, slots)
+
+
 def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
-    """One decode step: B new tokens, each attending over `context` cached slots."""
+    """One decode step: B new tokens, each attending over `context` cached slots (plus a paged read's copy)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
         cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
         matmul_flops=2 * batch * matmul_weights_per_token(cfg),
-        attention_flops=_attention_flops(cfg, batch, context))
+        attention_flops=_attention_flops(cfg, batch, context),
+        page_gather_bytes=page_gather_bytes(cfg, batch, context))
 
 
 def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
