@@ -104,12 +104,13 @@ def categorize(hlo_text: str, slots: int) -> dict[str, str]:
     return out
 
 
-def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int = 20) -> StepProfile:
-    """Profile `steps` decode steps of `model` over a cache of `context` slots; seconds per step by category."""
+def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int | None = None) -> StepProfile:
+    """Profile `steps` decode steps (default: 20, or `context` if fewer) of `model` over a cache of `context`
+    slots; seconds per step by category."""
     cfg = model.cfg
     _check_variant(cfg)
-    batch, context, steps = positive_int("batch", batch), _check_fits(cfg, "context", context), \
-        positive_int("steps", steps)
+    batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
+    steps = min(20, context) if steps is None else positive_int("steps", steps)
     if steps > context:
         raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, got {steps}")
     graphdef, params = nnx.split(model)
