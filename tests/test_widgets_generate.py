@@ -20,8 +20,8 @@ from widgets.decode_runs import DecodeRun, DecodeSettings, progress_text, second
 from widgets.generate import CHAT_PROMPT, MAX_REDRAWS_PER_S, PUBLISHED, find_run, same_model
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
-SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
-           "tiny-mqa": dict(attention="mqa"), "tiny-mla": dict(attention="mla", kv_latent_dim=64, rope_head_dim=16)}
+SHIPPED = {"tiny": dict(), "tiny-gqa": dict(kv_heads=2),
+           "tiny-mqa": dict(kv_heads=1), "tiny-mla": dict(attention="latent", kv_latent_dim=64, rope_head_dim=16)}
 
 
 @contextlib.contextmanager

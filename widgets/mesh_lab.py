@@ -168,9 +168,7 @@ class MeshLab(Lab):
         self._on_change()
 
     def config(self) -> dantinox.ModelConfig:
-        k, n = self.kv_heads.value, self.base.n_heads
-        attention = "mha" if k == n else "mqa" if k == 1 else "gqa"
-        return self.base.replace(attention=attention, kv_heads=k if attention == "gqa" else None)
+        return self.base.replace(kv_heads=self.kv_heads.value)
 
     def formula_params(self) -> dict[str, float]:
         """The content's variables at the current settings, the mesh's two axes included (the quiz takes these)."""
