@@ -1,7 +1,7 @@
 """dantinox: a small, real JAX/Flax language model whose KV cache you can measure.
 
     import dantinox
-    cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=2)
+    cfg = dantinox.ModelConfig.preset("reference", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py

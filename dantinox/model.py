@@ -265,7 +265,7 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
-        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "mla"
+        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "latent"
                      else Attention(cfg, layout, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)

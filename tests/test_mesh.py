@@ -24,7 +24,7 @@ out = {"devices": jax.device_count(), "runs": [], "errors": {}}
 # model axis), copied (MHA's 4 heads on 8 devices) and with fewer heads than devices on the axis (GQA on 2 x 4)
 for attention, kv, shapes in (("mha", None, ((2, 4), (1, 8))), ("gqa", 2, ((2, 4), (4, 2)))):
     # max_context 256: the 12 new tokens cross the 128-slot key window, so the grown cache is checked too
-    cfg = dantinox.ModelConfig.preset("test", attention=attention, kv_heads=kv, max_context=256)
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=kv, max_context=256)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     prompt = np.random.RandomState(0).randint(0, 256, (4, 122)).astype(np.int32)
     single = np.asarray(dantinox.generate(model, prompt, 12))
@@ -41,7 +41,7 @@ for attention, kv, shapes in (("mha", None, ((2, 4), (1, 8))), ("gqa", 2, ((2, 4
             heads=[list(r["heads"]) for r in sharding.holdings(cfg, layout, 4)],
             sequences=[list(r["sequences"]) for r in sharding.holdings(cfg, layout, 4)]))
 
-cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
 model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 prompt = np.zeros((4, 3), np.int32)
 bad = {"names": jax.make_mesh((2, 4), ("x", "y")), "batch": jax.make_mesh((8, 1), ("data", "model")),
@@ -60,7 +60,7 @@ except ValueError as err:
     out["errors"]["paged"] = str(err)
 from widgets.mesh_lab import MeshLab, read_mesh
 
-cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
 arrays, shapes = read_mesh(cfg, (2, 4), 4, 32), read_mesh(cfg, (2, 4), 4, 32, budget=0)
 out["mesh_lab"] = dict(arrays=sorted(set(arrays.device_bytes.values())), formula=arrays.formula_bytes,
                        shapes=sorted(set(shapes.device_bytes.values())), sources=[arrays.source, shapes.source])

@@ -65,7 +65,7 @@ def test_smollm2_config_is_the_published_geometry(smollm):
     assert isinstance(model, dantinox.Transformer) and tok.vocab_size == cfg.vocab_size
     from widgets.cache_lab import PUBLISHED_K
 
-    preset = dantinox.ModelConfig.preset("smollm2-135m", attention="gqa", kv_heads=PUBLISHED_K["smollm2-135m"])
+    preset = dantinox.ModelConfig.preset("smollm2-135m", kv_heads=PUBLISHED_K["smollm2-135m"])
     assert preset.replace(norm_eps=cfg.norm_eps) == cfg  # the labs' preset is the file's geometry (eps: f32 in it)
 
 
@@ -155,8 +155,8 @@ def test_tiny_hugging_face_checkpoints_equal_hugging_face(tiny, name):
 
 def test_tiny_checkpoints_map_their_configs(tiny):
     llama, mistral = tiny["tiny-llama"].cfg, tiny["tiny-mistral"].cfg
-    assert (llama.attention, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
-    assert (mistral.attention, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
+    assert (llama.variant, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
+    assert (mistral.variant, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
 
 
 def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
