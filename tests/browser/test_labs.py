@@ -81,7 +81,19 @@ def _cell_with(page, element):
 def _save_screenshot(cell, stem: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{stem}.png"
-    cell.locator(".jp-Cell-outputWrapper").screenshot(path=path, animations="disabled")
+    target, page = cell.locator(".jp-Cell-outputWrapper"), cell.page
+    size, box = page.viewport_size, cell.locator(".jp-Cell-outputWrapper").bounding_box()
+    # An output taller than the window would be photographed partly under JupyterLab's menu bar: a taller window
+    # for the photograph, then the old size back.
+    tall = box is not None and box["height"] + 150 > size["height"]
+    if tall:
+        page.set_viewport_size({"width": size["width"], "height": int(box["height"]) + 250})
+        page.wait_for_timeout(500)  # JupyterLab lays the panel out again
+    try:
+        target.screenshot(path=path, animations="disabled")
+    finally:
+        if tall:
+            page.set_viewport_size(size)
     try:
         from PIL import Image
 
