@@ -68,6 +68,7 @@ def test_run_directories_written_before_this_config_still_load(tmp_path):
     (dict(attention="mqa", kv_heads=2), "must be 1"),
     (dict(attention="xla"), "attention: expected one of"),
     (dict(dtype="int8"), "dtype: expected one of"),
+    (dict(param_dtype="int8"), r"param_dtype: expected one of float32, bfloat16, float16 \(or None"),
     (dict(head_size=7), "head_size"),
     (dict(n_layers=0), "n_layers: expected a positive integer"),
     (dict(mlp_width=0), "mlp_width: expected a positive integer"),

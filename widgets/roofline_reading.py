@@ -157,7 +157,7 @@ def device_row(entry: Any, cfg: dantinox.ModelConfig, machine: roofline.Machine,
     weights = cost.weight_bytes
     return DeviceRow(machine=machine, cfg=cfg, cost=cost, floor_seconds=cost.time(machine),
                      bound=cost.bound(machine),
-                     critical_batch=critical_batch(entry, machine, jnp.dtype(cfg.jnp_dtype).itemsize),
+                     critical_batch=critical_batch(entry, machine, jnp.dtype(cfg.param_jnp_dtype).itemsize),
                      max_batch=dantinox.max_batch_size(cfg, machine.memory_bytes, context, weight_bytes=weights))
 
 
