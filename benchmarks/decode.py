@@ -217,7 +217,7 @@ def peer_grid(repeats: int) -> dict[str, float]:
 
 WEIGHT_MODES = {  # label -> (compute dtype, storage dtype) as load_pretrained takes them
     "float32": ("float32", None),
-    "bf16 stored, f32 compute": ("float32", "bfloat16"),
+    "bf16 stored (f32 compute)": ("float32", "bfloat16"),
     "bfloat16": ("bfloat16", None),
 }
 PROBE_BYTES = 1 << 30  # the bandwidth probe streams 1 GiB: 30x this CPU's L3, twice the float32 weights
@@ -248,7 +248,7 @@ class Peer:
         self.proc.wait()
 
 
-def pretrained_main(name: str, peer: bool, repeats: int) -> None:
+def pretrained_main(name: str, peer: bool, repeats: int, modes: list[str], warmup: bool) -> None:
     """A published model in three weight modes against Hugging Face on float32, all timed in one interleaved run.
 
     Each round times every (mode, batch) once, then the peer at each batch, then the bandwidth probe; every
@@ -259,10 +259,14 @@ def pretrained_main(name: str, peer: bool, repeats: int) -> None:
     from dantinox.roofline import measure_bandwidth, measure_matmul_flops
 
     loads = [os.getloadavg()[0]]
-    models = {mode: load_pretrained(name, dtype=d, param_dtype=p)[:2] for mode, (d, p) in WEIGHT_MODES.items()}
+    unknown = sorted(set(modes) - set(WEIGHT_MODES))
+    if unknown:
+        raise SystemExit(f"--modes: expected some of {', '.join(WEIGHT_MODES)}, got {', '.join(unknown)}")
+    models = {mode: load_pretrained(name, dtype=WEIGHT_MODES[mode][0], param_dtype=WEIGHT_MODES[mode][1])[:2]
+              for mode in modes}
     cfg = next(iter(models.values()))[0]
     prompts = {b: np.random.RandomState(0).randint(0, cfg.vocab_size, (b, PROMPT)).astype(np.int32) for b in BATCHES}
-    for _, model in models.values():  # compile every window once, untimed
+    for _, model in models.values() if warmup else ():  # compile every window once, untimed
         for b in BATCHES:
             jax.block_until_ready(dantinox.generate(model, prompts[b], NEW))
     hf = Peer(dict(gguf=str(catalogue_file(name)), name=name, batches=list(BATCHES), prompt=PROMPT, new=NEW,
@@ -287,7 +291,7 @@ def pretrained_main(name: str, peer: bool, repeats: int) -> None:
                                   peak_flops=measure_matmul_flops(repeats=10))
     result: dict = {
         "model": name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "prompt": PROMPT, "new": NEW,
-        "rounds": repeats, "modes": {mode: list(dp) for mode, dp in WEIGHT_MODES.items()},
+        "rounds": repeats, "warmup": warmup, "modes": {mode: list(WEIGHT_MODES[mode]) for mode in modes},
         "machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "bandwidth_B_s": machine.bandwidth,
                     "bandwidth_samples_B_s": bandwidths, "matmul_flop_s": machine.peak_flops,
                     "load_avg_1min": loads},
@@ -309,10 +313,14 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="a published model (dantinox models) instead of the reference")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--uncached_new", type=int, default=512)
+    ap.add_argument("--modes", default=",".join(WEIGHT_MODES), help="published model: weight modes, comma-separated")
+    ap.add_argument("--no_warmup", action="store_true",
+                    help="published model: no untimed first call (the persistent compilation cache already holds "
+                         "every program from an earlier run)")
     args = ap.parse_args()
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
     if args.model is not None:
-        return pretrained_main(args.model, args.peer, args.repeats)
+        return pretrained_main(args.model, args.peer, args.repeats, args.modes.split(","), not args.no_warmup)
 
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()}}
     machine = measure_machine()

@@ -28,10 +28,12 @@ def decode_pretrained(r: dict) -> str:
     """benchmarks/decode.py --model NAME --peer: tok/s per weight mode and batch, % of roofline, ratio to the peer."""
     m = r["machine"]
     peer = "peer_tok_s" in r
+    warm = ("" if r.get("warmup", True) else " (no untimed warm-up: every program came from the persistent "
+                                                "compilation cache of an earlier run)")
     lines = [f"{r['model']}, prompt {r['prompt']}, {r['new']} new tokens, end-to-end `generate()`, best of "
-             f"{r['rounds']} interleaved rounds, {m['cpus']} CPU cores, measured {r['date']} (1-minute load average "
-             f"{_load_range(m['load_avg_1min'])} during the run: the machine is shared). Streaming read "
-             f"{m['bandwidth_B_s'] / 1e9:.1f} GB/s (best of the {len(m['bandwidth_samples_B_s'])} probes of the "
+             f"{r['rounds']} interleaved round(s){warm}, {m['cpus']} CPU cores, measured {r['date']} (1-minute "
+             f"load average {_load_range(m['load_avg_1min'])} during the run: the machine is shared). Streaming read "
+             f"{m['bandwidth_B_s'] / 1e9:.1f} GB/s (best of the {len(m['bandwidth_samples_B_s'])} probe(s) of the "
              f"run; all: {', '.join(f'{b / 1e9:.1f}' for b in m['bandwidth_samples_B_s'])}), f32 matmul "
              f"{m['matmul_flop_s'] / 1e9:.0f} GFLOP/s:", "",
              "| weights | weight bytes | batch | dantinox tok/s | % of roofline |"
@@ -45,7 +47,25 @@ def decode_pretrained(r: dict) -> str:
             theirs = r["peer_tok_s"][f"{r['model']}/{batch}"]
             row += f" {theirs:,.1f} | {ours / theirs:.2f}× |"
         lines.append(row)
+    if peer:
+        lines += ["", *targets(r)]
     return "\n".join(lines)
+
+
+def targets(r: dict) -> list[str]:
+    """The speed targets judged on this run: >= 3x the peer at every batch, >= 70 % of the roofline at batch 1."""
+    out = []
+    for batch in sorted({int(k.rsplit("/", 1)[1]) for k in r["decode_tok_s"]}):
+        mode, ours = max(((k.rsplit("/", 1)[0], v) for k, v in r["decode_tok_s"].items()
+                          if k.endswith(f"/{batch}")), key=lambda kv: kv[1])
+        ratio = ours / r["peer_tok_s"][f"{r['model']}/{batch}"]
+        line = (f"- Batch {batch}: fastest mode {mode}, {ratio:.2f}× the peer "
+                f"({'meets' if ratio >= 3 else 'misses'} the ≥ 3× target)")
+        if batch == 1:
+            share = r["roofline_s"][f"{mode}/1"] / (r["new"] / ours)
+            line += f"; {share:.0%} of its roofline ({'meets' if share >= 0.7 else 'misses'} the ≥ 70 % target)"
+        out.append(line + ".")
+    return out
 
 
 def llama_cpp(r: dict) -> str:
