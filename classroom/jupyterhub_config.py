@@ -20,14 +20,18 @@ instructor's own system password.
 `shared`: one class password (DANTINOX_HUB_PASSWORD, at least 8 characters) logs anyone in under any name
 that is not an instructor's or an admin's; those need DANTINOX_HUB_INSTRUCTOR_PASSWORD (at least 32
 characters), and the hub refuses to start without it when there are any. Every learner's server runs as the
-hub's own OS account: any learner can read every file that account can (the answer database included) and
-kill the service. Use it only for a trial on a machine whose users all trust each other.
+hub's own OS account (with --allow-root when that is root): any learner can read every file that account can
+(the answer database included) and kill the service. Use it only for a trial on a machine whose users all
+trust each other.
+
+Learners' servers start without nbgrader's extensions (LEARNER_JUPYTER_CONFIG, put on their
+$JUPYTER_CONFIG_PATH at each spawn); instructors and admins keep them.
 
 The hub starts the service (`python -m classroom.service`, the same as `dantinox classroom serve`) as a
-managed service, gives it a role that may read users and groups (to know who is an instructor), and adds
-`access:services!service=classroom` to the `user` and `server` roles, keeping their defaults, so that a
-learner's kernel (which holds its server's token) may post attempts. Kernels find the service through
-$DANTINOX_CLASSROOM_URL, set here for every user server.
+managed service that stops when the hub process is gone (`--hub-pid`), gives it a role that may read users
+and groups (to know who is an instructor), and adds `access:services!service=classroom` to the `user` and
+`server` roles, keeping their defaults, so that a learner's kernel (which holds its server's token) may
+post attempts. Kernels find the service through $DANTINOX_CLASSROOM_URL, set here for every user server.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ from pathlib import Path
 
 SERVICE_NAME = "classroom"
 SERVICE_PORT = 10101  # the service's own port on localhost; the hub's proxy routes /services/classroom/ to it
+INSTRUCTORS_GROUP = "instructors"
+# a Jupyter config folder (for $JUPYTER_CONFIG_PATH) that turns off nbgrader's server and lab extensions: its
+# menus, Validate button and Create Assignment panel are for instructors, who keep them
+LEARNER_JUPYTER_CONFIG = Path(__file__).resolve().with_name("learner_jupyter")
 
 
 def _names(value: str) -> list[str]:
@@ -57,6 +65,17 @@ def classroom_roles(service_name: str = SERVICE_NAME) -> list[dict]:
     return roles
 
 
+def hide_nbgrader_from_learners(spawner) -> None:
+    """`Spawner.pre_spawn_hook`: a learner's server starts without nbgrader's extensions (LEARNER_JUPYTER_CONFIG);
+    hub admins and members of the instructors group, as the hub knows them at this spawn, keep them."""
+    user = spawner.user
+    if user.admin or INSTRUCTORS_GROUP in {group.name for group in user.groups}:
+        return
+    paths = [str(LEARNER_JUPYTER_CONFIG), *filter(None, spawner.environment.get("JUPYTER_CONFIG_PATH", "").split(
+        os.pathsep))]
+    spawner.environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": os.pathsep.join(paths)}  # not the shared dict
+
+
 def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/classroom.sqlite",
               instructors: list[str] = (), admins: list[str] | None = None, service_port: int = SERVICE_PORT,
               managed: bool = True, api_token: str | None = None, python: str = sys.executable,
@@ -72,7 +91,9 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
     c.JupyterHub.bind_url = f"http://{hub_ip}:{hub_port}"
     service = {"name": service_name, "url": service_url, "oauth_no_confirm": True, "display": True}
     if managed:
-        service["command"] = [python, "-m", "classroom.service", "--port", str(service_port)]  # no jax to import
+        # no jax to import; --hub-pid: this file runs inside the hub, so the service stops when this process dies
+        service["command"] = [python, "-m", "classroom.service", "--port", str(service_port),
+                              "--hub-pid", str(os.getpid())]
         service["environment"] = {"DANTINOX_CLASSROOM_DB": str(Path(db_path).resolve())}
     else:
         if not api_token:
@@ -82,16 +103,17 @@ def configure(c, *, hub_port: int = 8000, db_path: str | Path = "classroom-data/
         service["oauth_redirect_uri"] = f"/services/{service_name}/oauth_callback"  # as a managed service's
     c.JupyterHub.services = [service]
     bin_dir = Path(python).parent  # the proxy and the user servers come from this environment, activated or not
-    if (bin_dir / "configurable-http-proxy").exists():
-        c.ConfigurableHTTPProxy.command = [str(bin_dir / "configurable-http-proxy")]
+    if (bin_dir / "configurable-http-proxy").exists():  # the pure-Python proxy, with room for a class's requests
+        c.ConfigurableHTTPProxy.command = [python, "-m", "classroom.proxy"]
     if (bin_dir / "jupyterhub-singleuser").exists():
         c.Spawner.cmd = [str(bin_dir / "jupyterhub-singleuser")]
     c.JupyterHub.load_roles = classroom_roles(service_name)
-    c.JupyterHub.load_groups = {"instructors": {"users": list(instructors)}}
+    c.JupyterHub.load_groups = {INSTRUCTORS_GROUP: {"users": list(instructors)}}
     admins = list(instructors if admins is None else admins)
     c.Authenticator.admin_users = set(admins)
     c.Spawner.environment = {"DANTINOX_CLASSROOM_URL": f"http://127.0.0.1:{hub_port}/services/{service_name}"}
     c.Spawner.default_url = "/lab"
+    c.Spawner.pre_spawn_hook = hide_nbgrader_from_learners
     c.Spawner.http_timeout = 120  # a server spawned while the machine is busy with a class takes its time
     c.Authenticator.allow_all = True  # pam: any account of this machine; shared: any name (narrow: allowed_users)
     if auth == "shared":
@@ -121,6 +143,8 @@ def _shared_password(c, class_password: str | None, instructor_password: str | N
     # a trial run: every learner's server runs as the hub's own OS account (each in a home under /tmp), so any
     # learner can read the service's files and stop its process. Not for a class whose answers matter.
     c.JupyterHub.spawner_class = "simple"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        c.Spawner.args = ["--allow-root"]  # the hub's account is root here, and Jupyter refuses root without it
 
 
 def _port(name: str, default: int) -> int:

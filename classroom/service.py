@@ -26,9 +26,12 @@ Endpoints, under the service prefix (`/services/classroom/`):
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import queue
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -53,6 +56,8 @@ ROLE_CACHE_S = 5.0  # how long a learner's group membership is trusted before as
 # per learner: requests and attempts each come from a bucket that refills at a steady rate (token bucket)
 RATE_REQUESTS = (100, 50.0)  # burst, per second: a quiz click is one request; a load test is far more
 RATE_ATTEMPTS = (3000, 100.0)  # burst (a whole outbox after an outage), per second
+PARENT_CHECK_S = 1.0  # how often a hub-started service checks that its hub is still its parent
+BIND_WAIT_S = 10.0  # how long a new service waits for its port while an earlier one lets go of it
 
 
 def _port_from(url: str) -> int | None:
@@ -117,29 +122,92 @@ class RateLimit:
         return ok
 
 
+class GroupCommit:
+    """The one writer: a thread that stores, in one transaction (one commit), every request that arrived while
+    it wrote the previous one, each request still all or none; the event loop only hands requests over.
+
+    Under a class's load this keeps the store's share of an answer's time small: requests no longer queue one
+    transaction and one thread round trip each, and the writer never waits for the event loop between them."""
+
+    def __init__(self, store: AnswerStore):
+        self.store, self.queue = store, queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="classroom-write", daemon=True)
+        self.thread.start()
+
+    async def add(self, attempts: list[Attempt]) -> list[bool]:
+        """Store `attempts` (numbered in arrival order); per attempt whether it was new. Raises KeyConflict
+        (this request only) or sqlite3.OperationalError (everyone in the transaction)."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put((attempts, future))
+        return await future
+
+    def close(self) -> None:
+        """Finish what was handed over, then stop the thread."""
+        self.queue.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get())
+            stop = None in batch
+            batch = [item for item in batch if item is not None]
+            if batch:
+                try:
+                    outcomes = self.store.add_groups([attempts for attempts, _ in batch], number=True)
+                except Exception as err:  # noqa: BLE001 - locked, disk full: every request in it is told
+                    outcomes = [err] * len(batch)
+                loop = batch[0][1].get_loop()
+                loop.call_soon_threadsafe(self._settle, [future for _, future in batch], outcomes)
+            if stop:
+                return
+
+    @staticmethod
+    def _settle(futures: list[asyncio.Future], outcomes: list) -> None:
+        for future, outcome in zip(futures, outcomes, strict=True):
+            if future.done():  # its client went away
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+
 class _Handler(HubOAuthenticated, web.RequestHandler):
     """Authenticates through the hub before any handler body runs."""
 
-    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, pools: dict, tally: Tally):
-        self.store, self.hub_auth, self.roles, self.pools, self.tally = store, hub_auth, roles, pools, tally
+    def initialize(self, store: AnswerStore, hub_auth: HubOAuth, roles: Roles, reads: ThreadPoolExecutor,
+                   tally: Tally):
+        self.store, self.hub_auth, self.roles, self.reads, self.tally = store, hub_auth, roles, reads, tally
 
     def set_default_headers(self):
         self.set_header("X-Content-Type-Options", "nosniff")  # an export is data, never run as a page
         self.set_header("X-Frame-Options", "DENY")
 
-    async def db(self, fn, *args, pool: str = "read", **kwargs):
-        """Run a store call in a worker thread, off the event loop: one thread writes, others read (WAL readers
-        never wait for a writer, so a write stuck on another process's lock holds back no read)."""
+    async def db(self, fn, *args, **kwargs):
+        """Run a store read in a worker thread, off the event loop (WAL readers never wait for a writer, so a
+        write stuck on another process's lock holds back no read; writes go through GroupCommit)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pools[pool], lambda: fn(*args, **kwargs))
+            return await asyncio.get_running_loop().run_in_executor(self.reads, lambda: fn(*args, **kwargs))
         except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
             raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
+    def timed(self, name: str, since: float) -> float:
+        """Add the time since `since` to this response's Server-Timing header (in ms); returns now."""
+        now = time.perf_counter()
+        self.timings.append(f"{name};dur={1000 * (now - since):.2f}")
+        self.set_header("Server-Timing", ", ".join(self.timings))
+        return now
+
     async def prepare(self):
+        self.timings = []  # where a request's time goes: the benchmark reads them (benchmarks/classroom_load.py)
         length = self.request.headers.get("Content-Length", "0")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise web.HTTPError(413, f"body: expected at most {MAX_BODY_BYTES} bytes, got {length}")
+        start = time.perf_counter()
         model = await self.hub_auth.get_user(self, sync=False)
+        self.timed("auth", start)  # the hub's word on the token: cached TOKEN_CACHE_S, then asked again
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
         except UserNotAllowed:
@@ -234,11 +302,12 @@ def grade_all(attempts: list[Attempt], entries: Entries, now: float) -> list[Att
 
 
 class AttemptsHandler(_Handler):
-    def initialize(self, entries, limits, **kw):
+    def initialize(self, entries, limits, writer, **kw):
         super().initialize(**kw)
-        self.entries, self.limits = entries, limits
+        self.entries, self.limits, self.writer = entries, limits, writer
 
     async def post(self):
+        start = time.perf_counter()
         requests, attempts_bucket = self.limits
         if not requests.take(self.learner):
             self.set_header("Retry-After", "1")
@@ -258,13 +327,18 @@ class AttemptsHandler(_Handler):
             graded = grade_all(attempts, self.entries, time.time())  # arrival time, not the client's clock
         except ValueError as err:
             raise web.HTTPError(400, str(err)) from None
-        try:  # one transaction: the whole body is stored, numbered in arrival order, before we acknowledge
-            new = await self.db(self.store.add_many, graded, number=True, pool="write")
+        start = self.timed("grade", start)  # parsing and validation included
+        try:  # all of the body is stored, numbered in arrival order, before we acknowledge
+            new = await self.writer.add(graded)
         except KeyConflict as err:
             raise web.HTTPError(409, str(err)) from None
+        except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
+            raise web.HTTPError(503, f"answer database unavailable ({err})") from None
+        start = self.timed("store", start)  # waiting for the writer included
         for a, is_new in zip(graded, new, strict=True):
             if is_new:
                 self.tally.add(a)  # the dashboard's numbers, kept up to date here rather than recounted per poll
+        self.timed("tally", start)
         self.write_json({"received": len(attempts), "new": sum(new), "keys": [a.key for a in attempts]})
 
     async def get(self):
@@ -355,43 +429,76 @@ def make_app(store: AnswerStore, hub_auth: HubOAuth | None = None, entries: dict
     `entries` (for question text, options and beliefs) to every entry in content/."""
     hub_auth = hub_auth or HubOAuth(cache_max_age=TOKEN_CACHE_S)
     prefix = hub_auth.base_url  # $JUPYTERHUB_SERVICE_PREFIX, e.g. /services/classroom/
-    pools = {"write": ThreadPoolExecutor(1, thread_name_prefix="classroom-write"),  # one writer
-             "read": ThreadPoolExecutor(2, thread_name_prefix="classroom-read")}
+    reads, writer = ThreadPoolExecutor(2, thread_name_prefix="classroom-read"), GroupCommit(store)  # one writer
     tally = Tally(store.attempts())  # once at start; then each stored attempt is added as it arrives
-    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), pools=pools, tally=tally)
+    kw = dict(store=store, hub_auth=hub_auth, roles=Roles(hub_auth), reads=reads, tally=tally)
     content_entries = Entries(entries)
     content_entries.get()  # load now: the first answer of a class should not wait for it
     limits = (RateLimit(*RATE_REQUESTS), RateLimit(*RATE_ATTEMPTS))
     routes = [
         (prefix, DashboardHandler, kw),
         (url_path_join(prefix, "api/me"), MeHandler, kw),
-        (url_path_join(prefix, "api/attempts"), AttemptsHandler, {**kw, "entries": content_entries, "limits": limits}),
+        (url_path_join(prefix, "api/attempts"), AttemptsHandler,
+         {**kw, "entries": content_entries, "limits": limits, "writer": writer}),
         (url_path_join(prefix, "api/attempts/mine"), MyAttemptsHandler, kw),
         (url_path_join(prefix, "api/summary"), SummaryHandler, {**kw, "entries": content_entries}),
         (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, {"hub_auth": hub_auth}),
     ]
     secret = os.urandom(32)  # signs the OAuth cookie; a restart only costs the browser one hub round trip
-    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False)
+    return web.Application(routes, cookie_secret=secret, hub_auth=hub_auth, xsrf_cookies=False, writer=writer)
 
 
-def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1") -> None:
-    """Run the service until killed. Needs the environment a JupyterHub service is started with."""
+def _listen(app: web.Application, port: int, ip: str) -> None:
+    """Listen on ip:port, waiting up to BIND_WAIT_S while the port is still held (the service of a hub that
+    was just killed needs up to PARENT_CHECK_S to notice and let go of it)."""
+    deadline = time.monotonic() + BIND_WAIT_S
+    while True:
+        try:
+            app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
+            return
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); another process "
+                                 f"holds it (not a classroom service of a stopped hub: those exit within "
+                                 f"{PARENT_CHECK_S:g} s). Stop it or choose another DANTINOX_CLASSROOM_PORT") from None
+            time.sleep(0.2)
+
+
+def _exit_with_hub(hub_pid: int) -> None:
+    """Stop the service once the hub that started it (its parent) is gone, so that no orphan keeps the port
+    and the database after a kill -9 of the hub: a dead parent is certain, never a guess about a stranger."""
+    if os.getppid() != hub_pid:
+        raise ValueError(f"--hub-pid {hub_pid}: expected the pid of the hub that started this service (its "
+                         f"parent), got a process that is not its parent ({os.getppid()} is)")
+
+    def check() -> None:
+        if os.getppid() != hub_pid:
+            print(f"classroom service: its hub (pid {hub_pid}) is gone: stopping", flush=True)
+            ioloop.IOLoop.current().stop()
+
+    ioloop.PeriodicCallback(check, PARENT_CHECK_S * 1000).start()
+
+
+def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1",
+          hub_pid: int | None = None) -> None:
+    """Run the service until killed, or until the hub process `hub_pid` (its parent) is gone. Needs the
+    environment a JupyterHub service is started with."""
     for name in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL", "JUPYTERHUB_SERVICE_PREFIX"):
         if not os.environ.get(name):
             raise ValueError(f"${name} is not set: run this as a JupyterHub service "
                              "(see classroom/jupyterhub_config.py)")
+    if hub_pid is not None:
+        _exit_with_hub(hub_pid)
     if port is None:
         port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
     store = AnswerStore(db if db is not None else default_db_path())
     app = make_app(store)
-    try:
-        app.listen(port, address=ip, max_body_size=8 * MAX_BODY_BYTES)  # prepare() answers 413 up to here
-    except OSError as err:
-        raise ValueError(f"--port {port}: cannot listen on {ip}:{port} ({err.strerror}); is an earlier classroom "
-                         f"service still running (after the hub was killed)? Stop it, then restart the hub") from None
+    _listen(app, port, ip)
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",
           flush=True)
     ioloop.IOLoop.current().start()
+    app.settings["writer"].close()  # a write already handed to the writer is committed before exit
+    store.close()
 
 
 if __name__ == "__main__":  # `python -m classroom.service`: the same as `dantinox classroom serve`, without jax
@@ -402,8 +509,9 @@ if __name__ == "__main__":  # `python -m classroom.service`: the same as `dantin
     p.add_argument("--db", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--ip", default="127.0.0.1")
+    p.add_argument("--hub-pid", type=int, default=None, help="stop when this process (the hub) is gone")
     args = p.parse_args()
     try:
-        serve(db=args.db, port=args.port, ip=args.ip)
+        serve(db=args.db, port=args.port, ip=args.ip, hub_pid=args.hub_pid)
     except ValueError as err:
         sys.exit(f"classroom serve: error: {err}")

@@ -163,6 +163,12 @@ _COLUMNS = ("key, learner, entry_id, check_index, question, params, response, ex
             "content_version")
 
 
+def _expect_attempts(attempts: list) -> None:
+    for a in attempts:
+        if not isinstance(a, Attempt):
+            raise ValueError(f"attempt: expected an Attempt, got {type(a).__name__}")
+
+
 def _row_to_attempt(row: tuple) -> Attempt:
     (key, learner, entry_id, check_index, question, params, response, expected, correct, attempt, t,
      version) = row
@@ -262,29 +268,48 @@ class AnswerStore:
         number=True gives each new attempt its number in arrival order (1 + the learner's earlier attempts at
         the check since their last reset), whatever number it carried. A key already stored under another
         learner raises KeyConflict and stores nothing."""
-        for a in attempts:
-            if not isinstance(a, Attempt):
-                raise ValueError(f"attempt: expected an Attempt, got {type(a).__name__}")
+        _expect_attempts(attempts)
+        with self._lock, self._write():
+            return self._insert(attempts, outbox, number)
+
+    def add_groups(self, groups: list[list[Attempt]], *, number: bool = False) -> list[list[bool] | KeyConflict]:
+        """Record several independent groups of attempts in one transaction (one commit for all of them), each
+        group all or none: per group, whether each attempt was new, or the KeyConflict that kept the group out.
+        Groups are numbered (number=True) in the order given, as if added one after another."""
+        for group in groups:
+            _expect_attempts(group)
         out = []
         with self._lock, self._write():
-            for a in attempts:
-                row = self._db.execute("SELECT learner FROM attempts WHERE key = ?", (a.key,)).fetchone()
-                if row is not None:
-                    if row[0] != a.learner:
-                        raise KeyConflict(f"attempt.key: {a.key} is already stored for another learner")
-                    out.append(False)
-                    continue
-                n = a.attempt
-                if number:
-                    (n,) = self._db.execute("SELECT COUNT(*) + 1 FROM attempts WHERE learner = ? AND entry_id = ? "
-                                            "AND check_index = ? AND hidden = 0",
-                                            (a.learner, a.entry_id, a.check_index)).fetchone()
-                self._db.execute(
-                    f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
-                     a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
-                     0 if outbox else None))
-                out.append(True)
+            for group in groups:
+                self._db.execute("SAVEPOINT attempt_group")
+                try:
+                    out.append(self._insert(group, False, number))
+                except KeyConflict as err:
+                    self._db.execute("ROLLBACK TO attempt_group")
+                    out.append(err)
+                self._db.execute("RELEASE attempt_group")
+        return out
+
+    def _insert(self, attempts: list[Attempt], outbox: bool, number: bool) -> list[bool]:
+        out = []
+        for a in attempts:
+            row = self._db.execute("SELECT learner FROM attempts WHERE key = ?", (a.key,)).fetchone()
+            if row is not None:
+                if row[0] != a.learner:
+                    raise KeyConflict(f"attempt.key: {a.key} is already stored for another learner")
+                out.append(False)
+                continue
+            n = a.attempt
+            if number:
+                (n,) = self._db.execute("SELECT COUNT(*) + 1 FROM attempts WHERE learner = ? AND entry_id = ? "
+                                        "AND check_index = ? AND hidden = 0",
+                                        (a.learner, a.entry_id, a.check_index)).fetchone()
+            self._db.execute(
+                f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
+                 a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
+                 0 if outbox else None))
+            out.append(True)
         return out
 
     def reset(self, learner: str, entry_id: str) -> int:

@@ -5,6 +5,7 @@
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
+    dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
 `dantinox.enable_compilation_cache()` themselves.
@@ -23,6 +24,7 @@ from dantinox.cache import (
 from dantinox.config import PRESETS, ModelConfig
 from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
 from dantinox.generate import DecodeState, StreamEvent, generate, stream
+from dantinox.kv_ledger import Ledger, kv_ledger
 from dantinox.memory import (
     DEVICE_PRESETS,
     DevicePreset,
@@ -41,5 +43,5 @@ __all__ = [
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
-    "load_pretrained",
+    "load_pretrained", "Ledger", "kv_ledger",
 ]

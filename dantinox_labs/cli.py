@@ -126,6 +126,32 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kv(args: argparse.Namespace) -> int:
+    """`dantinox kv`: the per-layer KV-cache ledger of a published model or the user's config.json / GGUF."""
+    if args.list:
+        if args.config is not None:
+            raise ValueError("--list: lists the catalogue; give either --list or a CONFIG, not both")
+        from dantinox.architectures import catalogue
+
+        for name, entry in catalogue().items():
+            print(f"{name}\t{entry['title']}\t{entry['config_url']}")
+        return 0
+    if args.config is None:
+        raise ValueError("CONFIG: expected a catalogue name (dantinox kv --list), a config.json path or a .gguf path")
+    if args.tokens is None:
+        raise ValueError("--tokens: required with a CONFIG (the context T to size the cache for)")
+    import json
+
+    from dantinox.architectures import load_architecture
+    from dantinox.kv_ledger import kv_ledger
+    from dantinox_labs.kv_table import ledger_table
+
+    arch = load_architecture(args.config)
+    ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes)
+    print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger, arch))
+    return 0
+
+
 def _content_check(args: argparse.Namespace) -> int:
     from content import CONTENT_DIR
     from content.check import run
@@ -161,7 +187,7 @@ def _lab(args: argparse.Namespace) -> int:
 def _classroom_serve(args: argparse.Namespace) -> int:
     from classroom.service import serve
 
-    serve(db=args.db, port=args.port, ip=args.ip)
+    serve(db=args.db, port=args.port, ip=args.ip, hub_pid=args.hub_pid)
     return 0
 
 
@@ -235,6 +261,8 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
     cs.add_argument("--db", default=None, help="SQLite file (default: $DANTINOX_CLASSROOM_DB, else the data dir)")
     cs.add_argument("--port", type=int, default=None, help="default: the port in $JUPYTERHUB_SERVICE_URL")
     cs.add_argument("--ip", default="127.0.0.1")
+    cs.add_argument("--hub-pid", type=int, default=None, help="stop when this process (the hub that started the "
+                                                               "service, its parent) is gone")
     cs.set_defaults(func=_classroom_serve)
     cn = classroom_sub.add_parser("nbgrader", help="write an nbgrader source assignment from entries' checks")
     cn.add_argument("entries", nargs="+", metavar="ENTRY", help="entry ids, e.g. kv-cache")
@@ -264,6 +292,22 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
                                                 "your user data directory)")
     lb.add_argument("--prepare-only", action="store_true", help="update the working folder, print it, and stop")
     lb.set_defaults(func=_lab, takes_extra=True)
+
+    kv = sub.add_parser("kv", help="the KV cache of a published model, layer by layer, and its fit on a device",
+                        formatter_class=_WithDefaults)
+    kv.add_argument("config", nargs="?", default=None, metavar="CONFIG",
+                    help="a catalogue name (see --list), a Hugging Face config.json path or a .gguf path")
+    kv.add_argument("--list", action="store_true", help="list the catalogue of published models")
+    kv.add_argument("--tokens", type=int, default=None, help="T: tokens each sequence holds")
+    kv.add_argument("--batch", type=int, default=1, help="B: sequences")
+    kv.add_argument("--cache-dtype", dest="cache_dtype", default="bfloat16",
+                    help="float32, bfloat16, float16, or int8 / fp8_e4m3 codes with float32 scales")
+    kv.add_argument("--device", default=None, help='a device preset for the fit, e.g. "H100 80GB"')
+    kv.add_argument("--weight-bytes", dest="weight_bytes", type=int, default=None,
+                    help="the weights' bytes for the fit (default: the catalogue's parameters x 2 B, or a GGUF's "
+                         "tensor bytes)")
+    kv.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    kv.set_defaults(func=_kv)
 
     tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")
     tb.set_defaults(func=_tables)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import platformdirs
 
+from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
 from dantinox_labs import shipped
 
 ENV_VAR = "DANTINOX_LABS_DIR"
@@ -35,10 +36,6 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 RERUN_HTML = ("<div style='color:#555;font-style:italic'>A live widget goes here: run this cell (or "
               "<b>Run &rarr; Run All Cells</b>) to show it.</div>")
 RERUN_TEXT = "A live widget goes here: run this cell (or Run > Run All Cells) to show it."
-# What a learner does not need in their JupyterLab (instructors keep them: they grade with nbgrader).
-NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
-                              "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
-NBGRADER_LAB_EXTENSIONS = ("@jupyter/nbgrader",)
 
 
 def labs_folder() -> Path:
@@ -111,14 +108,11 @@ def prepare(folder: Path | None = None, source: Path = shipped.LABS) -> list[str
 
 
 def learner_config(folder: Path) -> Path:
-    """A Jupyter config folder (for $JUPYTER_CONFIG_PATH) that hides nbgrader and installs the pre-save hook."""
+    """A Jupyter config folder (for $JUPYTER_CONFIG_PATH) that installs the pre-save hook."""
     config = folder / ".jupyter-config"
-    (config / "labconfig").mkdir(parents=True, exist_ok=True)
-    server = {"ServerApp": {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False)},
-              "ContentsManager": {"pre_save_hook": "dantinox_labs.workspace.pre_save_hook"}}
+    config.mkdir(parents=True, exist_ok=True)
+    server = {"ContentsManager": {"pre_save_hook": "dantinox_labs.workspace.pre_save_hook"}}
     (config / "jupyter_server_config.json").write_text(json.dumps(server, indent=1) + "\n", encoding="utf-8")
-    page = {"disabledExtensions": dict.fromkeys(NBGRADER_LAB_EXTENSIONS, True)}
-    (config / "labconfig" / "page_config.json").write_text(json.dumps(page, indent=1) + "\n", encoding="utf-8")
     return config
 
 
@@ -130,5 +124,7 @@ def lab_command(folder: Path, extra: list[str]) -> tuple[list[str], dict[str, st
         args.append("--no-browser")  # no screen: JupyterLab prints the URL with its token instead
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")  # containers and CI machines often run as root; Jupyter refuses otherwise
-    paths = [str(learner_config(folder)), *filter(None, os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    # LEARNER_JUPYTER_CONFIG: no nbgrader menus, the same folder the hub gives learners' servers
+    paths = [str(learner_config(folder)), str(LEARNER_JUPYTER_CONFIG),
+             *filter(None, os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     return args + extra, {**os.environ, "JUPYTER_CONFIG_PATH": os.pathsep.join(paths)}

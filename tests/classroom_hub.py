@@ -222,11 +222,22 @@ def make_attempt(learner: str, i: int) -> dict:
             "correct": False, "attempt": 1, "time": time.time(), "content_version": VERSION}
 
 
-def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None, timeout: float = 60.0) -> list:
+def server_timing(header: str) -> dict[str, float]:
+    """'auth;dur=0.41, grade;dur=0.30' -> {'auth': 0.41, 'grade': 0.30} (milliseconds)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in header.split(","))):
+        name, _, dur = part.partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
+def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None, timeout: float = 60.0,
+             timings: list | None = None) -> list:
     """Every learner posts `per_learner` single attempts one after another, all learners at once.
 
     Returns (learner, key, status, seconds, body) per request; status 599 is a connection failure.
-    `on_ack(n)` is called after each acknowledged (200) request with the running count."""
+    `on_ack(n)` is called after each acknowledged (200) request with the running count; `timings`, when
+    given, gets the service's Server-Timing of each acknowledged request (`server_timing`)."""
     import asyncio
 
     from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -248,6 +259,8 @@ def run_load(url: str, tokens: dict[str, str], per_learner: int, *, on_ack=None,
                 results.append((name, attempt["key"], resp.code, time.perf_counter() - start, body))
                 if resp.code == 200:
                     acked += 1
+                    if timings is not None:
+                        timings.append(server_timing(resp.headers.get("Server-Timing", "")))
                     if on_ack:
                         on_ack(acked)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from classroom.store import AnswerStore, Attempt, content_version, current_learner, default_path, new_key
+from classroom.store import AnswerStore, Attempt, KeyConflict, content_version, current_learner, default_path, new_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +34,17 @@ def test_add_is_idempotent_and_attempts_come_back_in_time_order(tmp_path):
     assert store.count() == 2
     again = AnswerStore(tmp_path / "a.sqlite")  # another connection sees the committed rows
     assert again.attempts("ada")[0].params == {"L": 12, "dtype_bytes": 2.0}
+
+
+def test_groups_in_one_transaction_are_each_all_or_none_and_numbered_in_order(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite")
+    taken = make(learner="bo")
+    store.add(taken)
+    first, second, late = [make(attempt=9)], [make(attempt=9), make(key=taken.key)], [make(attempt=9)]
+    result = store.add_groups([first, second, late], number=True)  # bo's key in ada's second group
+    assert result[0] == [True] and isinstance(result[1], KeyConflict) and result[2] == [True]
+    assert [a.attempt for a in store.attempts("ada")] == [1, 2]  # the refused group left no row and no number
+    assert [a.key for a in store.attempts("ada")] == [first[0].key, late[0].key]
 
 
 def test_reset_hides_attempts_from_resume_and_numbering_but_keeps_them(tmp_path):

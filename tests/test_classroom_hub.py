@@ -410,10 +410,11 @@ def test_roles_add_service_access_and_keep_the_hub_defaults():
     assert roles["classroom-service"]["services"] == ["classroom"]
 
 
-# A user server as the hub starts it (its own server-role token, the config's environment), standing in for
-# a kernel: it records one attempt in its outbox and delivers it, as the quiz widget does, then idles.
+# A user server as the hub starts it (its own server-role token, the config's environment): standing in for a
+# kernel, it records one attempt in its outbox and delivers it, as the quiz widget does, then becomes the real
+# single-user JupyterLab server with the arguments the hub gave it.
 KERNEL = """
-import os, time
+import os, sys, time
 from classroom.client import deliver_pending
 from classroom.store import AnswerStore, Attempt
 from classroom_hub import make_attempt
@@ -421,22 +422,92 @@ store = AnswerStore(os.path.join(os.environ["HOME"], "answers.sqlite"))
 store.add(Attempt.from_json(make_attempt(os.environ["JUPYTERHUB_USER"], 0)), outbox=True)
 while deliver_pending(store).pending:
     time.sleep(0.5)
-time.sleep(600)
+server = os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")
+os.execv(server, [server, *sys.argv[1:]])
 """
 
 
-def test_the_shipped_config_starts_the_service_and_a_server_token_can_post():
+def test_the_shipped_config_on_a_real_hub_its_learners_server_and_a_kill_9_of_the_hub():
+    import re
+    import socket
+
+    import psutil
+
     h = Hub(managed=True)  # the hub itself starts `dantinox classroom serve`
     h.extra_config = (f"c.JupyterHub.spawner_class = 'simple'\nc.Spawner.http_timeout = 120\n"
                       f"c.Spawner.cmd = [{sys.executable!r}, '-c', {KERNEL!r}]\n"
                       f"c.SimpleLocalProcessSpawner.home_dir_template = {str(h.dir / 'home' / '{username}')!r}\n")
+    started = []
     try:
         h.start()
         h.add_users("dora")
         h.admin("POST", "/users/dora/server")  # the hub spawns dora's server with its own token
         wait_until(lambda: [learner for learner, _ in stored(h)] == ["dora"], "dora's attempt from her server", 90)
+        wait_until(lambda: h.admin("GET", "/users/dora")["servers"][""]["ready"], "dora's JupyterLab", 120)
+        token = h.token_for("dora", scopes=["access:servers!user=dora"])
+        assert http("GET", f"{h.url}/user/dora/formgrader", token)[0] == 404  # nbgrader's server side is off
+        status, page, _ = http("GET", f"{h.url}/user/dora/lab", token)
+        config = json.loads(re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
+        assert status == 200 and "@jupyter/nbgrader" in config["disabledExtensions"]  # menus, Validate
+
+        started = psutil.Process(h.proc.pid).children()  # the proxy, the service, dora's server
+        service = next(p for p in started if "classroom.service" in p.cmdline())
+        h.proc.kill()  # kill -9 of the hub: its service must not stay behind holding the port and the database
+        h.proc.wait(10)
+
+        def gone() -> bool:
+            try:
+                return service.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        wait_until(gone, "the service of a killed hub to exit", 10)
+        with socket.socket() as s:  # the port is free for the next hub's service (bound as tornado binds)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", h.service_port))
     finally:
+        for p in started:  # what the killed hub left running (its proxy, dora's server)
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
         h.stop()
+
+
+def test_learners_servers_start_without_nbgrader_and_instructors_keep_it():
+    import os
+    from types import SimpleNamespace
+
+    from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG, hide_nbgrader_from_learners
+
+    shared = {"DANTINOX_CLASSROOM_URL": "u", "JUPYTER_CONFIG_PATH": "/site"}  # c.Spawner.environment, one dict
+
+    def spawn(admin: bool = False, groups: tuple = ()):
+        user = SimpleNamespace(admin=admin, groups=[SimpleNamespace(name=g) for g in groups])
+        spawner = SimpleNamespace(user=user, environment=shared)
+        hide_nbgrader_from_learners(spawner)
+        return spawner.environment
+
+    assert spawn(groups=("late-comers",))["JUPYTER_CONFIG_PATH"] == f"{LEARNER_JUPYTER_CONFIG}{os.pathsep}/site"
+    assert spawn(groups=("instructors",)) is shared and spawn(admin=True) is shared  # formgrader stays theirs
+    assert shared["JUPYTER_CONFIG_PATH"] == "/site"
+
+
+def test_a_new_service_waits_for_its_port_while_an_earlier_one_lets_go():
+    import socket
+
+    from tornado import web
+
+    from classroom import service
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    threading.Timer(0.3, held.close).start()  # the earlier service stops a moment later
+    start = time.monotonic()
+    service._listen(web.Application(), port, "127.0.0.1")
+    assert 0.2 < time.monotonic() - start < service.BIND_WAIT_S
 
 
 def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
@@ -451,19 +522,22 @@ def test_serve_outside_a_hub_is_a_one_line_error(monkeypatch, capsys, tmp_path):
 def test_serve_on_a_port_still_held_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     import socket
 
+    from classroom import service
     from dantinox_labs.cli import main
+
+    monkeypatch.setattr(service, "BIND_WAIT_S", 0.3)  # it waits that long for a stopping service to let go
 
     h = Hub()  # not started: only its environment for a service
     for name, value in h.service_env().items():
         if name.startswith("JUPYTERHUB_"):
             monkeypatch.setenv(name, value)
-    with socket.socket() as held:  # an orphaned service from a hub killed with kill -9
+    with socket.socket() as held:  # a stranger's process
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         assert main(["classroom", "serve", "--db", str(tmp_path / "c.sqlite"), "--port", str(port)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "earlier classroom service" in err
+    assert err.count("\n") == 1 and f"--port {port}: cannot listen" in err and "another process holds it" in err
     h.stop()
 
 
@@ -480,6 +554,8 @@ def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_
 
 
 def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
+    import os
+
     from classroom_hub import ROOT
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -495,12 +571,15 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
-    assert c.JupyterHub.services[0]["command"][-4:] == ["-m", "classroom.service", "--port", "10202"]
+    assert c.JupyterHub.services[0]["command"][-6:] == ["-m", "classroom.service", "--port", "10202",
+                                                        "--hub-pid", str(os.getpid())]  # the hub loads this file
     assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
     assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
     assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
     assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
     assert c.Spawner.http_timeout == 120
+    assert c.ConfigurableHTTPProxy.command[-2:] == ["-m", "classroom.proxy"]  # room for a class's requests
+    assert c.Spawner.pre_spawn_hook.__name__ == "hide_nbgrader_from_learners"  # the file's own copy of it
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
     with pytest.raises(SystemExit, match="DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
         load()

@@ -98,7 +98,8 @@ PRIMARY_HOSTS = {"arxiv.org", "jax-ml.github.io", "docs.vllm.ai", "docs.sglang.i
                  "www.nvidia.com", "nvidianews.nvidia.com", "www.usenix.org", "www.jedec.org", "cloud.google.com"}
 # repositories of the organisations that publish the model, engine or method
 PRIMARY_REPOS = ("huggingface.co/meta-llama/", "huggingface.co/deepseek-ai/", "huggingface.co/google/",
-                 "huggingface.co/mistralai/", "github.com/vllm-project/vllm", "github.com/NVlabs/",
+                 "huggingface.co/mistralai/", "huggingface.co/Qwen/", "huggingface.co/openai/",
+                 "github.com/vllm-project/vllm", "github.com/NVlabs/",
                  "github.com/jy-yuan/KIVI")
 
 
@@ -233,8 +234,14 @@ INDEPENDENT = {
     "Softmax scale": lambda v: (v["D"] / v["N"]) ** -0.5,
     "Attention scores per layer": lambda v: v["B"] * v["N"] * v["T"] * v["S"],
     "GQA cache relative to MHA": lambda v: v["H_kv"] / v["N"],
+    "KV cache per device on a mesh": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"] * v["bytes"]
+    / v["data"] / (v["H_kv"] if v["model"] > v["H_kv"] else v["model"]),  # heads cut at most K ways
     "KV bytes saved per token": lambda v: 2 * v["L"] * v["N"] * v["d_h"] * v["bytes"]
     - 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
+    "Per-layer KV cache of a hybrid model": lambda v: v["B"] * v["bytes"] * (
+        2 * v["H_kv"] * v["d_h"] * (v["L_f"] * v["T"] + v["L_s"] * min(v["T"], v["W"]))
+        + v["L_m"] * (v["C"] + v["R"]) * v["T"]),
+    "Naive calculator": lambda v: 2 * v["L"] * v["H_kv"] * v["D"] / v["N"] * v["T"] * v["B"] * v["bytes"],
     "MLA latent cache size": lambda v: v["L"] * v["B"] * v["T"] * (v["C"] + v["R"]) * v["bytes"],
     "Equivalent GQA KV heads": lambda v: (v["C"] + v["R"]) / v["d_h"] / 2,
     "MLA cache relative to MHA": lambda v: (v["C"] + v["R"]) / (2 * v["N"] * v["d_h"]),

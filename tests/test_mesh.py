@@ -66,9 +66,44 @@ lab = MeshLab(preset="test", mesh_shape="2×4", kv_heads=2, batch=4, context=32)
 out["mesh_lab"]["replicated_note"] = "replicated" in lab.status_html.value
 lab.update(kv_heads=4)
 out["mesh_lab"]["after"] = [lab.error, "replicated" in lab.status_html.value, lab.reading.formula_bytes]
-lab.update(batch=3)
-out["mesh_lab"]["bad_batch"] = lab.error
-out["mesh_lab"]["table_after_error"] = lab.table_html.value
+try:
+    lab.update(batch=3)
+    out["mesh_lab"]["bad_batch"] = None
+except ValueError as err:
+    out["mesh_lab"]["bad_batch"] = str(err)
+lab.mesh_shape.value = "8×1"  # as a learner picks it: the batch (4) moves to the nearest multiple of 8
+out["mesh_lab"]["snapped"] = [lab.batch.value, lab.batch.step, lab.error,
+                              "batch moved from 4 to 8" in lab.status_html.value]
+lab.batch.value = 16
+out["mesh_lab"]["snapped"].append("batch moved" in lab.status_html.value)  # said once, not at every move
+import widgets.mesh_lab as mesh_lab_module
+
+
+def broken(*_args):
+    raise ValueError("mesh: broken on purpose")
+
+
+mesh_lab_module.read_mesh = broken  # a failing setting: the error shows and no table of the last one stays
+lab.update(mesh_shape="2×4", batch=4)
+out["mesh_lab"]["table_after_error"] = [lab.error, lab.table_html.value + lab.grid_html.value]
+mesh_lab_module.read_mesh = read_mesh
+from widgets.mesh_lab import device_grid_html
+
+out["mesh_lab"]["placement"] = [[[d, list(s), list(h)] for d, (s, h) in sorted(r.placement.items())]
+                                for r in (arrays, shapes)]
+out["mesh_lab"]["holdings"] = sorted([h["device"], list(h["sequences"]), list(h["heads"])] for h in arrays.holdings)
+out["mesh_lab"]["grid"] = [list(row) for row in arrays.grid]
+out["mesh_lab"]["boxes"] = [device_grid_html(r).count("class='mesh-device'") for r in (arrays, shapes)]
+import content
+
+gqa = content.load_entry("grouped-query-attention")
+item = gqa.science_item("KV cache per device on a mesh")
+lab.update(kv_heads=2, batch=4)  # 2×4 mesh, K = 2: heads replicated twice
+params = lab.formula_params()
+out["mesh_lab"]["content_share"] = [content.evaluate(gqa, item.title, **{k: params[k] for k in item.variables}),
+                                    lab.reading.formula_bytes, sorted(set(lab.reading.device_bytes.values()))]
+out["mesh_lab"]["badges"] = ["measured: shard indices" in device_grid_html(arrays),
+                             "derived: the sharding" in device_grid_html(shapes)]
 print(json.dumps(out))
 """
 
@@ -128,5 +163,22 @@ def test_mesh_lab_measures_each_device(mesh_runs):
     assert lab["sources"] == ["arrays", "shapes"]
     # K = 4 on 4: twice the heads cut twice as many ways (the same share in f32), no replicas; the lab's cache is bf16
     assert lab["replicated_note"] and lab["after"] == ["", False, share // 2]
-    assert lab["bad_batch"] == "mesh: the data axis (2) must divide the batch (3)"
-    assert lab["table_after_error"] == ""  # the table of the last good setting does not stay under the error
+    assert lab["bad_batch"] == "batch: expected an integer in [2, 64] in steps of 2, got 3"  # the slider's grid
+    assert lab["snapped"] == [8, 8, "", True, False]
+    error, stale = lab["table_after_error"]
+    assert error == "mesh: broken on purpose" and stale == ""  # no table of the last setting under the error
+
+
+def test_mesh_lab_grid_shows_what_each_device_holds(mesh_runs):
+    lab = mesh_runs["mesh_lab"]
+    # read from the arrays' shards (and from the sharding's map, unallocated): equal to the layout's holdings
+    assert lab["placement"][0] == lab["placement"][1] == lab["holdings"]
+    by_device = {d: (seqs, heads) for d, seqs, heads in lab["holdings"]}
+    assert lab["grid"] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # data rows × model columns, as jax.make_mesh placed them
+    assert [by_device[d] for d in lab["grid"][1]] == [([2, 3], [0]), ([2, 3], [0]), ([2, 3], [1]), ([2, 3], [1])]
+    assert lab["boxes"] == [8, 8] and lab["badges"] == [True, True]
+
+
+def test_the_content_formula_gives_each_devices_measured_share(mesh_runs):
+    formula, share, measured = mesh_runs["mesh_lab"]["content_share"]  # the quiz's formula at the lab's settings
+    assert formula == share and measured == [share]

@@ -149,6 +149,9 @@ def test_lab_renders_and_responds(entry):
     assert lab.error == "" and len(lab.reading.decode_points) == 2 and len(lab.reading.devices) == 4
     assert "measured" in lab.readout_html.value and "H200 141GB" in lab.devices_html.value
     assert lab.figure.data[3].x == (1, 8)  # the measured dots are drawn
+    legend = {t.legendgroup: t.line.color for t in lab.figure.data[:3]}  # the legend shows the decode panel's
+    assert all(legend[t.legendgroup] == t.line.color for t in lab.figure.data[4:7])  # prefill: the same colours
+    assert len(set(legend.values())) == 3 and lab.figure.layout.width is None  # fits the notebook's width
     lab.batch.value = 256
     assert lab.reading.batch == 256 and lab.reading.devices[0].bound == "compute"
     assert lab.figure.data[10].x == (256,)

@@ -27,6 +27,7 @@ import json, sys
 from pathlib import Path
 
 import content, dantinox, dantinox_labs, widgets
+from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
 from dantinox_labs import shipped
 from widgets.concept_map import lab_notebook
 from widgets.generate import find_run
@@ -36,6 +37,7 @@ entries = content.load_all()
 runs = {p.parent.name: sorted((f.name, f.stat().st_size) for f in p.parent.iterdir())
         for p in sorted(shipped.RUNS.glob("*/config.json"))}
 found, _ = find_run(dantinox.ModelConfig.preset("tiny"))
+hidden = LEARNER_JUPYTER_CONFIG  # what learners' servers are started with
 cfg, _ = dantinox.load_run(found)  # weights read and checked against the config
 print(json.dumps({
     "files": [m.__file__ for m in (content, dantinox, dantinox_labs, widgets)],
@@ -47,6 +49,7 @@ print(json.dumps({
     "measurements": len(load_measurements()["rows"]),
     "heldout": len(shipped.heldout_text()),
     "entries": len(entries),
+    "learner_jupyter": sorted(p.relative_to(hidden).as_posix() for p in hidden.rglob("*.json")),
 }))
 """
 
@@ -100,6 +103,7 @@ def test_an_installed_wheel_carries_every_run_lab_and_measurement(installed, tmp
     assert got["measurements"] == len(json.loads((ROOT / "benchmarks/data/memory_savers.json").read_text())["rows"])
     assert got["heldout"] == len((ROOT / "benchmarks/data/heldout.txt").read_text(encoding="utf-8"))
     assert got["entries"] == len(list((ROOT / "content" / "entries").glob("*.yaml")))
+    assert got["learner_jupyter"] == ["jupyter_server_config.json", "labconfig/page_config.json"]  # hides nbgrader
 
 
 def test_the_installed_command_prepares_the_labs_and_checks_content(installed, tmp_path):
@@ -113,3 +117,6 @@ def test_the_installed_command_prepares_the_labs_and_checks_content(installed, t
     done = subprocess.run([str(dantinox), "content", "check"], capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("OK: "), done.stdout + done.stderr
+    done = subprocess.run([str(dantinox), "kv", "--list"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)  # the catalogue is package data of dantinox
+    assert done.returncode == 0 and len(done.stdout.splitlines()) >= 20, done.stdout + done.stderr

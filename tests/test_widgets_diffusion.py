@@ -1,5 +1,8 @@
 """The diffusion lab, driven headless: all three cache modes per setting, runs and error as traits."""
 
+import asyncio
+import re
+
 import numpy as np
 import pytest
 from flax import nnx
@@ -7,7 +10,7 @@ from flax import nnx
 import dantinox
 from dantinox import diffusion
 from widgets import DiffusionLab
-from widgets.diffusion_lab import run_modes
+from widgets.diffusion_lab import SETTLE_S, run_modes
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +26,24 @@ def lab(model):
                         block_size=8, threshold=0.9)
 
 
-def test_the_lab_runs_every_mode_and_follows_the_controls(lab):
+def test_the_lab_runs_every_mode_and_follows_the_controls(lab, monkeypatch):
     assert set(lab.runs) == set(diffusion.CACHE_MODES) and lab.error == "" and lab.message.value == ""
     assert all(f"<b>{c}</b>" in lab.table.value for c in diffusion.CACHE_MODES)
-    seen = []
+    seen, during = [], {}
     lab.observe(lambda change: seen.append(change["new"]), names="runs")
-    runs = lab.update(threshold=1.0, gen_length=32, block_size=4)
+    real = run_modes
+
+    def watched(*args):
+        during.update(message=lab.message.value, disabled=[c.disabled for c in (lab.block_size, lab.gen_length,
+                                                                                lab.threshold, lab.play)])
+        return real(*args)
+
+    monkeypatch.setattr("widgets.diffusion_lab.run_modes", watched)
+    runs = lab.update(threshold=1.0, gen_length=32, block_size=4)  # a new shape: it compiles first
     assert len(seen) == 1 and seen[0] is runs is lab.runs  # one run of the three modes for three controls
+    assert during["disabled"] == [True] * 4 and not any(c.disabled for c in (lab.block_size, lab.threshold))
+    assert "compiling 3 program(s) (none, prefix, dual)" in during["message"]
+    assert re.search(r"about \d+ s \(measured", during["message"])  # from the compile the lab timed at start
     dual = runs["dual"].result
     assert dual.nfe == 32 and lab.step.max == lab.play.max == 32
     assert [len(t.y) for t in lab.figure.data] == [32] * 5
@@ -79,3 +93,33 @@ def test_bad_settings_raise_and_failures_show_in_the_lab(lab, monkeypatch):
     monkeypatch.undo()
     lab.threshold.value = 0.6
     assert lab.error == "" and lab.runs["dual"].result.threshold == pytest.approx(0.6)
+
+
+def test_settings_decoded_before_are_reused_and_compiled_shapes_run_once(lab, monkeypatch):
+    lab.update(threshold=0.8, gen_length=16, block_size=8)  # the fixture's shape: compiled at construction
+    calls = []
+    real = diffusion.diffusion_generate
+    monkeypatch.setattr("widgets.diffusion_lab.diffusion_generate", lambda *a: calls.append(a) or real(*a))
+    first = lab.update(threshold=0.7)
+    assert len(calls) == 3 and not lab.reused  # one call per mode: no second, compiling call
+    lab.update(threshold=0.75)
+    calls.clear()
+    again = lab.update(threshold=0.7)
+    assert calls == [] and again is first and lab.reused and "decoded earlier" in lab.message.value
+
+
+def test_browser_moves_run_once_at_the_value_they_settle_on(lab, monkeypatch):
+    lab.update(threshold=0.9, gen_length=16, block_size=8)
+    ran = []
+    real = run_modes
+    monkeypatch.setattr("widgets.diffusion_lab.run_modes", lambda m, p, g, b, t, *rest: ran.append(t) or
+                        real(m, p, g, b, t, *rest))
+
+    async def three_arrow_presses():
+        for value in (0.45, 0.4, 0.35):
+            lab.threshold.set_state({"value": value})  # what a message from the front end does
+        assert ran == [] and "threshold 0.35" in lab.message.value
+        await asyncio.sleep(SETTLE_S + 0.3)
+
+    asyncio.run(three_arrow_presses())
+    assert ran == [0.35] and lab.runs["dual"].result.threshold == pytest.approx(0.35)

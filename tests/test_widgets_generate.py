@@ -117,6 +117,15 @@ def test_trained_weights_are_used_when_a_run_matches(lab, tmp_path):
     assert (model.embed.embedding[...] == trained.embed.embedding[...]).all()
     _, where = panel.model_for(lab.reading.cfg.replace(attention="mha"))
     assert where.startswith("untrained weights") and "(runs: mine: 2-layer d=32 GQA K=2)" in where
+    run = panel.runs["cache"]
+    only_compiled = dataclasses.replace(run, tokens=run.tokens[:1], held=run.held[:1], steps=[1],
+                                        seconds=run.seconds[:1], compiled=[True])
+    panel.runs["cache"] = dataclasses.replace(only_compiled, finished=False)
+    panel._show(panel.runs["cache"], lab.reading.cfg)  # while it decodes
+    assert "timing the first compiled step" in panel.stats.value
+    panel.runs["cache"] = only_compiled
+    panel._show(only_compiled, lab.reading.cfg)  # after: no rate is made up from a compiling chunk
+    assert "no step timed: every chunk of this run compiled" in panel.stats.value
 
 
 def test_refusals_are_shown_not_raised(lab, tmp_path):

@@ -7,8 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
+from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
 from dantinox_labs import shipped, workspace
 from dantinox_labs.cli import main
 
@@ -102,20 +101,22 @@ def test_the_learners_jupyterlab_hides_nbgrader(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
     argv, env = workspace.lab_command(tmp_path, ["--port=1"])
     assert f"--ServerApp.root_dir={tmp_path}" in argv and argv[-1] == "--port=1"
-    config = Path(env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0])
-    assert env["JUPYTER_CONFIG_PATH"].endswith(os.pathsep + "/elsewhere")
-    server = json.loads((config / "jupyter_server_config.json").read_text())
-    assert set(server["ServerApp"]["jpserver_extensions"]) == set(workspace.NBGRADER_SERVER_EXTENSIONS)
-    assert not any(server["ServerApp"]["jpserver_extensions"].values())
-    page = json.loads((config / "labconfig" / "page_config.json").read_text())
+    own, hidden, elsewhere = map(Path, env["JUPYTER_CONFIG_PATH"].split(os.pathsep))
+    assert hidden == LEARNER_JUPYTER_CONFIG and elsewhere == Path("/elsewhere")  # the hub's learners get `hidden`
+    hook = json.loads((own / "jupyter_server_config.json").read_text())["ContentsManager"]["pre_save_hook"]
+    assert hook == "dantinox_labs.workspace.pre_save_hook"
+
+
+def test_the_hidden_extensions_are_every_one_nbgrader_installs():
+    import sys
+
+    installed = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "nbgrader.json"  # turns them on
+    enabled = json.loads(installed.read_text())["ServerApp"]["jpserver_extensions"]
+    server = json.loads((LEARNER_JUPYTER_CONFIG / "jupyter_server_config.json").read_text())
+    assert server == {"ServerApp": {"jpserver_extensions": dict.fromkeys(enabled, False)}}  # a new one would show
+    page = json.loads((LEARNER_JUPYTER_CONFIG / "labconfig" / "page_config.json").read_text())
     assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
-
-
-@pytest.mark.parametrize("name", sorted(workspace.NBGRADER_SERVER_EXTENSIONS))
-def test_the_hidden_extensions_are_the_installed_ones(name):
-    import importlib.util
-
-    assert importlib.util.find_spec(name) is not None  # a renamed extension would otherwise stay visible
+    assert (Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader").is_dir()
 
 
 def test_the_labs_folder_holds_only_the_labs():

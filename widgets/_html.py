@@ -43,8 +43,9 @@ def badge(kind: str, detail: str = "") -> str:
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     fg, bg = KINDS[kind]
     text = esc(kind if not detail else f"{kind}: {detail}")
+    # a whole label moves to the next line when it does not fit; only one wider than its column breaks
     return (f"<span style='color:{fg};background:{bg};border-radius:3px;padding:0 4px;"
-            f"font-size:85%;white-space:nowrap'>{text}</span>")
+            f"font-size:85%;line-height:1.35;display:inline-block'>{text}</span>")
 
 
 def error_box(message: str) -> str:

@@ -92,6 +92,7 @@ class DecodeRun:
     bytes_per_token: int | None = None  # measured: allocated bytes / cache slots / B, after the last chunk
     wall_seconds: float = 0.0  # measured: the whole loop, drawing included
     stopped: bool = False
+    finished: bool = False  # the loop has ended (an unfinished run may still time its first compiled step)
     settings: DecodeSettings | None = None  # what the step times depend on
 
     def steady(self) -> list[int]:

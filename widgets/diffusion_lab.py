@@ -10,12 +10,20 @@ Every mode decodes the same prompt with the same settings. The lab draws one of 
 as prompt / finished blocks / active block / masked suffix, plots its cache bytes per step (derived from
 the live positions, which the tests check against the arrays) beside the autoregressive static cache of
 the same length, and tabulates all three side by side.
+
+A new gen length or block size compiles three programs (seconds each); everything else is fast. So the
+lab says what a change will cost before it runs (an estimate from the compiles it has already timed),
+reports each mode as it finishes, disables its controls while it works, runs only the value a slider
+settles on (moves arriving from the browser within SETTLE_S are one move), and reuses the runs of settings
+it has already decoded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 
 import ipywidgets as widgets
 import numpy as np
@@ -33,6 +41,7 @@ KIB = 1024
 COLOURS = {"prompt": "#eceff1", "finished": "#c8e6c9", "active": "#ffe0b2", "suffix": "#e3f2fd"}
 PER_SLOT = "live positions × bytes per slot"  # how every per-step cache byte count here is derived
 CACHED_MARK = "#6a1b9a"  # underline of positions whose keys/values the viewed mode reads from its cache
+SETTLE_S = 0.4  # browser moves closer together than this run once, at the last value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,17 +58,44 @@ class ModeRun:
 
 
 def run_modes(model: dantinox.Transformer, prompt_ids: np.ndarray, gen_length: int, block_size: int,
-              threshold: float) -> dict[str, ModeRun]:
-    """Decode the prompt in every cache mode with the same settings; each timed after its compilation."""
+              threshold: float, compiled: set | None = None,
+              progress: Callable[[str, float, float | None], None] | None = None) -> dict[str, ModeRun]:
+    """Decode the prompt in every cache mode with the same settings; each timed after its compilation.
+
+    `compiled` holds the (gen_length, block_size, mode) programs known to be compiled: those run once, not
+    twice, and the ones compiled here are added. `progress(mode, seconds, compile_seconds)` is called as each
+    mode finishes (compile_seconds None when it was already compiled).
+    """
     results, seconds = {}, {}
     for mode in CACHE_MODES:
-        diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)  # compile (once per shape)
+        key, compile_s = (gen_length, block_size, mode), None
+        if compiled is None or key not in compiled:
+            start = time.perf_counter()
+            diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)  # compile once per shape
+            compile_s = time.perf_counter() - start
+            if compiled is not None:
+                compiled.add(key)
         start = time.perf_counter()
         results[mode] = diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)
         seconds[mode] = time.perf_counter() - start
+        if progress is not None:
+            progress(mode, seconds[mode], compile_s)
     P = prompt_ids.shape[1]
     base = results["none"].tokens[:, P:]
     return {m: ModeRun(r, seconds[m], float((r.tokens[:, P:] == base).mean())) for m, r in results.items()}
+
+
+def _browser_loop(change: dict | None) -> asyncio.AbstractEventLoop | None:
+    """The kernel's event loop if this change came from the browser, else None (run it now).
+
+    ipywidgets locks a property while it applies the front end's update, so a locked name is a browser move.
+    """
+    if not change or change["name"] not in getattr(change["owner"], "_property_lock", {}):
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _char(token: int) -> str:
@@ -111,6 +147,7 @@ class DiffusionLab(Lab):
     CONTROLS = ("block_size", "threshold", "gen_length")
     RESULT = "runs"
     runs = traitlets.Dict()  # cache mode -> ModeRun at the current settings
+    reused = traitlets.Bool(False)  # the last refresh showed runs decoded earlier at the same settings
 
     def __init__(self, model: dantinox.Transformer, prompt: str = "The KV cache",
                  gen_lengths: tuple[int, ...] = (32, 64, 96, 128), block_sizes: tuple[int, ...] = (4, 8, 16, 32),
@@ -120,6 +157,10 @@ class DiffusionLab(Lab):
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"prompt: expected a non-empty string, got {prompt!r}")
         self.model = model
+        self._compiled: set[tuple[int, int, str]] = set()  # (gen length, block size, mode) compiled by this lab
+        self._compile_s: dict[str, float] = {}  # mode -> seconds its last new shape took to compile, measured
+        self._memo: dict[tuple[int, int, float], dict[str, ModeRun]] = {}  # settings -> their runs
+        self._pending: asyncio.TimerHandle | None = None  # the run a settling slider will start
         self.prompt_ids = np.array([tokenizer.encode(prompt)], np.int32)
         room = model.cfg.max_context - self.prompt_ids.shape[1]
         for g in gen_lengths:
@@ -165,15 +206,74 @@ class DiffusionLab(Lab):
         self.refresh()
 
     # Running -----------------------------------------------------------------------------------------
+    def _settings(self) -> tuple[int, int, float]:
+        return self.gen_length.value, self.block_size.value, round(float(self.threshold.value), 6)
+
+    def _plan(self) -> str:
+        """What running the current settings will cost, said before it runs (escaped HTML)."""
+        gen, block, threshold = self._settings()
+        what = f"gen length {gen}, block {block}, threshold {threshold:.2f}"
+        new = [m for m in CACHE_MODES if (gen, block, m) not in self._compiled]
+        if not new:
+            return f"Decoding none, prefix and dual ({what}); these shapes are compiled&hellip;"
+        known = [self._compile_s[m] for m in new if m in self._compile_s]
+        estimate = (f"about {sum(known):.0f} s (measured: compiling took that here for an earlier shape)"
+                    if len(known) == len(new) else "no estimate yet: nothing has been compiled in this lab")
+        return (f"<b>A new gen length or block size</b> ({what}): compiling {len(new)} program(s) "
+                f"({', '.join(new)}), then decoding: {estimate}. The controls are disabled until it is done.")
+
+    def refresh(self) -> dict[str, ModeRun] | None:
+        """Run (or reuse) the three modes at the current settings; the controls are disabled while it works."""
+        if self._settings() in self._memo:
+            return super().refresh()
+        busy = (self.block_size, self.threshold, self.gen_length, self.show, self.step, self.play)
+        for control in busy:
+            control.disabled = True  # sent at once: a move made while decoding would otherwise queue a run
+        try:
+            return super().refresh()
+        finally:
+            for control in busy:
+                control.disabled = False
+
+    def _on_change(self, change=None) -> None:
+        """A move from the browser runs once the slider settles; a change made in code runs now."""
+        if self._quiet:
+            return
+        loop = _browser_loop(change)
+        if loop is None:
+            self.refresh()
+            return
+        if self._pending is not None:
+            self._pending.cancel()
+        self.message.value = "" if self._settings() in self._memo else note_box(self._plan())
+        self._pending = loop.call_later(SETTLE_S, self._settled)
+
+    def _settled(self) -> None:
+        self._pending = None
+        self.refresh()
+
     def _read(self) -> dict[str, ModeRun]:
-        gen, block, threshold = self.gen_length.value, self.block_size.value, float(self.threshold.value)
-        self.message.value = note_box(  # a run takes seconds: say so, or the old table reads as the new one
-            f"Decoding with none, prefix and dual cache (gen length {gen}, block {block}, threshold "
-            f"{threshold:.2f}); a new length or block size compiles first&hellip;")
-        return run_modes(self.model, self.prompt_ids, gen, block, threshold)
+        key = self._settings()
+        self.reused = key in self._memo
+        if self.reused:
+            return self._memo[key]
+        plan, done = self._plan(), []
+
+        def progress(mode: str, seconds: float, compile_s: float | None) -> None:
+            if compile_s is not None:
+                self._compile_s[mode] = compile_s
+            done.append(f"{mode} done ({'' if compile_s is None else f'compiled in {compile_s:.1f} s, '}"
+                        f"decoded in {seconds * 1e3:.0f} ms)")
+            self.message.value = note_box(f"{plan}<br>{' &middot; '.join(done)}")
+
+        self.message.value = note_box(plan)  # a run takes seconds: say so, or the old table reads as the new one
+        runs = run_modes(self.model, self.prompt_ids, key[0], key[1], key[2], self._compiled, progress)
+        self._memo[key] = runs
+        return runs
 
     def _render(self, runs: dict[str, ModeRun]) -> None:
-        self.message.value = ""
+        self.message.value = note_box("These settings were decoded earlier in this lab: their runs are shown "
+                                      "again (times measured then).") if self.reused else ""
         self._table(runs)
         self._redraw()
 

@@ -146,7 +146,7 @@ class GeneratePanel(widgets.VBox):
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
         self.figure.update_yaxes(title_text="MiB", row=1, col=1)
-        self.figure.update_yaxes(title_text="ms per step of B tokens (compiling chunks left out)", rangemode="tozero",
+        self.figure.update_yaxes(title_text="ms per step, compiles left out", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
         self.uncached_button.on_click(lambda _: self.run(use_cache=False))
@@ -326,6 +326,7 @@ class GeneratePanel(widgets.VBox):
                 self.progress.value = progress_text(run, self.new_tokens.value)
                 last_draw = time.perf_counter()
         run.wall_seconds = time.perf_counter() - start
+        run.finished = True
         self.progress.value = ""
         self._show(run, cfg)
 
@@ -339,9 +340,10 @@ class GeneratePanel(widgets.VBox):
                  and cached.settings.cfg.attention != "mla" else [])  # the model that run decoded
         for name, r in self.runs.items():
             left_out = len(r.compiled) - len(r.steady())
-            model_rate = f"{r.tokens_per_s:,.0f} tokens/s" if r.steady() else "…"
-            lines.append(f"<b>{esc(name)}</b>: {len(r.tokens)} tokens × B={r.batch}: {esc(model_rate)} "
-                         f"{badge('measured', 'model time, compiled steps only')}, "
+            model_rate = (f"{r.tokens_per_s:,.0f} tokens/s {badge('measured', 'model time, compiled steps only')}"
+                          if r.steady() else "timing the first compiled step&hellip;" if not r.finished else
+                          "no step timed: every chunk of this run compiled (decode more tokens to time one)")
+            lines.append(f"<b>{esc(name)}</b>: {len(r.tokens)} tokens × B={r.batch}: {model_rate}, "
                          f"{r.wall_tokens_per_s:,.0f} tokens/s on screen "
                          f"{badge('measured', 'wall clock, drawing and compiling included')}"
                          + (f"; {left_out} chunk(s) that compiled left out" if left_out else "")

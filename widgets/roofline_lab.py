@@ -159,21 +159,23 @@ class RooflineLab(Lab):
                                 self._decode.get((cfg, context)), self._prefill.get(cfg), self.devices)
 
     def _build_traces(self) -> None:
-        style = [("roofline, derived", dict(width=3)), ("bytes / bandwidth", dict(width=1.5, dash="dash")),
-                 ("FLOPs / peak", dict(width=1.5, dash="dot"))]
+        # one colour per curve in both panels, so the one legend reads for both
+        style = [("roofline, derived", dict(width=3, color="#1f77b4")),
+                 ("bytes / bandwidth", dict(width=1.5, dash="dash", color="#ff7f0e")),
+                 ("FLOPs / peak", dict(width=1.5, dash="dot", color="#2ca02c"))]
         for col in (1, 2):
             for name, line in style:
                 self.figure.add_trace(go.Scatter(mode="lines", name=name, line=line, showlegend=col == 1,
                                                  legendgroup=name), row=1, col=col)
             self.figure.add_trace(go.Scatter(mode="markers", name="measured, this machine", showlegend=col == 1,
                                              marker=dict(size=10, color="black"), legendgroup="m"), row=1, col=col)
-        for name, line in (("critical batch F/BW, derived", dict(color="firebrick", dash="dash")),
-                           ("measured knee", dict(color="black", dash="dot"))):
+        for name, line in (("critical batch F/BW, derived (decode)", dict(color="firebrick", dash="dash")),
+                           ("measured knee (decode)", dict(color="black", dash="dot"))):
             self.figure.add_trace(go.Scatter(mode="lines", name=name, line=line), row=1, col=1)
-        self.figure.add_trace(go.Scatter(mode="markers", name="your batch", marker=dict(
+        self.figure.add_trace(go.Scatter(mode="markers", name="your batch (decode)", marker=dict(
             size=15, color="rgba(0,0,0,0)", line=dict(width=2.5, color="crimson"))), row=1, col=1)
-        self.figure.update_layout(height=430, width=980, margin=dict(l=60, r=20, t=70, b=40),
-                                  legend=dict(orientation="h", y=-0.18))
+        self.figure.update_layout(height=450, autosize=True, margin=dict(l=60, r=20, t=70, b=40),
+                                  legend=dict(orientation="h", y=-0.2))
         self.figure.update_xaxes(type="log", title_text="batch B (tokens per step)", row=1, col=1)
         self.figure.update_xaxes(type="log", title_text="prompt tokens (B = 1)", row=1, col=2)
         self.figure.update_yaxes(type="log", title_text="time (ms)", row=1, col=1)

@@ -42,7 +42,7 @@ SPECS: dict[str, LabSpec] = {
                         scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache"),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),)),
     "instructor": LabSpec(interactive=False),  # the class dashboard: plotly figures over stored answers
-    "mesh": LabSpec(slider="batch B", quiz=False),  # no quiz and no button: sliders and dropdowns only
+    "mesh": LabSpec(slider="batch B"),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),)),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
@@ -55,6 +55,8 @@ SPECS: dict[str, LabSpec] = {
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0))),
     # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
+    # a published model's ledger: the T stops are powers of two up to the model's context
+    "real-models": LabSpec(slider="tokens T (log)"),
     "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",)),
 }
 

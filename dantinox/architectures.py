@@ -1,0 +1,467 @@
+"""Published architectures as per-layer cache geometry: a strict reader of config.json, GGUF metadata and the catalogue.
+
+    arch = dantinox.architectures.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
+    arch.layers[5]  # LayerGeometry(index=5, kind='full', kv_heads=16, head_size=128, ...)
+
+A layer is one of six kinds, each decided by named config fields:
+  full      every token of the context (slots = T)
+  sliding   a ring of the last W tokens (slots = min(T, W))            sliding_window, layer_types
+  chunked   the current chunk of C tokens only (slots = min(T, C))      attention_chunk_size (Llama 4)
+  latent    MLA: one latent of C + R elements per token, no K/V pair    kv_lora_rank, qk_rope_head_dim
+  shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n)
+  linear    a recurrent state whose size does not grow with T           linear_* (Qwen3-Next's Gated DeltaNet)
+Fields a config leaves out take the default of the model's Hugging Face transformers configuration class (named
+where it is applied). A field that changes the cache in a way this reader does not model is refused in one line,
+never guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear")
+CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.json
+
+# Fields that change a model's cache. A config that sets one its model_type does not read is refused.
+CACHE_FIELDS = frozenset({
+    "sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern", "layer_types",
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers", "kv_sharing_modes",
+    "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "global_head_dim",
+    "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern", "layers_block_type",
+    "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "cross_attention_layers", "sliding_window_size",
+    "interleaved_sliding_window", "swa_layers", "num_nextn_predict_layers_kv",
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerGeometry:
+    """What one layer caches per sequence; None where the kind has no such field."""
+
+    index: int
+    kind: str  # one of KINDS
+    kv_heads: int | None = None  # K of a K/V layer
+    head_size: int | None = None  # H of a K/V layer (keys and values alike)
+    window: int | None = None  # W (sliding) or C (chunked)
+    latent: int | None = None  # C, MLA's latent width
+    rope: int | None = None  # R, MLA's decoupled RoPE key width
+    shares: int | None = None  # the layer whose cache a shared layer reads
+    state_elements: int | None = None  # a linear layer's constant state, elements per sequence
+    state_formula: str | None = None  # how state_elements follows from the config
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """A model's cache geometry, layer by layer, and where it was read from."""
+
+    name: str
+    model_type: str
+    layers: tuple[LayerGeometry, ...]
+    d_model: int  # D, hidden_size
+    n_heads: int  # N, num_attention_heads
+    config_kv_heads: int  # num_key_value_heads as the config gives it (what a naive calculator reads)
+    max_context: int  # max_position_embeddings
+    source: str  # catalogue URL or file path
+    parameters: int | None = None  # weight count, when known (catalogue), for the device fit
+    weight_bytes: int | None = None  # bytes of the weights, when the file says (GGUF)
+    notes: tuple[str, ...] = ()  # facts about the cache the rows do not show (learned sinks)
+
+    def count(self, kind: str) -> int:
+        return sum(layer.kind == kind for layer in self.layers)
+
+
+class _Reader:
+    """One config dict, read field by field with one-line errors; remembers which fields were read."""
+
+    def __init__(self, data: Any, where: str):
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        self.data, self.where, self.read = data, where, set()
+
+    def _fail(self, key: str, what: str, got: Any) -> ValueError:
+        return ValueError(f"{self.where}: {key}: expected {what}, got {got!r}")
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def int(self, key: str, default: Any = ..., minimum: int = 1) -> Any:
+        self.read.add(key)
+        value = self.data.get(key)
+        if value is None:
+            if default is ...:
+                raise ValueError(f"{self.where}: {key}: required, missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(key, "a positive integer" if minimum == 1 else f"an integer >= {minimum}", value)
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        self.read.add(key)
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
+
+    def str_list(self, key: str, length: int, allowed: tuple[str, ...]) -> list[str] | None:
+        self.read.add(key)
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != length:
+            raise self._fail(key, f"a list of {length} layer types", value if not isinstance(value, list)
+                             else f"a list of {len(value)}")
+        for i, item in enumerate(value):
+            if item not in allowed:
+                raise ValueError(f"{self.where}: {key}[{i}]: expected one of {', '.join(allowed)}, got {item!r}")
+        return value
+
+    def int_list(self, key: str, length: int) -> list[int] | None:
+        self.read.add(key)
+        value = self.data.get(key)
+        if value is None or value == []:
+            return None
+        if not isinstance(value, list) or len(value) != length or any(v not in (0, 1) for v in value):
+            raise self._fail(key, f"a list of {length} zeros and ones", value)
+        return value
+
+    def refuse_unread(self) -> None:
+        """A cache field that is set but was not read would change the answer: refuse it by name."""
+        for key in sorted(CACHE_FIELDS - self.read):
+            if self.data.get(key) not in (None, [], False):
+                raise ValueError(f"{self.where}: {key}: this field changes the cache of a model_type "
+                                 f"{self.data.get('model_type')!r} in a way the ledger does not model; "
+                                 "it is not guessed")
+
+
+def _heads(r: _Reader) -> tuple[int, int, int, int]:
+    """D, N, K, H of a K/V attention config (head_dim defaults to hidden_size / num_attention_heads)."""
+    d, n = r.int("hidden_size"), r.int("num_attention_heads")
+    k = r.int("num_key_value_heads", n)
+    if r.has("head_dim"):
+        h = r.int("head_dim")
+    elif d % n:
+        raise ValueError(f"{r.where}: head_dim: missing, and hidden_size {d} is not a multiple of "
+                         f"num_attention_heads {n}")
+    else:
+        r.read.add("head_dim")
+        h = d // n
+    if n % k:
+        raise ValueError(f"{r.where}: num_key_value_heads: expected a divisor of num_attention_heads ({n}), got {k}")
+    return d, n, k, h
+
+
+TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+              "linear_attention": "linear"}
+
+
+def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
+    """Per layer: full, sliding, chunked or linear, from layer_types or from the model type's own rule."""
+    other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention"}.get(model_type, "sliding_attention")
+    given = r.str_list("layer_types", L, ("full_attention", other))
+    if given is not None:
+        return [TYPE_NAMES[t] for t in given]
+    if model_type == "gemma2":  # Gemma2Config: even layers local, odd layers global
+        return ["sliding" if i % 2 == 0 else "full" for i in range(L)]
+    if model_type == "gemma3_text":  # Gemma3TextConfig: one global layer after every (pattern - 1) local ones
+        period = r.int("sliding_window_pattern", 6)
+        return ["full" if (i + 1) % period == 0 else "sliding" for i in range(L)]
+    if model_type == "llama4_text":  # Llama4TextConfig: RoPE layers are chunked, every 4th (NoPE) layer is global
+        rope = r.int_list("no_rope_layers", L)
+        if rope is None:
+            interval = r.int("no_rope_layer_interval", 4)
+            rope = [int((i + 1) % interval != 0) for i in range(L)]
+        return ["chunked" if uses_rope else "full" for uses_rope in rope]
+    if model_type == "qwen3_next":  # Qwen3NextConfig: full attention every full_attention_interval-th layer
+        interval = r.int("full_attention_interval", 4)
+        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(L)]
+    if model_type in ("qwen2", "qwen3"):  # Qwen2Config: sliding only when enabled, from max_window_layers on
+        if r.bool("use_sliding_window", False) and r.has("sliding_window"):
+            first = r.int("max_window_layers", L, minimum=0)
+            return ["sliding" if i >= first else "full" for i in range(L)]
+        r.read.update({"sliding_window", "max_window_layers"})  # present but switched off
+        return ["full"] * L
+    if model_type in ("mistral", "mixtral", "phi3"):  # a sliding_window makes every layer sliding
+        return ["sliding" if r.has("sliding_window") else "full"] * L
+    return ["full"] * L
+
+
+DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
+               "llama4_text", "gpt_oss", "qwen3_next")
+LATENT_TYPES = ("deepseek_v2", "deepseek_v3")
+# Multimodal wrappers: the cache is the text decoder's.
+WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config"}
+SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
+
+
+def parse_config(data: Any, where: str, name: str | None = None, parameters: int | None = None) -> Architecture:
+    """An Architecture from a Hugging Face config.json dict; ValueError naming `where` and the field otherwise."""
+    outer = _Reader(data, where)
+    model_type = data.get("model_type")
+    if model_type in WRAPPERS:
+        key = WRAPPERS[model_type]
+        inner = data.get(key)
+        r = _Reader(inner, f"{where}: {key}")
+        r.data = {"model_type": model_type + "_text", **inner}
+        model_type = r.data["model_type"]
+        outer.read.update(CACHE_FIELDS)  # the wrapper's own fields are its vision tower's
+    else:
+        r = outer
+    if model_type not in DENSE_TYPES + LATENT_TYPES:
+        raise ValueError(f"{r.where}: model_type: expected one of {', '.join(SUPPORTED_TYPES)}, got {model_type!r}")
+    L = r.int("num_hidden_layers")
+    context = r.int("max_position_embeddings")
+    notes = []
+    if model_type in LATENT_TYPES:
+        d, n = r.int("hidden_size"), r.int("num_attention_heads")
+        k = r.int("num_key_value_heads", n)
+        c, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
+        layers = tuple(LayerGeometry(i, "latent", latent=c, rope=rope) for i in range(L))
+    else:
+        d, n, k, h = _heads(r)
+        kinds = _layer_kinds(r, L, model_type)
+        window = r.int("sliding_window") if "sliding" in kinds else None
+        chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
+        state = _linear_state(r) if "linear" in kinds else None
+        layers = []
+        for i, kind in enumerate(kinds):
+            if kind == "linear":
+                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1]))
+            else:
+                ring = {"sliding": window, "chunked": chunk}.get(kind)
+                layers.append(LayerGeometry(i, kind, kv_heads=k, head_size=h, window=ring))
+        layers = tuple(_share(r, layers, L) if model_type == "gemma3n_text" else layers)
+        if model_type == "gpt_oss":
+            notes.append("attention sinks: gpt-oss learns one sink logit per head, a parameter added to the softmax "
+                         "denominator; it caches 0 bytes (StreamingLLM's 'sinks' are kept tokens, which do cost bytes)")
+    r.refuse_unread()
+    if r is not outer:
+        outer.refuse_unread()
+    return Architecture(name or str(where), model_type, layers, d, n, k, context, str(where), parameters,
+                        notes=tuple(notes))
+
+
+def _linear_state(r: _Reader) -> tuple[int, str]:
+    """Gated DeltaNet's per-sequence state: a d_k x d_v matrix per value head, and the short convolution's inputs."""
+    hk, hv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
+    dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
+    kernel = r.int("linear_conv_kernel_dim")
+    conv_dim = 2 * hk * dk + hv * dv  # q, k and v channels go through the convolution
+    elements = hv * dk * dv + conv_dim * (kernel - 1)
+    formula = (f"H_v·d_k·d_v + (2·H_k·d_k + H_v·d_v)·(kernel − 1) = {hv}·{dk}·{dv} + "
+               f"({2 * hk * dk} + {hv * dv})·{kernel - 1} = {elements:,} elements per sequence")
+    return elements, formula
+
+
+def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometry]:
+    """Gemma 3n: the last num_kv_shared_layers layers read the cache of the last earlier layer of their kind."""
+    shared = r.int("num_kv_shared_layers", 0, minimum=0)
+    if shared >= L:
+        raise ValueError(f"{r.where}: num_kv_shared_layers: expected fewer than num_hidden_layers ({L}), got {shared}")
+    first = L - shared
+    out = list(layers)
+    for i in range(first, L):
+        source = max((j for j in range(first) if layers[j].kind == layers[i].kind), default=None)
+        if source is None:
+            raise ValueError(f"{r.where}: num_kv_shared_layers: layer {i} ({layers[i].kind}) has no earlier "
+                             f"{layers[i].kind} layer to share")
+        out[i] = dataclasses.replace(layers[i], kind="shared", shares=source)
+    return out
+
+
+# ---- the catalogue -------------------------------------------------------------------------------------------
+
+_CATALOGUE_KEYS = {"title": str, "config_url": str, "checked_against": str, "config": dict}
+_OPTIONAL_KEYS = {"mirror_url": str, "parameters": int, "parameters_source": str}
+
+
+def _read_catalogue(text: str, where: str) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or set(data) != {"about", "models"} or not isinstance(data["models"], dict):
+        raise ValueError(f"{where}: expected an object with exactly 'about' and 'models'")
+    for name, entry in data["models"].items():
+        at = f"{where}: models.{name}"
+        if not isinstance(name, str) or name != name.lower() or " " in name:
+            raise ValueError(f"{at}: the name must be lower case with dashes")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{at}: expected an object")
+        unknown = sorted(set(entry) - set(_CATALOGUE_KEYS) - set(_OPTIONAL_KEYS))
+        if unknown:
+            known = ", ".join([*_CATALOGUE_KEYS, *_OPTIONAL_KEYS])
+            raise ValueError(f"{at}.{unknown[0]}: unknown field (expected {known})")
+        for key, kind in {**_CATALOGUE_KEYS, **_OPTIONAL_KEYS}.items():
+            if key not in entry:
+                if key in _CATALOGUE_KEYS:
+                    raise ValueError(f"{at}.{key}: required, missing")
+                continue
+            if not isinstance(entry[key], kind) or isinstance(entry[key], bool) or entry[key] in ("", {}):
+                raise ValueError(f"{at}.{key}: expected a non-empty {kind.__name__}, got {entry[key]!r}")
+        for key in ("config_url", "mirror_url"):
+            url = entry.get(key)
+            if url is not None and not (url.startswith("https://") and url.endswith("config.json")):
+                raise ValueError(f"{at}.{key}: expected the https URL of a config.json, got {url!r}")
+        if ("parameters" in entry) != ("parameters_source" in entry):
+            raise ValueError(f"{at}.parameters: a parameter count needs its parameters_source, and the other way round")
+        parse_config(entry["config"], f"{at}.config", name)  # every entry must read as an architecture
+    return data["models"]
+
+
+def catalogue() -> dict[str, dict[str, Any]]:
+    """The catalogue's entries by name, validated (ValueError naming the file and field on any fault)."""
+    return _catalogue_cached()
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _catalogue_cached() -> dict[str, dict[str, Any]]:
+    if "models" not in _CACHE:
+        text = resources.files("dantinox").joinpath("data", CATALOGUE_FILE).read_text(encoding="utf-8")
+        _CACHE["models"] = _read_catalogue(text, f"dantinox/data/{CATALOGUE_FILE}")
+    return _CACHE["models"]
+
+
+def catalogue_architecture(name: str) -> Architecture:
+    models = catalogue()
+    if name not in models:
+        raise ValueError(f"model: {name!r} is not in the catalogue (dantinox kv --list); expected one of "
+                         f"{', '.join(models)}, a config.json path or a .gguf path")
+    entry = models[name]
+    arch = parse_config(entry["config"], f"dantinox/data/{CATALOGUE_FILE}: models.{name}.config", name,
+                        entry.get("parameters"))
+    return dataclasses.replace(arch, source=entry["config_url"])
+
+
+# ---- GGUF metadata -------------------------------------------------------------------------------------------
+
+_GGUF_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3_text"}
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _gguf_header(path: Path) -> tuple[dict[str, Any], int]:
+    """The metadata of a GGUF file (arrays longer than 1,024 kept as their length) and its tensors' bytes.
+
+    Reads only the header, which is what llama.cpp's gguf format puts before the tensor data: key/value pairs,
+    then one (name, shape, type, offset) record per tensor. The `gguf` package supplies the block sizes.
+    """
+    import struct
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    with open(path, "rb") as f:
+        def read(fmt: str) -> Any:
+            size = struct.calcsize(fmt)
+            data = f.read(size)
+            if len(data) != size:
+                raise ValueError(f"{path}: the GGUF header ends early")
+            return struct.unpack(fmt, data)[0]
+
+        def string() -> str:
+            return f.read(read("<Q")).decode("utf-8", errors="replace")
+
+        def value(kind: int) -> Any:
+            if kind in _SCALARS:
+                return read(_SCALARS[kind])
+            if kind == 8:
+                return string()
+            if kind == 9:
+                item, count = read("<I"), read("<Q")
+                if item == 8 and count > 1024:  # the vocabulary and merges: skip, keep how many there are
+                    for _ in range(count):
+                        f.seek(read("<Q"), 1)
+                    return count
+                if item in _SCALARS and count > 1024:  # token scores and types
+                    f.seek(count * struct.calcsize(_SCALARS[item]), 1)
+                    return count
+                return [value(item) for _ in range(count)]
+            raise ValueError(f"{path}: unknown GGUF value type {kind}")
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file (no GGUF magic)")
+        version = read("<I")
+        if version not in (2, 3):
+            raise ValueError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+        n_tensors, n_fields = read("<Q"), read("<Q")
+        fields = {}
+        for _ in range(n_fields):
+            key = string()
+            fields[key] = value(read("<I"))
+        weights = 0
+        for _ in range(n_tensors):
+            string()
+            dims = [read("<Q") for _ in range(read("<I"))]
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(read("<I"))]
+            read("<Q")  # offset
+            elements = 1
+            for d in dims:
+                elements *= d
+            weights += elements // block * type_size
+    return fields, weights
+
+
+def _gguf_config(path: Path) -> tuple[dict[str, Any], int]:
+    """A config.json-like dict from a GGUF file's metadata (no tensor data is read), and the weights' bytes."""
+    fields, weights = _gguf_header(path)
+
+    def field(key: str, default: Any = ...) -> Any:
+        if key not in fields:
+            if default is ...:
+                raise ValueError(f"{path}: GGUF metadata {key}: required, missing")
+            return default
+        return fields[key]
+
+    arch = field("general.architecture")
+    if arch not in _GGUF_TYPES:
+        raise ValueError(f"{path}: general.architecture: expected one of {', '.join(_GGUF_TYPES)}, got {arch!r}")
+    a = arch + "."
+    kv = field(a + "attention.head_count_kv", None)
+    if isinstance(kv, list):
+        raise ValueError(f"{path}: {a}attention.head_count_kv: a per-layer list is not modelled, got {kv}")
+    heads, d = field(a + "attention.head_count"), field(a + "embedding_length")
+    key_len, value_len = field(a + "attention.key_length", None), field(a + "attention.value_length", None)
+    if key_len is not None and value_len is not None and key_len != value_len:
+        raise ValueError(f"{path}: {a}attention.value_length: expected the key length {key_len}, got {value_len}")
+    config = {"model_type": _GGUF_TYPES[arch], "hidden_size": d, "num_hidden_layers": field(a + "block_count"),
+              "num_attention_heads": heads, "num_key_value_heads": heads if kv is None else kv,
+              "max_position_embeddings": field(a + "context_length")}
+    if key_len is not None:
+        config["head_dim"] = key_len
+    window = field(a + "attention.sliding_window", None)
+    if window is not None:
+        if arch not in ("gemma2", "gemma3"):
+            raise ValueError(f"{path}: {a}attention.sliding_window: not modelled for architecture {arch!r}")
+        config["sliding_window"] = window
+    return config, weights
+
+
+
+
+def load_architecture(source: str | os.PathLike) -> Architecture:
+    """A catalogue name (`dantinox kv --list`), a Hugging Face config.json path, or a .gguf path (metadata only)."""
+    text = os.fspath(source)
+    path = Path(text)
+    if text.endswith(".gguf"):
+        if not path.is_file():
+            raise ValueError(f"model: {text} is not a file")
+        config, weights = _gguf_config(path)
+        arch = parse_config(config, f"{path} (GGUF metadata)", path.name)
+        return dataclasses.replace(arch, weight_bytes=weights)
+    if text.endswith(".json") or path.is_dir():
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ValueError(f"model: {file} is not a file")
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{file}: not valid JSON ({e})") from None
+        return parse_config(data, str(file), file.parent.name or file.name)
+    return catalogue_architecture(text)

