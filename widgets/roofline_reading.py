@@ -158,7 +158,7 @@ def read_published_decode(name: str = "smollm2-135m") -> PublishedDecode:
     machine = roofline.Machine(name="the benchmark's machine", bandwidth=m["bandwidth_B_s"],
                                peak_flops=m["matmul_flop_s"], compute_dtype="float32", kind="measured",
                                source=f"benchmarks/decode.py, {r['date']}", memory_bytes=0)
-    base = dantinox.ModelConfig.preset(name, attention="gqa", kv_heads=3)  # SmolLM2's published K
+    base = dantinox.ModelConfig.preset(name, kv_heads=3)  # SmolLM2's published K
     rows = []
     for key, tok_s in r["decode_tok_s"].items():
         mode, batch = key.rsplit("/", 1)
