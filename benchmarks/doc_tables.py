@@ -70,7 +70,9 @@ def targets(r: dict) -> list[str]:
 
 def llama_cpp(r: dict) -> str:
     """benchmarks/llama_cpp.py: llama.cpp's batch-1 tok/s per GGUF file and its KV buffer next to dantinox's."""
-    lines = [f"llama.cpp (llama-cpp-python {r['llama_cpp_python']}, built here in {r['build_minutes']:.0f} min), "
+    built = (f"built here in {r['build_minutes']:.0f} min" if r["build_minutes"] == r["build_minutes"]
+             else "build time not recorded")  # NaN when the venv was built by hand
+    lines = [f"llama.cpp (llama-cpp-python {r['llama_cpp_python']}, {built}), "
              f"{r['model']}, prompt {r['prompt']}, {r['new']} new tokens at batch 1, best of {r['repeats']}, "
              f"{r['threads']} threads, measured {r['date']} (1-minute load average {_load_range(r['load_avg_1min'])}):",
              "", "| GGUF file | file size | llama.cpp tok/s |", "|---|---|---|"]
