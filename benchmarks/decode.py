@@ -2,10 +2,11 @@
 
     .venv/bin/python benchmarks/decode.py            # dantinox only
     .venv/bin/python benchmarks/decode.py --peer     # also Hugging Face LlamaForCausalLM (static cache, torch CPU)
-    .venv/bin/python benchmarks/decode.py --model smollm2-135m --peer   # a published model, f32 and bf16 weights
+    .venv/bin/python benchmarks/decode.py --model smollm2-135m --peer   # a published model, three weight modes
 
-Prints a markdown table and writes benchmarks/results/decode.json. The peer runs in its own virtual
-environment (benchmarks/.peer-venv, created on first use with torch==2.13.0 and transformers) so the
+Prints a markdown table and writes benchmarks/results/decode.json (a published model: the committed
+benchmarks/data/decode-NAME.json, which benchmarks/doc_tables.py renders into the docs). The peer runs in its own
+virtual environment (benchmarks/.peer-venv, created on first use with torch==2.13.0 and transformers) so the
 project's environment never holds torch.
 
 "% of roofline" is the roofline time of the whole generate() call, the prefill plus every decode step
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
+import doc_tables
 import jax
 import numpy as np
 from common import best_of
@@ -202,47 +206,96 @@ def peer_grid(repeats: int) -> dict[str, float]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def pretrained_main(name: str, peer: bool, repeats: int) -> None:
-    """A published model: dantinox with float32 and with bfloat16 weights, against Hugging Face on float32."""
-    from dantinox.pretrained import catalogue_file, load_pretrained
+WEIGHT_MODES = {  # label -> (compute dtype, storage dtype) as load_pretrained takes them
+    "float32": ("float32", None),
+    "bf16 stored (f32 compute)": ("float32", "bfloat16"),
+    "bfloat16": ("bfloat16", None),
+}
+PROBE_BYTES = 1 << 30  # the bandwidth probe streams 1 GiB: 30x this CPU's L3, twice the float32 weights
 
-    machine = measure_machine()
-    load = os.getloadavg()[0]
-    result: dict = {"model": name, "machine": {"cpus": os.cpu_count(), "jax": jax.__version__,
-                                               "bandwidth_B_s": machine.bandwidth, "load_avg_1min": load},
-                    "decode_tok_s": {}, "roofline_s": {}}
-    for dtype in ("float32", "bfloat16"):
-        cfg, model, _ = load_pretrained(name, dtype=dtype)
-        for batch in BATCHES:
-            p = np.random.RandomState(0).randint(0, cfg.vocab_size, (batch, PROMPT)).astype(np.int32)
-            seconds = best_of(lambda: dantinox.generate(model, p, NEW), repeats)  # noqa: B023
-            result["decode_tok_s"][f"{dtype}/{batch}"] = batch * NEW / seconds
-            result["roofline_s"][f"{dtype}/{batch}"] = generate_seconds(cfg, batch, PROMPT, NEW, machine)
+
+class Peer:
+    """Hugging Face on the same file, a long-lived process answering one timed generate() per request."""
+
+    def __init__(self, spec: dict):
+        self.proc = subprocess.Popen([str(ensure_peer_env()), str(HERE / "peer_hf.py"), json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()  # its "ready" after loading and warming up
+        self.versions = {}
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"peer: exited with {self.proc.wait()} before answering")
+        return line.strip()
+
+    def tok_s(self, batch: int) -> float:
+        self.proc.stdin.write(f"{batch}\n")
+        self.proc.stdin.flush()
+        return float(self._read())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def pretrained_main(name: str, peer: bool, repeats: int, modes: list[str], warmup: bool) -> None:
+    """A published model in three weight modes against Hugging Face on float32, all timed in one interleaved run.
+
+    Each round times every (mode, batch) once, then the peer at each batch, then the bandwidth probe; every
+    figure is the best over the rounds, the bandwidth included, so the roofline uses the fastest streaming
+    read this machine showed while the decodes ran.
+    """
+    from dantinox.pretrained import catalogue_file, load_pretrained
+    from dantinox.roofline import measure_bandwidth, measure_matmul_flops
+
+    loads = [os.getloadavg()[0]]
+    unknown = sorted(set(modes) - set(WEIGHT_MODES))
+    if unknown:
+        raise SystemExit(f"--modes: expected some of {', '.join(WEIGHT_MODES)}, got {', '.join(unknown)}")
+    models = {mode: load_pretrained(name, dtype=WEIGHT_MODES[mode][0], param_dtype=WEIGHT_MODES[mode][1])[:2]
+              for mode in modes}
+    cfg = next(iter(models.values()))[0]
+    prompts = {b: np.random.RandomState(0).randint(0, cfg.vocab_size, (b, PROMPT)).astype(np.int32) for b in BATCHES}
+    for _, model in models.values() if warmup else ():  # compile every window once, untimed
+        for b in BATCHES:
+            jax.block_until_ready(dantinox.generate(model, prompts[b], NEW))
+    hf = Peer(dict(gguf=str(catalogue_file(name)), name=name, batches=list(BATCHES), prompt=PROMPT, new=NEW,
+                   threads=os.cpu_count(), serve=True)) if peer else None
+    best = {f"{mode}/{b}": float("inf") for mode in models for b in BATCHES}
+    peer_best = {f"{name}/{b}": 0.0 for b in BATCHES}
+    bandwidths = []
+    for _ in range(repeats):
+        for mode, (_, model) in models.items():
+            for b in BATCHES:
+                best[f"{mode}/{b}"] = min(best[f"{mode}/{b}"],
+                                          best_of(lambda: dantinox.generate(model, prompts[b], NEW), 1,  # noqa: B023
+                                                  warmup=False))
+        if hf is not None:
+            for b in BATCHES:
+                peer_best[f"{name}/{b}"] = max(peer_best[f"{name}/{b}"], hf.tok_s(b))
+        bandwidths.append(measure_bandwidth(PROBE_BYTES, repeats=5))
+        loads.append(os.getloadavg()[0])
+    if hf is not None:
+        hf.close()
+    machine = dataclasses.replace(measure_machine(), bandwidth=max(bandwidths),
+                                  peak_flops=measure_matmul_flops(repeats=10))
+    result: dict = {
+        "model": name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "prompt": PROMPT, "new": NEW,
+        "rounds": repeats, "warmup": warmup, "modes": {mode: list(WEIGHT_MODES[mode]) for mode in modes},
+        "machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "bandwidth_B_s": machine.bandwidth,
+                    "bandwidth_samples_B_s": bandwidths, "matmul_flop_s": machine.peak_flops,
+                    "load_avg_1min": loads},
+        "weight_bytes": {mode: dantinox.param_bytes(model) for mode, (_, model) in models.items()},
+        "decode_tok_s": {key: int(key.split("/")[1]) * NEW / s for key, s in best.items()},
+        "roofline_s": {f"{mode}/{b}": generate_seconds(c, b, PROMPT, NEW, machine)
+                       for mode, (c, _) in models.items() for b in BATCHES}}
     if peer:
-        spec = dict(gguf=str(catalogue_file(name)), name=name, batches=list(BATCHES), prompt=PROMPT, new=NEW,
-                    repeats=repeats, threads=os.cpu_count())
-        res = subprocess.run([str(ensure_peer_env()), str(HERE / "peer_hf.py"), json.dumps(spec)], check=True,
-                             capture_output=True, text=True)
-        result["peer_tok_s"] = json.loads(res.stdout.strip().splitlines()[-1])
-    lines = [f"{name}, prompt {PROMPT}, {NEW} new tokens, end-to-end generate(), best of {repeats}, "
-             f"{os.cpu_count()} CPU cores (1-minute load average {load:.1f} at the start: the machine is shared); "
-             f"streaming read measured in the same run at {machine.bandwidth / 1e9:.1f} GB/s:", "",
-             "| weights | batch | dantinox tok/s | % of roofline |" + (" HF (f32, static cache) tok/s | ratio |"
-                                                                      if peer else ""),
-             "|---|---|---|---|" + ("---|---|" if peer else "")]
-    for key, ours in result["decode_tok_s"].items():
-        dtype, batch = key.split("/")
-        share = result["roofline_s"][key] / (int(batch) * NEW / ours)
-        row = f"| {dtype} | {batch} | {ours:,.1f} | {share:.0%} |"
-        if peer:
-            theirs = result["peer_tok_s"][f"{name}/{batch}"]
-            row += f" {theirs:,.1f} | {ours / theirs:.2f}× |"
-        lines.append(row)
-    table = "\n".join(lines)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    result["table"] = table
-    (RESULTS / f"decode-{name}.json").write_text(json.dumps(result, indent=2))
+        result["peer_tok_s"] = peer_best
+    stored = doc_tables.DATA / f"decode-{name}.json"  # committed: the docs' table is rendered from it
+    stored.write_text(json.dumps(result, indent=2) + "\n")
+    print(doc_tables.decode_pretrained(result))
+    print(f"stored in {stored.relative_to(doc_tables.ROOT)}; python benchmarks/doc_tables.py rewrites the docs")
 
 
 def main() -> None:
@@ -251,10 +304,14 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="a published model (dantinox models) instead of the reference")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--uncached_new", type=int, default=512)
+    ap.add_argument("--modes", default=",".join(WEIGHT_MODES), help="published model: weight modes, comma-separated")
+    ap.add_argument("--no_warmup", action="store_true",
+                    help="published model: no untimed first call (the persistent compilation cache already holds "
+                         "every program from an earlier run)")
     args = ap.parse_args()
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
     if args.model is not None:
-        return pretrained_main(args.model, args.peer, args.repeats)
+        return pretrained_main(args.model, args.peer, args.repeats, args.modes.split(","), not args.no_warmup)
 
     result: dict = {"machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()}}
     machine = measure_machine()

@@ -29,6 +29,8 @@ def main() -> None:
 
         gguf = Path(spec["gguf"])
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+        if spec.get("serve"):  # interleaved with dantinox: one timed generate() per batch size read from stdin
+            return serve(model, spec)
         for batch in spec["batches"]:
             out[f"{spec['name']}/{batch}"] = tokens_per_second(model, spec, batch)
         print(json.dumps(out))
@@ -44,18 +46,28 @@ def main() -> None:
     print(json.dumps(out))
 
 
-def tokens_per_second(model, spec: dict, batch: int) -> float:
+def serve(model, spec: dict) -> None:
+    """Warm up every batch size, print "ready", then answer each stdin line "B" with one timed call's tok/s."""
+    for batch in spec["batches"]:
+        tokens_per_second(model, {**spec, "repeats": 0}, batch)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(tokens_per_second(model, {**spec, "repeats": 1}, int(line), warmup=False)), flush=True)
+
+
+def tokens_per_second(model, spec: dict, batch: int, warmup: bool = True) -> float:
     """Best of spec["repeats"] generate() calls of spec["new"] greedy tokens with the static cache."""
     ids = torch.randint(0, 256, (batch, spec["prompt"]))
     kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
     with torch.inference_mode():
-        model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)  # warm-up
+        if warmup:
+            model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)
         best = float("inf")
         for _ in range(spec["repeats"]):
             start = time.perf_counter()
             model.generate(ids, max_new_tokens=spec["new"], min_new_tokens=spec["new"], **kw)
             best = min(best, time.perf_counter() - start)
-    return batch * spec["new"] / best
+    return batch * spec["new"] / best if spec["repeats"] else 0.0
 
 
 if __name__ == "__main__":

@@ -78,7 +78,8 @@ class ModelConfig:
     attention: str = "heads"  # "heads" caches K/V heads; "latent" caches an MLA latent (see kv_latent_dim)
     kv_heads: int | None = None  # K, a divisor of n_heads; None means n_heads (MHA). 1 is MQA; see variant
     max_context: int = 1024  # longest sequence the static cache holds
-    dtype: str = "float32"  # parameters and activations
+    dtype: str = "float32"  # activations and the matmuls' compute
+    param_dtype: str | None = None  # storage of the weights (converted to `dtype` where used); None: `dtype`
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
     mlp_width: int = 768  # F, SwiGLU hidden width
     rope_base: float = 10_000.0  # RoPE wavelength base
@@ -112,6 +113,9 @@ class ModelConfig:
             raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.param_dtype is not None and self.param_dtype not in DTYPES:
+            raise ValueError(f"param_dtype: expected one of {', '.join(DTYPES)} (or None: stored in dtype), "
+                             f"got {self.param_dtype!r}")
         if self.cache_dtype not in DTYPES and self.cache_dtype not in QUANT_CACHE_DTYPES:
             raise ValueError(f"cache_dtype: expected one of {', '.join([*DTYPES, *QUANT_CACHE_DTYPES])}, "
                              f"got {self.cache_dtype!r}")
@@ -257,7 +261,17 @@ class ModelConfig:
 
     @property
     def jnp_dtype(self) -> Any:
+        """Compute dtype of activations and matmuls."""
         return DTYPES[self.dtype]
+
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype the weights are stored in: param_dtype, or dtype when that is None."""
+        return self.dtype if self.param_dtype is None else self.param_dtype
+
+    @property
+    def param_jnp_dtype(self) -> Any:
+        return DTYPES[self.weights_dtype]
 
     @property
     def cache_jnp_dtype(self) -> Any:

@@ -35,7 +35,7 @@ NEG_INF = float(np.finfo(np.float32).min)  # large negative, not -inf: keeps ful
 
 def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
     init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
-    return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_dtype,
+    return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                       kernel_init=init, rngs=rngs)
 
 
@@ -184,14 +184,14 @@ class LatentAttention(nnx.Module):
             self.q_up = _dense(D, N * (H + R), cfg, rngs)
         else:  # queries through their own low-rank latent (saves activations, not cache)
             self.q_down = _dense(D, cfg.q_latent_dim, cfg, rngs)
-            self.q_norm = RMSNorm(cfg.q_latent_dim, cfg.norm_eps, cfg.jnp_dtype)
+            self.q_norm = RMSNorm(cfg.q_latent_dim, cfg.norm_eps, cfg.param_jnp_dtype)
             self.q_up = _dense(cfg.q_latent_dim, N * (H + R), cfg, rngs)
         self.kv_down = _dense(D, C, cfg, rngs)
-        self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.jnp_dtype)
+        self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.param_jnp_dtype)
         self.k_rope = _dense(D, R, cfg, rngs)
         init = nnx.initializers.normal(stddev=C**-0.5)
-        self.w_uk = nnx.Param(init(rngs.params(), (C, N, H), cfg.jnp_dtype))  # latent -> per-head key
-        self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.jnp_dtype))  # latent -> per-head value
+        self.w_uk = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head key
+        self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head value
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
@@ -264,10 +264,10 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
-        self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
+        self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "latent"
                      else Attention(cfg, layout, rngs=rngs))
-        self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
+        self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
     def __call__(self, x, pos_BT, cache=None, fill=None):
@@ -286,10 +286,10 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_dtype,
+        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
         self.blocks = nnx.List([Block(cfg, layout, rngs=rngs) for layout in layouts(cfg)])
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 
     def __call__(self, ids: Any, *, use_cache: bool = False, kv_caches: KVCache | None = None,

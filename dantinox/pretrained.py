@@ -333,15 +333,18 @@ def _build(cfg: ModelConfig, tensors: dict[str, np.ndarray], where: Path) -> Tra
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
-def load_pretrained(source: str | os.PathLike, dtype: str = "float32"
+def load_pretrained(source: str | os.PathLike, dtype: str = "float32", param_dtype: str | None = None
                     ) -> tuple[ModelConfig, Transformer, BPETokenizer | None]:
     """(config, model, tokenizer) of a catalogue name, a llama .gguf file or a Hugging Face checkpoint folder.
 
-    `dtype` ("float32" or "bfloat16") is the weights' storage and compute dtype. The tokenizer is None for a
-    Hugging Face folder without tokenizer.json.
+    `dtype` ("float32" or "bfloat16") is the compute dtype; `param_dtype` the weights' storage (None: `dtype`).
+    `param_dtype="bfloat16"` with float32 compute halves the bytes a decode step reads, and XLA converts each
+    weight inside the matmul that uses it (bfloat16 compute is much slower than float32 on XLA:CPU). The
+    tokenizer is None for a Hugging Face folder without tokenizer.json.
     """
-    if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"dtype: expected 'float32' or 'bfloat16', got {dtype!r}")
+    for arg, value in (("dtype", dtype), ("param_dtype", param_dtype)):
+        if value not in ("float32", "bfloat16") and not (arg == "param_dtype" and value is None):
+            raise ValueError(f"{arg}: expected 'float32' or 'bfloat16', got {value!r}")
     name = str(source)
     if name in CATALOGUE:
         path = catalogue_file(name)
@@ -360,15 +363,15 @@ def load_pretrained(source: str | os.PathLike, dtype: str = "float32"
         cfg, tensors, tok = _load_gguf(path)
     else:
         raise ValueError(f"{path}: not a .gguf file or a checkpoint folder; dantinox loads {SUPPORTED}")
-    cfg = cfg.replace(dtype=dtype)
+    cfg = cfg.replace(dtype=dtype, param_dtype=param_dtype)
     return cfg, _build(cfg, tensors, path), tok
 
 
 class PretrainedGenerator:
     """Text in, text out, for a published model: `PretrainedGenerator("smollm2-135m").generate("Hi", chat=True)`."""
 
-    def __init__(self, source: str | os.PathLike, dtype: str = "float32"):
-        self.cfg, self.model, self.tokenizer = load_pretrained(source, dtype)
+    def __init__(self, source: str | os.PathLike, dtype: str = "float32", param_dtype: str | None = None):
+        self.cfg, self.model, self.tokenizer = load_pretrained(source, dtype, param_dtype)
         if self.tokenizer is None:
             raise ValueError(f"model: {source} has no tokenizer.json, so it cannot turn text into tokens")
 

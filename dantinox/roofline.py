@@ -145,7 +145,7 @@ def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
     batch, context = positive_int("batch", batch), positive_int("context", context)
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
-        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
+        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
         cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
         matmul_flops=2 * batch * matmul_weights_per_token(cfg),
         attention_flops=_attention_flops(cfg, batch, context),
@@ -162,7 +162,7 @@ def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
     cache = kv_cache_bytes(cfg, batch, prompt)
     return StepCost(
         phase="prefill", batch=batch, tokens=prompt, context=prompt,
-        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
+        weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
         cache_read_bytes=cache, cache_write_bytes=cache,
         matmul_flops=2 * batch * prompt * matmul_weights_per_token(cfg),
         attention_flops=_attention_flops(cfg, batch * prompt, prompt))

