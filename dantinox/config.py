@@ -19,6 +19,8 @@ PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
 QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
+# KIVI-style low-bit storage (dantinox/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
+KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
 
@@ -37,6 +39,8 @@ class ModelConfig:
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # parameters and activations
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
+    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
     mlp_width: int = 768  # F, SwiGLU hidden width
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
@@ -51,6 +55,7 @@ class ModelConfig:
     # Sliding-window attention (dantinox/ring.py); see layer_windows for where the global layers go.
     sliding_window: int | None = None  # W: a local layer attends to the current token and the W - 1 before it
     window_pattern: str = "local"  # "local" (every layer) or "n:1" (n local layers per global one)
+    attention_sinks: int = 0  # S: first tokens a sliding-window layer keeps forever (StreamingLLM); needs a window
     attention_chunk_size: int | None = None  # C: chunked layers see only their chunk (Llama 4); placed as windows are
     # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a block table.
     cache_layout: str = "contiguous"
@@ -67,9 +72,9 @@ class ModelConfig:
             raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.cache_dtype not in DTYPES and self.cache_dtype not in QUANT_CACHE_DTYPES:
-            raise ValueError(f"cache_dtype: expected one of {', '.join([*DTYPES, *QUANT_CACHE_DTYPES])}, "
-                             f"got {self.cache_dtype!r}")
+        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
+        if self.cache_dtype not in known:
+            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
         if self.rope_base <= 1:
@@ -77,6 +82,26 @@ class ModelConfig:
         self._check_kv_heads()
         self._check_mla()
         self._check_window()
+        self._check_kivi()
+
+    def _check_kivi(self) -> None:
+        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        if self.kivi_bits is None:
+            return
+        for name, value, plain in (("attention", self.attention, self.attention != "mla"),
+                                   ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                   ("sliding_window", self.sliding_window, self.sliding_window is None),
+                                   ("attention_chunk_size", self.attention_chunk_size,
+                                    self.attention_chunk_size is None)):
+            if not plain:
+                raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
+                                 f"(no mla, paged, window or chunk), got {value!r}")
+        if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
+            raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
+                             f"divide head_size ({self.head_size}), got {g}")
+        if r < g:
+            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
+                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
@@ -127,6 +152,7 @@ class ModelConfig:
             for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                        ("sliding_window", self.sliding_window, self.sliding_window is None),
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0),
                                        ("attention_chunk_size", self.attention_chunk_size,
                                         self.attention_chunk_size is None)):
                 if not plain:
@@ -138,6 +164,10 @@ class ModelConfig:
                              f"({self.attention_chunk_size})")
         if self.attention_chunk_size is not None:
             positive_int("attention_chunk_size", self.attention_chunk_size)
+        positive_int("attention_sinks", self.attention_sinks, minimum=0)
+        if self.attention_sinks and self.sliding_window is None:
+            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_window, "
+                             f"got attention_sinks={self.attention_sinks} without one")
         if self.sliding_window is None and self.attention_chunk_size is None:
             if self.window_pattern != "local":
                 raise ValueError(f"window_pattern: only used with a sliding_window, got {self.window_pattern!r}")
@@ -180,6 +210,11 @@ class ModelConfig:
         return self.cache_dtype in QUANT_CACHE_DTYPES
 
     @property
+    def kivi_bits(self) -> int | None:
+        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
+        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
+
+    @property
     def n_kv_heads(self) -> int:
         """K: KV heads the cache stores per layer (N for mha, and for mla's materialized heads; 1 for mqa)."""
         if self.attention == "gqa":
@@ -198,6 +233,8 @@ class ModelConfig:
     @property
     def cache_jnp_dtype(self) -> Any:
         """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
+        if self.kivi_bits is not None:
+            return jnp.uint8  # packed codes: 8 // bits per byte
         return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
 
     @property
