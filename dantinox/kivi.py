@@ -185,29 +185,3 @@ class KiviCache(NamedTuple):
         return out._replace(k_window=_scatter(self.k_window, window_slot, k_BKTH),
                             v_window=_scatter(self.v_window, window_slot, v_BKTH))
 
-
-def dequantize_reference(k_TH, v_TH, G: int, bits: int, R: int):
-    """Keys and values of one head after T tokens, as a KIVI cache returns them: numpy, for tests and labs.
-
-    Complete key groups outside the window per channel, values outside the window per token group; the
-    last R tokens as they are.
-    """
-    import numpy as np
-
-    T, H = k_TH.shape
-    top = 2**bits - 1
-    f16 = lambda a: np.asarray(a, np.float32).astype(np.float16).astype(np.float32)  # noqa: E731
-
-    def q(x, axis):
-        lo, hi = x.min(axis, keepdims=True), x.max(axis, keepdims=True)
-        s, z = f16((hi - lo) / top), f16(lo)
-        c = np.clip(np.round((x - z) / np.where(s > 0, s, 1.0)), 0, top)
-        return c * s + z
-
-    k, v = np.array(k_TH, np.float32), np.array(v_TH, np.float32)
-    out_k, out_v = k.copy(), v.copy()
-    for g in range(T // G):
-        out_k[g * G:(g + 1) * G] = q(k[g * G:(g + 1) * G], 0)
-    out_v = q(v.reshape(T, H // G, G), 2).reshape(T, H)
-    recent = np.arange(T) >= T - R
-    return np.where(recent[:, None], k, out_k), np.where(recent[:, None], v, out_v)
