@@ -1,5 +1,8 @@
 """KIVI low-bit storage and StreamingLLM attention sinks: bytes equal the formula, attention equals numpy references."""
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,17 +15,30 @@ from dantinox.kivi import KiviCache, pack, unpack
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
 
 
+@functools.cache
+def model_for(cfg):
+    """One model per config for the whole module, so its compiled steps are reused."""
+    return dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
 def kivi(bits=4, **kw):
     kw = {"attention": "gqa", "kv_heads": 2, "kivi_group": 4, "kivi_residual": 6, **kw}
     return dantinox.ModelConfig.preset("test", cache_dtype=f"kivi{bits}", **kw)
 
 
+_STEPS = {}
+
+
 def decode(model, cfg, x, prefill, slots):
-    """Prefill, then one token at a time: the logits of every position and the cache."""
-    logits, cache, _ = model(x[:, :prefill], use_cache=True, kv_caches=dantinox.init_cache(cfg, x.shape[0], slots))
+    """Prefill, then one token at a time (one compiled step per model): the logits of every position and the cache."""
+    if id(model) not in _STEPS:
+        graphdef, params = nnx.split(model)
+        _STEPS[id(model)] = (model, jax.jit(lambda ids, cache: nnx.merge(graphdef, params).forward(ids, cache)))
+    step = _STEPS[id(model)][1]
+    logits, cache = step(jnp.asarray(x[:, :prefill]), dantinox.init_cache(cfg, x.shape[0], slots))
     steps = [logits]
     for t in range(prefill, x.shape[1]):
-        logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
+        logits, cache = step(jnp.asarray(x[:, t:t + 1]), cache)
         steps.append(logits)
     return np.asarray(jnp.concatenate(steps, axis=1)), cache
 
@@ -81,20 +97,21 @@ def np_kivi(x_TKH, G, bits, R, per_channel):
     return np.where((np.arange(T) >= T - R)[:, None, None], x_TKH, out)
 
 
-@pytest.mark.parametrize("bits", [4, 2])
-@pytest.mark.parametrize("batch,tokens", [(1, 1), (2, 7), (3, 40)])
-def test_kivi_bytes_equal_the_formula_before_and_after_decoding(bits, batch, tokens):
-    cfg = kivi(bits)
-    L, K, H, G, R = cfg.n_layers, cfg.n_kv_heads, cfg.head_size, 4, 6
+def kivi_formula(cfg, batch, tokens):
+    L, K, H, G, R, bits = cfg.n_layers, cfg.n_kv_heads, cfg.head_size, 4, 6, cfg.kivi_bits
     per_layer = (2 * tokens * K * H * bits / 8  # packed codes of keys and values
                  + 2 * 2 * -(-tokens // G) * K * H  # float16 scale and zero per key channel per token group
                  + 2 * 2 * tokens * K * (H // G)  # float16 scale and zero per value token per channel group
                  + 2 * 4 * min(tokens, R) * K * H)  # float32 keys and values of the last R tokens
-    assert dantinox.kv_cache_bytes(cfg, batch, tokens) == batch * L * per_layer
-    assert dantinox.init_cache(cfg, batch, tokens).nbytes == batch * L * per_layer
-    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    _, cache = decode(model, cfg, token_ids(batch, tokens), min(tokens, 3), tokens)
-    assert type(cache.layers[0]) is KiviCache and cache.nbytes == batch * L * per_layer
+    return batch * L * per_layer
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+@pytest.mark.parametrize("batch,tokens", [(1, 1), (2, 7), (3, 40), (1, 129)])
+def test_kivi_bytes_equal_the_formula(bits, batch, tokens):
+    cfg = kivi(bits, max_context=256)
+    assert dantinox.kv_cache_bytes(cfg, batch, tokens) == kivi_formula(cfg, batch, tokens)
+    assert dantinox.init_cache(cfg, batch, tokens).nbytes == kivi_formula(cfg, batch, tokens)
 
 
 @pytest.mark.parametrize("bits", [4, 2])
@@ -105,13 +122,13 @@ def test_pack_round_trips(bits):
     np.testing.assert_array_equal(unpack(packed, bits), codes)
 
 
-@pytest.mark.parametrize("bits", [4, 2])
-@pytest.mark.parametrize("prefill", [1, 11])  # token by token, and a prompt longer than the window
+@pytest.mark.parametrize("bits,prefill", [(4, 1), (4, 11), (2, 11)])  # token by token; a prompt past the window
 def test_kivi_attention_equals_attention_over_numpy_dequantized_values(bits, prefill):
     cfg = kivi(bits)
-    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    model = model_for(cfg)
     x = token_ids(2, 21)
     cached, cache = decode(model, cfg, x, prefill, 24)
+    assert type(cache.layers[0]) is KiviCache and cache.nbytes == kivi_formula(cfg, 2, 24)  # after decoding too
     G, R = cfg.kivi_group, cfg.kivi_residual
 
     def kivi_attention(i, q, k, v):  # each query reads the cache as it was after its own write
@@ -131,8 +148,8 @@ def test_kivi_attention_equals_attention_over_numpy_dequantized_values(bits, pre
     # and the stored layer, read back, is the numpy-dequantized keys and values (layer 0 sees the embeddings)
     layer0 = cache.layers[0]
     k_read, v_read = (np.asarray(a) for a in layer0.read(cfg, cache.lengths))
-    float_model = dantinox.Transformer(cfg.replace(cache_dtype="float32"), rngs=nnx.Rngs(0))
-    _, float_cache, _ = float_model(x, use_cache=True, kv_caches=dantinox.init_cache(float_model.cfg, 2, 24))
+    float_cfg = cfg.replace(cache_dtype="float32")
+    _, float_cache = decode(model_for(float_cfg), float_cfg, x, 21, 24)
     k_f, v_f = (np.asarray(a, np.float64)[:, :, :21].transpose(0, 2, 1, 3) for a in float_cache.layers[0][:2])
     for b in range(2):
         np.testing.assert_allclose(k_read[b, :, :21].transpose(1, 0, 2), np_kivi(k_f[b], G, bits, R, True), atol=1e-4)
@@ -140,15 +157,13 @@ def test_kivi_attention_equals_attention_over_numpy_dequantized_values(bits, pre
     assert np.abs(k_read[:, :, :21] - k_f.transpose(0, 2, 1, 3)).max() > 1e-3  # something was quantized
 
 
-@pytest.mark.parametrize("bits", [4, 2])
-def test_kivi_decodes_end_to_end_and_is_exact_while_every_token_is_in_the_window(bits):
-    cfg = kivi(bits, kivi_residual=32, kivi_group=8)
-    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    float_model = dantinox.Transformer(cfg.replace(cache_dtype="float32"), rngs=nnx.Rngs(0))
-    prompt = token_ids(2, 6)
-    tokens = np.asarray(dantinox.generate(model, prompt, 40))
+def test_kivi_decodes_end_to_end_and_is_exact_while_every_token_is_in_the_window():
+    cfg = kivi(2, kivi_residual=32, kivi_group=8)
+    tokens = np.asarray(dantinox.generate(model_for(cfg), token_ids(2, 6), 40))
     assert tokens.shape == (2, 46)
-    np.testing.assert_array_equal(tokens[:, :32], np.asarray(dantinox.generate(float_model, prompt, 26)))
+    # the first 32 tokens never leave the full-precision window: greedy picks equal the float model's
+    float_logits = np.asarray(model_for(cfg.replace(cache_dtype="float32"))(tokens)[0])
+    np.testing.assert_array_equal(float_logits[:, 5:31].argmax(-1), tokens[:, 6:32])
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -168,7 +183,7 @@ def test_kivi_config_errors_name_the_field(kw, match):
 def sinks(window=5, n_sinks=2, pattern="local"):
     cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, sliding_window=window,
                                       attention_sinks=n_sinks, window_pattern=pattern)
-    return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    return cfg, model_for(cfg)
 
 
 def paper_attention(cfg):
@@ -189,8 +204,8 @@ def paper_attention(cfg):
     return attention
 
 
-@pytest.mark.parametrize("pattern", ["local", "1:1"])
-@pytest.mark.parametrize("prefill", [3, 12])  # shorter than W + S, and longer (the ring has wrapped)
+# a prompt shorter than W + S, and one longer (the ring has wrapped); Gemma-style alternation with global layers
+@pytest.mark.parametrize("pattern,prefill", [("local", 3), ("local", 12), ("1:1", 12)])
 def test_sinks_decode_equals_the_paper_position_rule(pattern, prefill):
     cfg, model = sinks(pattern=pattern)
     x = token_ids(2, 23)
@@ -199,7 +214,7 @@ def test_sinks_decode_equals_the_paper_position_rule(pattern, prefill):
     for b in range(2):
         np.testing.assert_allclose(cached[b], np_forward(model, x[b], paper_attention(cfg)), atol=2e-4, rtol=2e-4)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)  # the masked full forward
-    window_only = dantinox.Transformer(cfg.replace(attention_sinks=0), rngs=nnx.Rngs(0))
+    window_only = model_for(cfg.replace(attention_sinks=0))
     assert np.abs(np.asarray(window_only(x)[0]) - cached)[:, 7:].max() > 1e-3  # the sinks change what is seen
 
 
