@@ -10,6 +10,7 @@ from flax import nnx
 from invariants import token_ids
 
 import dantinox
+from dantinox import quality
 from dantinox.kivi import KiviCache, pack, unpack
 
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
@@ -235,3 +236,10 @@ def test_sink_ring_bytes_equal_the_formula_and_hold_the_first_and_latest(tokens)
 def test_sinks_need_a_window():
     with pytest.raises(ValueError, match="attention_sinks: kept beside a sliding window"):
         dantinox.ModelConfig.preset("test", attention_sinks=4)
+
+
+@pytest.mark.parametrize("cfg", [kivi(4), dantinox.ModelConfig.preset("test", sliding_window=5, attention_sinks=2)],
+                         ids=["kivi4", "sinks"])
+def test_no_content_formula_is_claimed_for_the_new_layouts(cfg):
+    with pytest.raises(ValueError, match="no concept-entry formula"):
+        quality.formula_for(cfg, 1, 8)
