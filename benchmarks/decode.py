@@ -30,23 +30,21 @@ from functools import partial
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from common import best_of
 from flax import nnx
 
 import dantinox
 import dantinox.model
-from dantinox.cache import init_cache
-from dantinox.generate import VECTOR_512, _prefill_jit, _step, bucket_for, compiler_options
-from dantinox.roofline import _decode_loop, generate_seconds, measure_machine
+from dantinox.generate import VECTOR_512, bucket_for, compiler_options, decode_loop_jit
+from dantinox.roofline import generate_seconds, measure_machine, run_decode, timing_state
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 PEER_VENV = HERE / ".peer-venv"
 PEER_PACKAGES = ("torch==2.13.0", "transformers", "gguf", "accelerate", "jinja2")
-VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
-MORE_VARIANTS = {**VARIANTS, "MQA": dict(attention="mqa")}  # the attention-arrangement A/B also covers K = 1
+VARIANTS = {"MHA": dict(), "GQA (K=2)": dict(kv_heads=2)}
+MORE_VARIANTS = {**VARIANTS, "MQA": dict(kv_heads=1)}  # the attention-arrangement A/B also covers K = 1
 BATCHES = (1, 8)
 PROMPT, NEW = 32, 256
 
@@ -91,19 +89,19 @@ def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int 
     """
     model = model_for(variant)
     graphdef, params = nnx.split(model)
-    caches, tokens = init_cache(model.cfg, batch, context), jnp.zeros((batch,), jnp.int32)
-    index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
+    # generate's decode loop over the last n slots of a `context`-slot cache: every step reads all of them
+    states = {n: timing_state(model.cfg, batch, context, context - n) for n in (4, 24)}
     loops = {}
     for name, (arrangement, options) in sides.items():
-        # a fresh function per side: jax caches traces by function, and each side must be traced on its own
-        loops[name] = jax.jit(lambda *a: _decode_loop(*a), static_argnums=0, compiler_options=options)  # noqa: PLW0108
+        # a fresh program per side: jax caches traces by function, and each side must be traced on its own
+        loops[name] = decode_loop_jit(compiler_options=options)
         with _arrangement(arrangement):  # traced (and compiled) here, under this arrangement
-            jax.block_until_ready(loops[name](graphdef, params, tokens, caches, jnp.int32(4), index))
+            jax.block_until_ready(run_decode(graphdef, params, states[4], context, context, loops[name]))
     best = {(name, n): float("inf") for name in sides for n in (4, 24)}
     for _ in range(rounds):
         for name, loop in loops.items():
             for n in (4, 24):
-                run = partial(loop, graphdef, params, tokens, caches, jnp.int32(n), index)
+                run = partial(run_decode, graphdef, params, states[n], context, context, loop)
                 best[name, n] = min(best[name, n], best_of(run, 1, warmup=False))
     return {name: 1e3 * (best[name, 24] - best[name, 4]) / 20 for name in sides}
 
@@ -141,19 +139,12 @@ def step_times(filled: tuple[int, ...], max_context: int, short: int = 8, long: 
     """
     model = model_for("MHA", max_context=max_context)
     graphdef, params = nnx.split(model)
-
-    @partial(jax.jit, static_argnums=(1, 2))
-    def run(state, steps, window):
-        step = lambda _, s: _step(graphdef, params, s, None, None, True, window)  # noqa: E731
-        return jax.lax.fori_loop(0, steps, step, state)
-
     out = {}
     for n in filled:
         window = bucket_for(max_context, n + long)  # the key bucket generate() uses once n + long tokens are held
-        state = _prefill_jit(graphdef, params, prompt(1, n), jnp.full((1,), n, jnp.int32),
-                             jnp.full((1,), n + long, jnp.int32), 0, init_cache(model.cfg, 1, window))
-        t_short = best_of(lambda: run(state, short, window), 5)  # noqa: B023
-        t_long = best_of(lambda: run(state, long, window), 5)  # noqa: B023
+        state = timing_state(model.cfg, 1, window, n)  # generate's decode loop from n tokens held
+        t_short = best_of(lambda: run_decode(graphdef, params, state, n + short, window), 5)  # noqa: B023
+        t_long = best_of(lambda: run_decode(graphdef, params, state, n + long, window), 5)  # noqa: B023
         out[n] = 1e3 * (t_long - t_short) / (long - short)
     return out
 

@@ -61,7 +61,7 @@ def main() -> None:
         rows["cache" if use_cache else "no cache"] = {
             "panel_model_tok_s": shown["model"], "panel_wall_tok_s": shown["wall"], "generate_tok_s": new / seconds,
             "model_over_generate": shown["model"] * seconds / new, "wall_over_generate": shown["wall"] * seconds / new}
-    print(f"{where}; {cfg.n_layers}-layer {cfg.attention.upper()} K={cfg.n_kv_heads}, cache {cfg.cache_dtype}, "
+    print(f"{where}; {cfg.n_layers}-layer {cfg.variant.upper()} K={cfg.n_kv_heads}, cache {cfg.cache_dtype}, "
           f"B=1, prompt {prompt.shape[1]} + {new} new tokens, chunks of {CHUNK_TOKENS}, best of {args.repeats}\n")
     print("| decode | panel, model time (tok/s) | panel, wall clock (tok/s) | generate (tok/s) | "
           "model / generate | wall / generate |")

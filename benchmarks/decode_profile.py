@@ -24,7 +24,7 @@ from dantinox.profile import CATEGORIES, profile_decode_step
 from dantinox.roofline import decode_step_seconds, measure_bandwidth
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = {"MHA": dict(attention="mha"), "GQA (K=2)": dict(attention="gqa", kv_heads=2)}
+VARIANTS = {"MHA": dict(), "GQA (K=2)": dict(kv_heads=2)}
 
 
 def profile(variant: str, batch: int, context: int, cache_dtype: str) -> dict:

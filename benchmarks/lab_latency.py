@@ -152,7 +152,7 @@ def main() -> None:
     budget = args.budget_mib * 2**20 if args.budget_mib else DEFAULT_BUDGET
     lab = CacheLab(entry, preset="reference", budget_bytes=budget)
     plot = CachePlot(lab)  # the plot follows every move, as in the notebook
-    mha32 = dantinox.ModelConfig.preset("reference", attention="mha", cache_dtype="float32")
+    mha32 = dantinox.ModelConfig.preset("reference", cache_dtype="float32")
 
     # Above the budget: B=200..256 sequences at any token count past the budget.
     big = dict(attention="mha", cache_dtype="float32", batch=256, tokens=1024)

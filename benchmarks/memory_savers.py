@@ -34,6 +34,7 @@ import numpy as np
 import content
 import dantinox
 from dantinox import quality
+from dantinox.config import PRESETS, local_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "memory_savers.json"
@@ -56,7 +57,8 @@ CONFIGS = [
     ("GQA K=2 + int8", "combined", "tiny-gqa", dict(cache_dtype="int8")),
     # The same windows imposed on the MHA weights at inference only: what skipping the retraining costs.
     *[(f"SWA W={w} {p}, MHA weights (not retrained)", "window, not retrained", "tiny",
-       dict(sliding_window=w, window_pattern=p)) for w in (64, 16) for p in ("local", "1:1")],
+       dict(sliding_windows=local_layers(PRESETS["tiny"]["n_layers"], w, n))) for w in (64, 16)
+      for p, n in (("local", None), ("1:1", 1))],
 ]
 
 

@@ -36,10 +36,10 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 C, R = 64, 16  # C = 2·H, R = H/2 (DeepSeek-V2: 4·d_h, d_h/2): 80 numbers per token per layer, GQA with 1.25 KV heads
 VARIANTS = {
-    "MHA": dict(attention="mha"),
-    "GQA (K=2)": dict(attention="gqa", kv_heads=2),
-    "MLA absorbed": dict(attention="mla", kv_latent_dim=C, rope_head_dim=R, mla_decode="absorbed"),
-    "MLA materialized": dict(attention="mla", kv_latent_dim=C, rope_head_dim=R, mla_decode="materialized"),
+    "MHA": dict(),
+    "GQA (K=2)": dict(kv_heads=2),
+    "MLA absorbed": dict(attention="latent", kv_latent_dim=C, rope_head_dim=R, mla_decode="absorbed"),
+    "MLA materialized": dict(attention="latent", kv_latent_dim=C, rope_head_dim=R, mla_decode="materialized"),
 }
 BATCHES = (1, 8)
 PROMPT, NEW = 32, 256

@@ -22,8 +22,8 @@ import dantinox
 from dantinox import roofline
 
 RESULTS = Path(__file__).resolve().parent / "results"
-VARIANTS = {"MHA, f32 cache": dict(attention="mha"),
-            "GQA K=2, bf16 cache": dict(attention="gqa", kv_heads=2, cache_dtype="bfloat16")}
+VARIANTS = {"MHA, f32 cache": dict(),
+            "GQA K=2, bf16 cache": dict(kv_heads=2, cache_dtype="bfloat16")}
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 PROMPTS = (16, 32, 64, 128, 256, 512, 1024)
 

@@ -1,10 +1,11 @@
 """dantinox: a small, real JAX/Flax language model whose KV cache you can measure.
 
     import dantinox
-    cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=2)
+    cfg = dantinox.ModelConfig.preset("reference", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
+    engine = dantinox.Engine(model, num_blocks=256)  # a serving engine over one paged pool, see engine.py
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
@@ -23,6 +24,7 @@ from dantinox.cache import (
 )
 from dantinox.config import PRESETS, ModelConfig
 from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
+from dantinox.engine import Engine, StepReport
 from dantinox.generate import DecodeState, StreamEvent, generate, stream
 from dantinox.kv_ledger import Ledger, kv_ledger
 from dantinox.memory import (
@@ -43,5 +45,5 @@ __all__ = [
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
-    "load_pretrained", "Ledger", "kv_ledger",
+    "load_pretrained", "Engine", "StepReport", "Ledger", "kv_ledger",
 ]

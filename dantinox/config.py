@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from dantinox.checks import positive_int
 
-ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")
+ATTENTION_KINDS = ("heads", "latent")
+ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")  # derived labels (ModelConfig.variant), not stored
 PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
@@ -23,6 +24,48 @@ QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
+
+
+def local_layers(n_layers: int, size: int, local_per_global: int | None = None) -> tuple[int | None, ...]:
+    """Per layer, `size` (a local layer) or None (a global one): every layer local, or `local_per_global`
+    local layers before each global one.
+
+    Layer i is global when (i + 1) % (local_per_global + 1) == 0. Gemma 2 alternates (local_per_global=1:
+    layers 0, 2, ... local; 1, 3, ... global) and Gemma 3 places one global layer after five local ones
+    (local_per_global=5), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
+    (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
+    """
+    positive_int("n_layers", n_layers)
+    positive_int("size", size)
+    if local_per_global is None:
+        return (size,) * n_layers
+    positive_int("local_per_global", local_per_global)
+    return tuple(None if (i + 1) % (local_per_global + 1) == 0 else size for i in range(n_layers))
+
+
+def gemma2_windows(n_layers: int, window: int) -> tuple[int | None, ...]:
+    """Gemma 2's placement: local and global layers alternate, local first."""
+    return local_layers(n_layers, window, local_per_global=1)
+
+
+def gemma3_windows(n_layers: int, window: int) -> tuple[int | None, ...]:
+    """Gemma 3's placement: five local layers, then one global, repeated."""
+    return local_layers(n_layers, window, local_per_global=5)
+
+
+def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
+    """The stored fields (attention, kv_heads) for a variant label: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (K given),
+    'mla' (a latent). The one place a label turns back into fields: run directories written before kv_heads was
+    the stored fact, and the labs' variant menus, call it."""
+    if variant not in ATTENTION_VARIANTS:
+        raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {variant!r}")
+    if variant == "mla":
+        return dict(attention="latent", kv_heads=None)
+    if variant == "gqa":
+        if kv_heads is None:
+            raise ValueError(f"kv_heads: gqa needs kv_heads, a divisor of n_heads ({n_heads})")
+        return dict(attention="heads", kv_heads=kv_heads)
+    return dict(attention="heads", kv_heads=None if variant == "mha" else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +77,8 @@ class ModelConfig:
     n_layers: int = 12  # L
     n_heads: int = 8  # N, query heads
     head_size: int = 32  # H
-    attention: str = "mha"  # "mha" | "gqa" | "mqa" | "mla"
-    kv_heads: int | None = None  # K as given: required for gqa, optional for mha (= N) and mqa (= 1); see n_kv_heads
+    attention: str = "heads"  # "heads" caches K/V heads; "latent" caches an MLA latent (see kv_latent_dim)
+    kv_heads: int | None = None  # K, a divisor of n_heads; None means n_heads (MHA). 1 is MQA; see variant
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # parameters and activations
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
@@ -46,18 +89,17 @@ class ModelConfig:
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
     scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
-    # Multi-head latent attention (attention="mla").
+    # Multi-head latent attention (attention="latent").
     kv_latent_dim: int | None = None  # C, width of the cached KV latent
     rope_head_dim: int | None = None  # R, width of the decoupled RoPE key shared by all heads
     q_latent_dim: int | None = None  # optional low-rank query compression width
     mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
     mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
-    # Sliding-window attention (dantinox/ring.py); see layer_windows for where the global layers go.
-    sliding_window: int | None = None  # W: a local layer attends to the current token and the W - 1 before it
-    window_pattern: str = "local"  # "local" (every layer) or "n:1" (n local layers per global one)
-    attention_sinks: int = 0  # S: first tokens a sliding-window layer keeps forever (StreamingLLM); needs a window
-    attention_chunk_size: int | None = None  # C: chunked layers see only their chunk (Llama 4); placed as windows are
-    # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a block table.
+    # Local layers (dantinox/ring.py), one entry per layer; None: every layer global. See local_layers.
+    sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
+    attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
+    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
+    # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
     cache_layout: str = "contiguous"
     block_size: int = 16  # token slots per page of a paged cache
     # Generation paradigm.
@@ -66,8 +108,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context", "mlp_width"):
             positive_int(name, getattr(self, name))
-        if self.attention not in ATTENTION_VARIANTS:
-            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {self.attention!r}")
+        if self.attention not in ATTENTION_KINDS:
+            label = {"mha": "attention='heads'", "gqa": "attention='heads' with kv_heads=K",
+                     "mqa": "attention='heads' with kv_heads=1", "mla": "attention='latent'"}.get(self.attention)
+            hint = f" ({self.attention} is {label})" if label else ""
+            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}{hint}")
         if self.paradigm not in PARADIGMS:
             raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
         if self.dtype not in DTYPES:
@@ -81,21 +126,20 @@ class ModelConfig:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
         self._check_kv_heads()
         self._check_mla()
-        self._check_window()
+        self._check_local_layers()
         self._check_kivi()
 
     def _check_kivi(self) -> None:
         g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
         if self.kivi_bits is None:
             return
-        for name, value, plain in (("attention", self.attention, self.attention != "mla"),
+        for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                   ("sliding_window", self.sliding_window, self.sliding_window is None),
-                                   ("attention_chunk_size", self.attention_chunk_size,
-                                    self.attention_chunk_size is None)):
+                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
+                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
-                                 f"(no mla, paged, window or chunk), got {value!r}")
+                                 f"(no latent, paged, window or chunk), got {value!r}")
         if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
             raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
                              f"divide head_size ({self.head_size}), got {g}")
@@ -105,35 +149,27 @@ class ModelConfig:
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
-        if k is not None:
-            positive_int("kv_heads", k)
-        if self.attention == "mha":
-            if k is not None and k != n:
-                raise ValueError(f"kv_heads: attention='mha' uses one KV head per query head, so kv_heads must "
-                                 f"equal n_heads ({n}), got {k}")
-        elif self.attention == "mqa":
-            if k is not None and k != 1:
-                raise ValueError(f"kv_heads: attention='mqa' shares one KV head across all query heads, "
-                                 f"so kv_heads must be 1, got {k}")
-        elif self.attention == "gqa":
-            if k is None:
-                raise ValueError(f"kv_heads: attention='gqa' needs kv_heads, a divisor of n_heads ({n})")
-            if n % k:
-                raise ValueError(f"kv_heads: attention='gqa' needs kv_heads to divide n_heads ({n}), got {k}")
-        elif self.attention == "mla" and k is not None and k != n:
-            raise ValueError(f"kv_heads: attention='mla' caches a shared latent, not KV heads; leave kv_heads "
+        if k is None:
+            return
+        positive_int("kv_heads", k)
+        if self.attention == "latent":
+            raise ValueError(f"kv_heads: attention='latent' caches a shared latent, not KV heads; leave kv_heads "
                              f"unset, got {k}")
+        if n % k:
+            raise ValueError(f"kv_heads: must divide n_heads ({n}), got {k}")
+        if k == n:  # as many KV heads as query heads is MHA: stored one way, as None
+            object.__setattr__(self, "kv_heads", None)
 
     def _check_mla(self) -> None:
         mla_fields = ("kv_latent_dim", "rope_head_dim")
-        if self.attention != "mla":
+        if self.attention != "latent":
             for name in (*mla_fields, "q_latent_dim"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"{name}: only used with attention='mla', got attention={self.attention!r}")
+                    raise ValueError(f"{name}: only used with attention='latent', got attention={self.attention!r}")
             return
         for name in mla_fields:
             if getattr(self, name) is None:
-                raise ValueError(f"{name}: attention='mla' needs a positive integer {name}")
+                raise ValueError(f"{name}: attention='latent' needs a positive integer {name}")
             positive_int(name, getattr(self, name))
         if self.rope_head_dim % 2:
             raise ValueError(f"rope_head_dim: RoPE rotates pairs of channels, so it must be even, "
@@ -143,66 +179,95 @@ class ModelConfig:
         if self.mla_decode not in MLA_DECODE_PATHS:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
-    def _check_window(self) -> None:
+    def _check_local_layers(self) -> None:
         if self.cache_layout not in CACHE_LAYOUTS:
             raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
         positive_int("block_size", self.block_size)
+        for name in ("sliding_windows", "attention_chunks"):
+            sizes = getattr(self, name)
+            if sizes is None:
+                continue
+            if isinstance(sizes, list):  # JSON and hand-written lists: stored as the tuple they mean
+                object.__setattr__(self, name, sizes := tuple(sizes))
+            if not isinstance(sizes, tuple) or len(sizes) != self.n_layers:
+                raise ValueError(f"{name}: expected one entry per layer ({self.n_layers}), each a positive integer "
+                                 f"or None (see dantinox.config.local_layers), got {sizes!r}")
+            for i, size in enumerate(sizes):
+                if size is not None:
+                    positive_int(f"{name}[{i}]", size)
+            if all(size is None for size in sizes):  # no local layer: one way to say it
+                object.__setattr__(self, name, None)
+        both = [i for i, (w, c) in enumerate(zip(self.layer_windows, self.layer_chunks, strict=True)) if w and c]
+        if both:
+            raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
+                             f"window {self.layer_windows[both[0]]} and chunk {self.layer_chunks[both[0]]}")
+        positive_int("attention_sinks", self.attention_sinks, minimum=0)
+        if self.attention_sinks and self.sliding_windows is None:
+            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
+                             f"got attention_sinks={self.attention_sinks} without one")
         # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
         if self.paradigm != "autoregressive":
             for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                       ("sliding_window", self.sliding_window, self.sliding_window is None),
-                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0),
-                                       ("attention_chunk_size", self.attention_chunk_size,
-                                        self.attention_chunk_size is None)):
+                                       ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
+                                       ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
                 if not plain:
                     raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
                                      f"(its DualCache splits and joins them), got {value!r}")
-        if self.sliding_window is not None and self.attention_chunk_size is not None:
-            raise ValueError("attention_chunk_size: a layer is either sliding-window or chunked; set one of "
-                             f"sliding_window ({self.sliding_window}) and attention_chunk_size "
-                             f"({self.attention_chunk_size})")
-        if self.attention_chunk_size is not None:
-            positive_int("attention_chunk_size", self.attention_chunk_size)
-        positive_int("attention_sinks", self.attention_sinks, minimum=0)
-        if self.attention_sinks and self.sliding_window is None:
-            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_window, "
-                             f"got attention_sinks={self.attention_sinks} without one")
-        if self.sliding_window is None and self.attention_chunk_size is None:
-            if self.window_pattern != "local":
-                raise ValueError(f"window_pattern: only used with a sliding_window, got {self.window_pattern!r}")
-            return
-        if self.sliding_window is not None:
-            positive_int("sliding_window", self.sliding_window)
-        head, _, tail = self.window_pattern.partition(":")
-        if self.window_pattern != "local" and not (head.isdigit() and int(head) >= 1 and tail == "1"):
-            raise ValueError(f"window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), "
-                             f"got {self.window_pattern!r}")
+
+    # Helpers that fill the per-layer tuples from one size.
+    def with_sliding_window(self, window: int | None, local_per_global: int | None = None) -> ModelConfig:
+        """A copy whose local layers attend within `window` (None: every layer global); see local_layers."""
+        windows = None if window is None else local_layers(self.n_layers, window, local_per_global)
+        return self.replace(sliding_windows=windows)
+
+    def with_attention_chunks(self, chunk: int | None, local_per_global: int | None = None) -> ModelConfig:
+        """A copy whose local layers attend within their own chunk of `chunk` positions; see local_layers."""
+        chunks = None if chunk is None else local_layers(self.n_layers, chunk, local_per_global)
+        return self.replace(attention_chunks=chunks)
 
     # Derived values.
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
-        """Per layer, its window W (a local layer) or None (a global layer, full causal attention).
-
-        "n:1" makes every (n + 1)-th layer global, counting from 1: layer i is global when (i + 1) % (n + 1) == 0.
-        That is how Gemma 2 alternates ("1:1": layers 0, 2, ... local; 1, 3, ... global) and Gemma 3 places one
-        global layer after five local ones ("5:1"), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
-        (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
-        """
-        return self._local_layers(self.sliding_window)
+        """Per layer, its sliding window W (a local layer) or None (a global layer, full causal attention)."""
+        return self.sliding_windows or (None,) * self.n_layers
 
     @property
     def layer_chunks(self) -> tuple[int | None, ...]:
-        """Per layer, its chunk size C (a chunked layer, Llama 4) or None; placed by window_pattern like windows."""
-        return self._local_layers(self.attention_chunk_size)
+        """Per layer, its chunk size C (a chunked layer, Llama 4) or None."""
+        return self.attention_chunks or (None,) * self.n_layers
 
-    def _local_layers(self, size: int | None) -> tuple[int | None, ...]:
-        if size is None:
-            return (None,) * self.n_layers
-        if self.window_pattern == "local":
-            return (size,) * self.n_layers
-        period = int(self.window_pattern.split(":")[0]) + 1
-        return tuple(None if (i + 1) % period == 0 else size for i in range(self.n_layers))
+    @property
+    def sliding_window(self) -> int | None:
+        """The largest sliding window of any layer, None when no layer has one (the ring of the widest layer)."""
+        return max((w for w in self.layer_windows if w), default=None)
+
+    @property
+    def attention_chunk_size(self) -> int | None:
+        """The largest attention chunk of any layer, None when no layer is chunked."""
+        return max((c for c in self.layer_chunks if c), default=None)
+
+    @property
+    def local_per_global(self) -> int | None:
+        """n when the local layers follow local_layers' n-local-then-one-global placement with one size;
+        0 when every layer is local; None when no layer is local or the placement is another."""
+        sizes = self.sliding_windows or self.attention_chunks
+        if sizes is None:
+            return None
+        size = max(s for s in sizes if s)
+        if sizes == (size,) * self.n_layers:
+            return 0
+        n = next((n for n in range(1, self.n_layers) if local_layers(self.n_layers, size, n) == sizes), None)
+        return n
+
+    @property
+    def variant(self) -> str:
+        """The label of the arrangement: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (1 < K < N) or 'mla' (a latent)."""
+        if self.attention == "latent":
+            return "mla"
+        k = self.n_kv_heads
+        return "mha" if k == self.n_heads else "mqa" if k == 1 else "gqa"
 
     @property
     def quantized_cache(self) -> bool:
@@ -216,10 +281,8 @@ class ModelConfig:
 
     @property
     def n_kv_heads(self) -> int:
-        """K: KV heads the cache stores per layer (N for mha, and for mla's materialized heads; 1 for mqa)."""
-        if self.attention == "gqa":
-            return self.kv_heads
-        return 1 if self.attention == "mqa" else self.n_heads
+        """K: KV heads the cache stores per layer (kv_heads, or N when unset, as for MLA's materialized heads)."""
+        return self.n_heads if self.kv_heads is None else self.kv_heads
 
     @property
     def groups(self) -> int:
@@ -245,7 +308,7 @@ class ModelConfig:
     @property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
-        if self.attention == "mla":
+        if self.attention == "latent":
             return self.kv_latent_dim + self.rope_head_dim
         return 2 * self.n_kv_heads * self.head_size
 
@@ -254,9 +317,7 @@ class ModelConfig:
         return self.paradigm == "autoregressive"
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed; switching to a variant other than gqa drops a kv_heads not given."""
-        if "attention" in changes and "kv_heads" not in changes and changes["attention"] != "gqa":
-            changes["kv_heads"] = None
+        """A copy with some fields changed (every other field, kv_heads included, as it was)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -265,12 +326,12 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """A config from to_dict's dict, or from one written by an earlier dantinox (converted; see _upgrade)."""
+        data = _upgrade(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
-        if "mlp_width" in data and data["mlp_width"] is None:  # written when the width defaulted to 3 * d_model
-            data = {**data, "mlp_width": 3 * data.get("d_model", cls.d_model)}
         return cls(**data)
 
     @classmethod
@@ -279,6 +340,35 @@ class ModelConfig:
         if name not in PRESETS:
             raise ValueError(f"preset: expected one of {', '.join(PRESETS)}, got {name!r}")
         return cls(**{**PRESETS[name], **overrides})
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Fields as earlier dantinox versions wrote them, in today's form: mlp_width None (3 * d_model), attention as a
+    variant label (mha/gqa/mqa/mla) beside kv_heads, and one window or chunk size placed by a window_pattern
+    ("local" or "n:1")."""
+    data = dict(data)
+    if "mlp_width" in data and data["mlp_width"] is None:
+        data["mlp_width"] = 3 * data.get("d_model", ModelConfig.d_model)
+    if data.get("attention") in ATTENTION_VARIANTS:
+        n = data.get("n_heads", ModelConfig.n_heads)
+        variant, k = data["attention"], data.get("kv_heads")
+        data.update(heads_fields(variant, n, k))
+        if variant in ("mha", "mla") and k not in (None, n):
+            raise ValueError(f"kv_heads: attention={variant!r} has {n} KV heads (n_heads), got {k}")
+    pattern = data.pop("window_pattern", "local")
+    n_layers = data.get("n_layers", ModelConfig.n_layers)
+    for old, new in (("sliding_window", "sliding_windows"), ("attention_chunk_size", "attention_chunks")):
+        if old not in data:
+            continue
+        size = data.pop(old)
+        if size is None:
+            continue
+        head, _, tail = str(pattern).partition(":")
+        if pattern != "local" and not (head.isdigit() and int(head) >= 1 and tail == "1"):
+            raise ValueError(f"window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), "
+                             f"got {pattern!r}")
+        data[new] = local_layers(n_layers, size, None if pattern == "local" else int(head))
+    return data
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -158,6 +158,13 @@ def _decode_jit(donate: bool, vector_512: bool):
                    **_STATIC)
 
 
+def decode_loop_jit(donate: bool = False, compiler_options: dict[str, str] | None = None):
+    """A fresh jit of the one decode loop (not shared with generate's), for A/B timing of compiler options or
+    of code traced under another setting; called as decode_program's programs are."""
+    return jax.jit(functools.partial(_decode), donate_argnums=(2,) if donate else (),  # a new function: own traces
+                   compiler_options=compiler_options, **_STATIC)
+
+
 def decode_program(batch: int, donate: bool = True):
     """The compiled decode loop for `batch` sequences: one program per (batch, bucket), reused for any prompt,
     length and stop. generate and stream donate the state, so the cache is updated in place (a stream

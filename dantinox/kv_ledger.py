@@ -155,12 +155,12 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
 
 def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:
     """A one-layer dantinox config with this layer's cache geometry (its attention shapes are all that matter)."""
-    window = dict(sliding_window=layer.window) if layer.kind == "sliding" else (
-        dict(attention_chunk_size=layer.window) if layer.kind == "chunked" else {})
+    window = dict(sliding_windows=(layer.window,)) if layer.kind == "sliding" else (
+        dict(attention_chunks=(layer.window,)) if layer.kind == "chunked" else {})
     if layer.kind == "latent":
-        return ModelConfig(n_layers=1, attention="mla", kv_latent_dim=layer.latent, rope_head_dim=layer.rope,
+        return ModelConfig(n_layers=1, attention="latent", kv_latent_dim=layer.latent, rope_head_dim=layer.rope,
                            max_context=tokens, cache_dtype=cache_dtype)
-    return ModelConfig(n_layers=1, attention="gqa", n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
+    return ModelConfig(n_layers=1, attention="heads", n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
                        head_size=layer.head_size, max_context=tokens, cache_dtype=cache_dtype, **window)
 
 

@@ -78,7 +78,7 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
             raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
     if cfg.kivi_bits is not None:
         return kivi_cache_bytes(cfg, int(batch_size), int(tokens))
-    scales_per_slot = 1 if cfg.attention == "mla" else 2 * cfg.n_kv_heads  # one per latent; one per K/V head
+    scales_per_slot = 1 if cfg.attention == "latent" else 2 * cfg.n_kv_heads  # one per latent; one per K/V head
     scales = scales_per_slot * SCALE_BYTES if cfg.quantized_cache else 0
     per_slot = cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize + scales
     rings = [c if w is None else w + cfg.attention_sinks for w, c in zip(cfg.layer_windows, cfg.layer_chunks,
@@ -184,8 +184,7 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-TABLE_VARIANTS = (("MHA", dict(attention="mha")), ("GQA ×4", dict(attention="gqa", kv_heads=2)),
-                  ("GQA ×8 (= MQA)", dict(attention="mqa")))
+TABLE_VARIANTS = (("MHA", dict(kv_heads=None)), ("GQA ×4", dict(kv_heads=2)), ("GQA ×8 (= MQA)", dict(kv_heads=1)))
 TABLE_TOKENS = (512, 1024, 4096)
 
 

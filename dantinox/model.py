@@ -277,7 +277,7 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
-        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "mla"
+        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "latent"
                      else Attention(cfg, layout, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
@@ -328,13 +328,15 @@ class Transformer(nnx.Module):
         return logits, kv_caches, {"cache_index": int(lengths.max()), "lengths": lengths}
 
     def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, live_BT: jax.Array | None = None,
-                positions_BT: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
+                positions_BT: jax.Array | None = None,
+                logits_at_BP: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
         """Unchecked forward used inside compiled code; callers guarantee the bounds.
 
         With a cache, the T tokens of row b sit at positions lengths[b] .. lengths[b] + T - 1; those marked
         in `live_BT` (default: all) are written and counted into `lengths`, the rest (a ragged batch's
         padding) are neither. A bidirectional caller that rewrites slots it already holds passes
         `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
+        `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt chunk).
         """
         B, T = ids_BT.shape
         fill = None
@@ -358,7 +360,11 @@ class Transformer(nnx.Module):
             new_layers.append(layer_cache)
         if kv_caches is not None:
             kv_caches = kv_caches._replace(layers=tuple(new_layers), lengths=fill.after_B)
-        return self.logits(self.norm(x)), kv_caches
+        x = self.norm(x)
+        if logits_at_BP is not None:  # the vocabulary projection only where a next token is wanted
+            x = jnp.take_along_axis(x, logits_at_BP[:, :, None], axis=1)
+        return self.logits(x), kv_caches
+
     @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:
         x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax

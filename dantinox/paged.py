@@ -57,8 +57,8 @@ def init_pool(cfg: ModelConfig, num_blocks: int, table_BM: Any) -> KVCache:
 
 def pool_bytes(cfg: ModelConfig, num_blocks: int, block_size: int) -> int:
     """Bytes of the key/value (or latent) pools of every layer, measured from their shapes; block table excluded."""
-    paged = cfg.replace(cache_layout="paged", block_size=block_size, sliding_window=None, window_pattern="local",
-                        attention_chunk_size=None)
+    paged = cfg.replace(cache_layout="paged", block_size=block_size, sliding_windows=None,
+                        attention_chunks=None)
     shapes = jax.eval_shape(lambda: init_pool(paged, num_blocks, np.zeros((1, 1), np.int32)))
     return shapes.nbytes
 

@@ -80,11 +80,11 @@ def llama_config(*, vocab: int, d_model: int, layers: int, heads: int, kv_heads:
                  mlp_width: int, context: int, rope_base: float, norm_eps: float, tied: bool,
                  sliding_window: int | None = None) -> ModelConfig:
     """The dantinox config of a Llama-family decoder (Llama, Mistral): the one place a checkpoint's K is set."""
-    attention = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
     return ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads, head_size=head_size,
-                       attention=attention, kv_heads=kv_heads, max_context=context, mlp_width=mlp_width,
+                       kv_heads=kv_heads, max_context=context, mlp_width=mlp_width,
                        rope_base=float(rope_base), norm_eps=float(norm_eps), tie_embeddings=tied,
-                       scale_tied_logits=False, sliding_window=sliding_window)
+                       scale_tied_logits=False,
+                       sliding_windows=None if sliding_window is None else (sliding_window,) * layers)
 
 
 # One name table per format: role -> tensor name ({i} is the layer). Linear weights are [out, in] in both.

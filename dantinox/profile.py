@@ -4,7 +4,7 @@
     p.seconds["attention over the cache"]      # measured: that category's ops, per step, all layers
     p.read_bytes["weight matmuls"]             # what the category must read per step (every weight)
 
-The compiled decode loop (the one dantinox.roofline times, with generate's XLA options) runs under
+generate's compiled decode loop (the one dantinox.roofline times) runs under
 `jax.profiler.trace`; the per-op events come back from the Perfetto trace and each op is sorted through
 the model's named scopes (`jax.named_scope` in dantinox/model.py) found in the compiled HLO's metadata.
 XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
@@ -22,13 +22,12 @@ import tempfile
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
-from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
-from dantinox.roofline import _check_fits, _check_variant, _decode_loop_jit, decode_cost
+from dantinox.generate import decode_program
+from dantinox.roofline import _check_fits, _check_variant, decode_cost, timing_state
 
 WEIGHTS, ATTENTION, CACHE_WRITE, OTHER = ("weight matmuls", "attention over the cache", "cache write",
                                           "norms, RoPE, SwiGLU, residual, sampling")
@@ -105,27 +104,30 @@ def categorize(hlo_text: str, slots: int) -> dict[str, str]:
     return out
 
 
-def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int = 20) -> StepProfile:
-    """Profile `steps` decode steps of `model` over a cache of `context` slots; seconds per step by category."""
+def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int | None = None) -> StepProfile:
+    """Profile `steps` decode steps (default: 20, or `context` if fewer) of `model` over a cache of `context`
+    slots; seconds per step by category."""
     cfg = model.cfg
     _check_variant(cfg)
-    batch, context, steps = positive_int("batch", batch), _check_fits(cfg, "context", context), \
-        positive_int("steps", steps)
+    batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
+    steps = min(20, context) if steps is None else positive_int("steps", steps)
+    if steps > context:
+        raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, got {steps}")
     graphdef, params = nnx.split(model)
-    args = (graphdef, params, jnp.zeros((batch,), jnp.int32), init_cache(cfg, batch, context), jnp.int32(steps),
-            jnp.int32(context - 1))  # every step writes the last slot and reads all of them
-    loop = _decode_loop_jit(batch)
-    category = categorize(loop.lower(*args).compile().as_text(), context)
-    jax.block_until_ready(loop(*args))  # compiled and warm before the profiled call
+    state = timing_state(cfg, batch, context, context - steps)  # the last `steps` slots; each reads all of them
+    loop = decode_program(batch, donate=False)
+    compiled = loop.lower(graphdef, params, state, None, context, top_k=None, use_cache=True, bucket=context).compile()
+    category = categorize(compiled.as_text(), context)
+    jax.block_until_ready(compiled(params, state, None, context))  # warm before the profiled call
     with tempfile.TemporaryDirectory() as out:
         with jax.profiler.trace(out, create_perfetto_trace=True):
-            jax.block_until_ready(loop(*args))
+            jax.block_until_ready(compiled(params, state, None, context))
         trace = json.load(gzip.open(next(Path(out).rglob("*perfetto_trace.json.gz"))))
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     micros: collections.Counter = collections.Counter()
     for event in events:
         info = event.get("args", {})
-        if event.get("ph") == "X" and info.get("hlo_op") in category and "_decode_loop" in info.get("hlo_module", ""):
+        if event.get("ph") == "X" and info.get("hlo_op") in category and "jit__decode" in info.get("hlo_module", ""):
             micros[category[info["hlo_op"]]] += event["dur"]
     cost = decode_cost(cfg, batch, context)
     return StepProfile(cfg, batch, context, {c: micros[c] * 1e-6 / steps for c in CATEGORIES},

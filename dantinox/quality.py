@@ -71,7 +71,7 @@ def max_logit_error(logits: np.ndarray, reference: np.ndarray) -> float:
 
 def with_changes(model: Transformer, **changes) -> Transformer:
     """The same weights under a config with `changes` that keep the parameter shapes (cache_dtype="int8",
-    sliding_window=16): a new model object sharing the parameter arrays."""
+    sliding_windows=(16,) * L): a new model object sharing the parameter arrays."""
     cfg = model.cfg.replace(**changes)
     twin = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     nnx.update(twin, nnx.state(model))
@@ -88,7 +88,7 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
         field = "cache_dtype" if cfg.kivi_bits is not None else "attention_sinks"
         raise ValueError(f"{field}: no concept-entry formula sizes {getattr(cfg, field)!r} yet; "
                          f"dantinox.kv_cache_bytes counts it")
-    if cfg.attention == "mla":
+    if cfg.attention == "latent":
         return ("multi-head-latent-attention", "MLA latent cache size",
                 dict(L=cfg.n_layers, B=batch, T=tokens, C=cfg.kv_latent_dim, R=cfg.rope_head_dim,
                      bytes=cfg.cache_itemsize))
@@ -97,6 +97,8 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
         return ("kv-cache-quantization", "Quantized KV cache size",
                 dict(L=cfg.n_layers, **head, q=8 * cfg.cache_itemsize, z=SCALE_BYTES, G=cfg.head_size))
     if cfg.sliding_window is not None:
+        if len({w for w in cfg.layer_windows if w}) > 1:
+            raise ValueError(f"sliding_windows: the hybrid formula has one W, got {cfg.sliding_windows}")
         local = sum(w is not None for w in cfg.layer_windows)
         return ("sliding-window-attention", "Hybrid sliding-window cache size",
                 dict(L_g=cfg.n_layers - local, L_l=local, W=cfg.sliding_window, **head, bytes=cfg.cache_itemsize))

@@ -8,8 +8,9 @@ stored: it follows from the cache's `lengths` (`positions`), so the buffer's byt
 stored values, as the per-layer formula counts them. Storage (float or int8 codes) and payload (K/V heads
 or MLA latents) are the other axes: a ring of int8 codes is a Ring with a quantized config.
 
-A chunked layer (Llama 4's `attention_chunk_size` C) attends only within its own chunk of C positions,
-[C·floor(p / C), p]: the same ring of C slots, with the chunk as its visibility rule.
+A chunked layer (Llama 4's `attention_chunk_size` C; dantinox's `attention_chunks`) attends only within its
+own chunk of C positions, [C·floor(p / C), p]: the same ring of C slots, with the chunk as its visibility
+rule.
 """
 
 from __future__ import annotations

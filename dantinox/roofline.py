@@ -14,7 +14,6 @@ scores included, are not counted. Only mha, gqa and mqa models are covered.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -28,7 +27,7 @@ from flax import nnx
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
-from dantinox.generate import VECTOR_512, compiler_options
+from dantinox.generate import DecodeState, decode_program
 from dantinox.memory import DEVICE_PRESETS, kv_cache_bytes
 
 # Datasheet devices: the DEVICE_PRESETS name (capacity) and the prefill-and-decode spec holding F and BW.
@@ -77,10 +76,11 @@ class StepCost:
     cache_write_bytes: int
     matmul_flops: int
     attention_flops: int
+    page_gather_bytes: int = 0  # a paged read's contiguous copy of its pages: written, then read by attention
 
     @property
     def bytes(self) -> int:
-        return self.weight_bytes + self.cache_read_bytes + self.cache_write_bytes
+        return self.weight_bytes + self.cache_read_bytes + self.cache_write_bytes + self.page_gather_bytes
 
     @property
     def flops(self) -> int:
@@ -106,7 +106,7 @@ class StepCost:
 
 
 def _check_variant(cfg: ModelConfig) -> None:
-    if cfg.attention == "mla":
+    if cfg.attention == "latent":
         raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
 
 
@@ -129,15 +129,27 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
     return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
 
 
+def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
+    """Bytes a paged step moves beyond reading its pages: on XLA:CPU each paged layer gathers the pages of
+    every sequence into one contiguous copy (dantinox/paged.py), written once and read once by attention."""
+    if cfg.cache_layout != "paged":
+        return 0
+    paged_layers = sum(w is None and c is None for w, c in zip(cfg.layer_windows, cfg.layer_chunks, strict=True))
+    one = cfg.replace(n_layers=1, cache_layout="contiguous", sliding_windows=None, attention_chunks=None)
+    slots = -(-context // cfg.block_size) * cfg.block_size  # whole pages
+    return 2 * paged_layers * kv_cache_bytes(one, batch, slots)
+
+
 def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
-    """One decode step: B new tokens, each attending over `context` cached slots."""
+    """One decode step: B new tokens, each attending over `context` cached slots (plus a paged read's copy)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.jnp_dtype).itemsize,
         cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
         matmul_flops=2 * batch * matmul_weights_per_token(cfg),
-        attention_flops=_attention_flops(cfg, batch, context))
+        attention_flops=_attention_flops(cfg, batch, context),
+        page_gather_bytes=page_gather_bytes(cfg, batch, context))
 
 
 def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
@@ -231,30 +243,25 @@ def datasheet_machines(specs: Iterable) -> list[Machine]:
     return out
 
 
-def _decode_loop(graphdef, params, tokens_B, caches, steps, index):
-    """`steps` greedy decode steps, each writing slot `index` and attending over every slot of `caches`.
+def timing_state(cfg: ModelConfig, batch: int, context: int, filled: int) -> DecodeState:
+    """A decode state over a cache of `context` slots that claims `filled` tokens (zeros), for timing.
 
-    The cache is rewound to `index` tokens before each step, so every step does the same work.
+    Run by generate's one decode loop (`decode_program`) up to `context`, every step attends over all
+    `context` slots (one key bucket), so every step does the same work whatever `filled` is.
     """
-    model = nnx.merge(graphdef, params)
-
-    def step(_, carry):
-        tokens_B, caches = carry
-        caches = caches._replace(lengths=jnp.full_like(caches.lengths, index))
-        logits_B1V, caches = model.forward(tokens_B[:, None], caches)
-        return jnp.argmax(logits_B1V[:, 0], axis=-1).astype(jnp.int32), caches
-
-    return jax.lax.fori_loop(0, steps, step, (tokens_B, caches))
+    cache = init_cache(cfg, batch, context)
+    at = jnp.full((batch,), filled, jnp.int32)
+    return DecodeState(jnp.zeros((batch, cfg.max_context), jnp.int32), cache._replace(lengths=at), at,
+                       jnp.full((batch,), context, jnp.int32), jnp.zeros((batch, cfg.vocab_size), jnp.float32),
+                       jax.random.key(0))
 
 
-def _decode_loop_jit(batch: int):
-    """_decode_loop compiled as generate compiles its decode loops for `batch` sequences (same XLA options)."""
-    return _decode_loop_program(compiler_options(batch) is not None)
-
-
-@functools.cache
-def _decode_loop_program(vector_512: bool):
-    return jax.jit(_decode_loop, static_argnums=0, compiler_options=VECTOR_512 if vector_512 else None)
+def run_decode(graphdef, params, state: DecodeState, stop: int, bucket: int, program=None) -> DecodeState:
+    """generate's greedy decode loop from `state` until `stop` tokens are held, in a cache of `bucket` slots:
+    the same program and XLA options as generate's (or `program`, from generate.decode_loop_jit), not
+    donated, so a timing state can be run again."""
+    program = program or decode_program(state.index.shape[0], donate=False)
+    return program(graphdef, params, state, None, stop, top_k=None, use_cache=True, bucket=bucket)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -275,10 +282,11 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
                         repeats: int = 3, attempts: int = 3) -> float:
     """Seconds per decode step with a cache of `context` slots: (t(long) - t(short)) / (long - short).
 
-    Both loop lengths run the same compiled program (the step count is an argument), so compiling,
-    dispatch and copying the input cache cancel out. The two lengths are timed in alternation and each
+    Both loop lengths run generate's compiled decode loop (the same program: the start is an argument),
+    so compiling, dispatch and copying the input cache cancel out. The two lengths are timed in alternation and each
     keeps its best of `repeats`; if a busy machine makes the difference non-positive, the long loop is
-    doubled and timed again, up to `attempts` times.
+    doubled and timed again, up to `attempts` times. The loop writes one slot per step, so neither length
+    exceeds `context`.
     """
     cfg = model.cfg
     _check_variant(cfg)
@@ -286,13 +294,15 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
     if not 0 <= short < long:
         raise ValueError(f"short, long: expected 0 <= short < long, got {short}, {long}")
     repeats, attempts = positive_int("repeats", repeats), positive_int("attempts", attempts)
+    long = min(long, context)  # a loop writes one slot per step, so a cache of `context` slots holds that many
+    short = min(short, long - 1)
     graphdef, params = nnx.split(model)
-    caches = init_cache(cfg, batch, context)
-    tokens = jnp.zeros((batch,), jnp.int32)
-    index = jnp.int32(context - 1)  # every step writes the last slot, so every step does the same work
+    states = {}
 
     def run(steps: int) -> Callable[[], object]:
-        return lambda: _decode_loop_jit(batch)(graphdef, params, tokens, caches, jnp.int32(steps), index)
+        if steps not in states:  # the last `steps` slots are written, every step attends over all of them
+            states[steps] = timing_state(cfg, batch, context, context - steps)
+        return lambda: run_decode(graphdef, params, states[steps], context, context)
 
     jax.block_until_ready(run(short)())  # compiles
     for _ in range(attempts):
@@ -303,7 +313,7 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
         per_step = (best[long] - best[short]) / (long - short)
         if per_step > 0:
             return per_step
-        long = short + 2 * (long - short)
+        long = min(context, short + 2 * (long - short))
     raise RuntimeError(f"timing: longer loops were not slower than {short} steps in {attempts} attempts "
                        "(machine too busy); raise `repeats`")
 

@@ -197,10 +197,12 @@ def _token_bytes(cfg: ModelConfig) -> int:
 
 
 def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: ModelConfig, block_size: int = 16,
-          n: int = 1, reservation: str = "max", max_steps: int = 200_000) -> ServeResult:
+          n: int = 1, reservation: str = "max", max_steps: int = 200_000,
+          max_running: int | None = None) -> ServeResult:
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
 
-    `n` parallel samples per request (one prompt, n continuations of the request's output length).
+    `n` parallel samples per request (one prompt, n continuations of the request's output length);
+    `max_running` caps the requests the paged policy runs at once (an engine's batch limit; None: memory only).
     Raises a one-line ValueError when a single request could never fit in the budget.
     """
     if policy not in POLICIES:
@@ -213,7 +215,8 @@ def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: Model
         raise ValueError("trace: expected at least one request")
     token_bytes = _token_bytes(cfg)
     if policy == "paged":
-        return _serve_paged(trace, budget_bytes, cfg, block_size, n, token_bytes, max_steps)
+        cap = None if max_running is None else positive_int("max_running", max_running)
+        return _serve_paged(trace, budget_bytes, cfg, block_size, n, token_bytes, max_steps, cap)
     return _serve_contiguous(trace, policy, budget_bytes, cfg, n, reservation, token_bytes, max_steps)
 
 
@@ -289,7 +292,7 @@ def _paged_blocks(r: Request, n: int, block_size: int, tokens: int) -> int:
     return shared + n * (blocks_for(tokens, block_size) - shared)
 
 
-def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps) -> ServeResult:
+def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps, max_running=None) -> ServeResult:
     num_blocks = budget // (token_bytes * block_size)
     worst = max(trace, key=lambda r: _paged_blocks(r, n, block_size, r.prompt + r.output))
     worst_blocks = _paged_blocks(worst, n, block_size, worst.prompt + worst.output)
@@ -318,7 +321,7 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps) -> S
                 r, held[victim] = running.pop(victim)
                 pending.insert(0, r)  # it arrived before anything still waiting
                 preemptions += 1
-        while pending and pending[0].arrival <= step:
+        while pending and pending[0].arrival <= step and (max_running is None or len(running) < max_running):
             r = pending[0]
             produced = held.get(r.id, 0)
             if _paged_blocks(r, n, block_size, r.prompt + produced + 1) > pool.num_free:

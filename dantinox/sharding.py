@@ -50,7 +50,7 @@ def plan(cfg: ModelConfig, mesh: Any, batch: int) -> MeshPlan:
     data, model = mesh.devices.shape
     if batch % data:
         raise ValueError(f"mesh: the data axis ({data}) must divide the batch ({batch})")
-    k = 1 if cfg.attention == "mla" else cfg.n_kv_heads  # the latent cache is one shared "head"
+    k = 1 if cfg.attention == "latent" else cfg.n_kv_heads  # the latent cache is one shared "head"
     if model % k and k % model:
         raise ValueError(f"mesh: the model axis ({model}) must divide K={k} or be a multiple of it")
     split = min(model, k)
@@ -60,7 +60,7 @@ def plan(cfg: ModelConfig, mesh: Any, batch: int) -> MeshPlan:
 
 def cache_spec(cfg: ModelConfig) -> PartitionSpec:
     """Where each cache array's axes go: [B, K, S, H] -> (data, model), MLA's [B, S, C + R] -> (data)."""
-    return PartitionSpec("data") if cfg.attention == "mla" else PartitionSpec("data", "model")
+    return PartitionSpec("data") if cfg.attention == "latent" else PartitionSpec("data", "model")
 
 
 def shard_cache(caches: Any, cfg: ModelConfig, layout: MeshPlan) -> Any:
@@ -92,7 +92,7 @@ def device_bytes(tree: Any) -> dict[int, int]:
 
 def holdings(cfg: ModelConfig, layout: MeshPlan, batch: int) -> list[dict[str, Any]]:
     """Which sequences and KV heads each device of the mesh holds (derived from the layout)."""
-    k = 1 if cfg.attention == "mla" else cfg.n_kv_heads
+    k = 1 if cfg.attention == "latent" else cfg.n_kv_heads
     per_seq, per_head = batch // layout.data, k // layout.heads_split
     rows = []
     for (d, h, r), device in np.ndenumerate(layout.mesh.devices):

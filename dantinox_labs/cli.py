@@ -39,13 +39,14 @@ def _check_run_dir(run_dir: str, overwrite: bool) -> None:
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    if args.window_pattern is not None and args.sliding_window is None:
-        raise ValueError(f"--window_pattern {args.window_pattern}: applies only with --sliding_window W")
+    if args.local_per_global is not None and args.sliding_window is None:
+        raise ValueError(f"--local_per_global {args.local_per_global}: applies only with --sliding_window W")
     if args.corpus is not None and not Path(args.corpus).is_file():
         raise ValueError(f"--corpus: {args.corpus} is not a file")
     _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
+    from dantinox.config import ModelConfig, local_layers
     from dantinox.train import train
 
     if args.corpus is None:
@@ -56,8 +57,8 @@ def _train(args: argparse.Namespace) -> int:
         text = Path(args.corpus).read_text(encoding="utf-8")
     train(args.run_dir, corpus=text, preset=args.preset, steps=args.steps, paradigm=args.paradigm,
           seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
-          **({} if args.sliding_window is None else dict(sliding_window=args.sliding_window,
-                                                          window_pattern=args.window_pattern or "local")))
+          **({} if args.sliding_window is None else dict(sliding_windows=local_layers(
+              ModelConfig.preset(args.preset).n_layers, args.sliding_window, args.local_per_global))))
     print(f"wrote {args.run_dir}")
     return 0
 
@@ -228,8 +229,9 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
     t.add_argument("--seq_len", type=int, default=128, help="tokens per training sequence")
     t.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     t.add_argument("--sliding_window", type=int, default=None, help="W: train local layers (default: full attention)")
-    t.add_argument("--window_pattern", default=None, help="with --sliding_window: 'local' (every layer, "
-                                                          "the default) or 'n:1' local:global, e.g. 1:1 (Gemma 2)")
+    t.add_argument("--local_per_global", type=int, default=None,
+                   help="with --sliding_window: n local layers before each global one, e.g. 1 (Gemma 2) or 5 "
+                        "(Gemma 3); default: every layer local")
     t.set_defaults(func=_train)
 
     g = sub.add_parser("generate", help="continue a prompt with a trained run directory or a published model")

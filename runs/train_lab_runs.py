@@ -16,9 +16,9 @@ from dantinox.train import train
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
-    "tiny-gqa": dict(attention="gqa", kv_heads=2),
-    "tiny-mqa": dict(attention="mqa"),
-    "tiny-mla": dict(attention="mla", kv_latent_dim=64, rope_head_dim=16),  # the MLA lab's default C and R
+    "tiny-gqa": dict(kv_heads=2),
+    "tiny-mqa": dict(kv_heads=1),
+    "tiny-mla": dict(attention="latent", kv_latent_dim=64, rope_head_dim=16),  # the MLA lab's default C and R
 }
 
 if __name__ == "__main__":

@@ -5,23 +5,25 @@
 
 Same recipe as runs/tiny (MHA): the tiny preset, 1,500 steps, batch 16, 128-token windows, seed 0, on the text
 of content/entries. `--corpus FILE` pins the training text so every run of one batch sees the same bytes.
-Sliding-window patterns: "local" puts every layer in a window, "1:1" alternates local and global layers with
-layer 0 local, as Gemma 2 does (see dantinox/config.py).
+Sliding-window placements: "local" puts every layer in a window, "1to1" alternates local and global layers with
+layer 0 local, as Gemma 2 does (dantinox.config.local_layers).
 """
 
 import argparse
 from pathlib import Path
 
 import content
+from dantinox.config import PRESETS, local_layers
 from dantinox.train import train
 
 HERE = Path(__file__).resolve().parent
+TINY_LAYERS = PRESETS["tiny"]["n_layers"]
 RUNS = {
-    "tiny-swa16-local": dict(sliding_window=16, window_pattern="local"),
-    "tiny-swa16-1to1": dict(sliding_window=16, window_pattern="1:1"),
-    "tiny-swa64-local": dict(sliding_window=64, window_pattern="local"),
-    "tiny-swa64-1to1": dict(sliding_window=64, window_pattern="1:1"),
-    "tiny-mla-c32": dict(attention="mla", kv_latent_dim=32, rope_head_dim=16),  # half the MLA lab's latent
+    "tiny-swa16-local": dict(sliding_windows=local_layers(TINY_LAYERS, 16)),
+    "tiny-swa16-1to1": dict(sliding_windows=local_layers(TINY_LAYERS, 16, local_per_global=1)),
+    "tiny-swa64-local": dict(sliding_windows=local_layers(TINY_LAYERS, 64)),
+    "tiny-swa64-1to1": dict(sliding_windows=local_layers(TINY_LAYERS, 64, local_per_global=1)),
+    "tiny-mla-c32": dict(attention="latent", kv_latent_dim=32, rope_head_dim=16),  # half the MLA lab's latent
 }
 
 if __name__ == "__main__":

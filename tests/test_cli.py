@@ -58,9 +58,9 @@ def test_a_run_dir_in_the_place_of_a_file_is_refused_before_training(tmp_path, c
     assert (tmp_path / "file").read_text() == "notes"
 
 
-def test_window_pattern_needs_a_sliding_window(tmp_path, corpus, capsys):
-    assert main(["train", "--run_dir", str(tmp_path / "r"), "--window_pattern", "1:1", "--corpus", str(corpus)]) == 2
-    _one_line_error(capsys, "dantinox train: error: --window_pattern 1:1: applies only with --sliding_window W")
+def test_local_per_global_needs_a_sliding_window(tmp_path, corpus, capsys):
+    assert main(["train", "--run_dir", str(tmp_path / "r"), "--local_per_global", "1", "--corpus", str(corpus)]) == 2
+    _one_line_error(capsys, "dantinox train: error: --local_per_global 1: applies only with --sliding_window W")
     assert not (tmp_path / "r").exists()
 
 

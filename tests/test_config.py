@@ -8,19 +8,25 @@ from flax import nnx
 
 import dantinox
 from dantinox import diffusion
+from dantinox.config import heads_fields
 from dantinox.rundir import load_run, save_run
 
 
-def test_inputs_stay_as_given_and_derived_values_are_properties():
+def test_kv_heads_is_the_one_stored_fact_and_the_variant_a_label():
     ref = dantinox.ModelConfig.preset("reference")
     four = ref.replace(n_heads=4)
-    assert four.kv_heads is None and four.n_kv_heads == 4 and four.groups == 1
+    assert four.kv_heads is None and four.n_kv_heads == 4 and four.groups == 1 and four.variant == "mha"
     assert ref.kv_heads is None and ref.n_kv_heads == 8
-    mqa = ref.replace(attention="mqa")
-    assert mqa.kv_heads is None and mqa.n_kv_heads == 1 and mqa.groups == 8
-    gqa = ref.replace(attention="gqa", kv_heads=2)
-    assert gqa.n_kv_heads == 2 and gqa.groups == 4
-    assert gqa.replace(attention="mha").kv_heads is None  # a kv_heads the new variant cannot use is dropped
+    mqa = ref.replace(kv_heads=1)
+    assert mqa.n_kv_heads == 1 and mqa.groups == 8 and mqa.variant == "mqa"
+    gqa = ref.replace(kv_heads=2)
+    assert gqa.n_kv_heads == 2 and gqa.groups == 4 and gqa.variant == "gqa"
+    assert gqa.replace(cache_dtype="int8").kv_heads == 2  # replace keeps every field it is not given
+    assert ref.replace(kv_heads=8) == ref and ref.replace(kv_heads=8).kv_heads is None  # K = N is MHA, one way
+    mla = ref.replace(attention="latent", kv_latent_dim=16, rope_head_dim=8)
+    assert mla.variant == "mla" and mla.kv_heads is None
+    assert [dantinox.ModelConfig.preset("test", **heads_fields(v, 4, k)).variant
+            for v, k in (("mha", None), ("gqa", 2), ("mqa", None))] == ["mha", "gqa", "mqa"]
     assert ref.mlp_width == 768 and ref.replace(mlp_width=100).mlp_width == 100
 
 
@@ -51,27 +57,31 @@ def test_run_directories_written_before_this_config_still_load(tmp_path):
     cfg = dantinox.ModelConfig.preset("test")
     save_run(tmp_path, dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
     old = json.loads((tmp_path / "config.json").read_text())
-    old.update(kv_heads=4, mlp_width=None, d_model=32)  # how earlier versions wrote a derived K and width
+    old.update(attention="mha", kv_heads=4, mlp_width=None, d_model=32)  # how earlier versions wrote K and width
     (tmp_path / "config.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match="has shape"):  # width 3 * d_model = 96, the weights hold 64
         load_run(tmp_path)
     old["mlp_width"] = 64
     (tmp_path / "config.json").write_text(json.dumps(old))
     loaded, _ = load_run(tmp_path)
-    assert loaded.kv_heads == 4 and loaded.n_kv_heads == 4
+    assert (loaded.attention, loaded.kv_heads, loaded.n_kv_heads) == ("heads", None, 4)
+    for variant, k, want in (("gqa", 2, 2), ("mqa", None, 1), ("mqa", 1, 1)):
+        assert dantinox.ModelConfig.from_dict(dict(old, attention=variant, kv_heads=k)).n_kv_heads == want
+    with pytest.raises(ValueError, match=r"kv_heads: attention='mha' has 4 KV heads \(n_heads\), got 2"):
+        dantinox.ModelConfig.from_dict(dict(old, kv_heads=2))
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(attention="gqa"), "kv_heads: attention='gqa' needs kv_heads"),
-    (dict(attention="gqa", kv_heads=3), "divide n_heads"),
-    (dict(attention="mha", kv_heads=2), "must equal n_heads"),
-    (dict(attention="mqa", kv_heads=2), "must be 1"),
-    (dict(attention="xla"), "attention: expected one of"),
+    (dict(attention="gqa"), r"attention: expected one of heads, latent, got 'gqa' \(gqa is attention='heads' with "
+                            r"kv_heads=K\)"),
+    (dict(kv_heads=3), r"kv_heads: must divide n_heads \(4\), got 3"),
+    (dict(attention="latent", kv_heads=2, kv_latent_dim=8, rope_head_dim=4), "kv_heads: attention='latent' caches"),
+    (dict(attention="xla"), "attention: expected one of heads, latent, got 'xla'$"),
     (dict(dtype="int8"), "dtype: expected one of"),
     (dict(head_size=7), "head_size"),
     (dict(n_layers=0), "n_layers: expected a positive integer"),
     (dict(mlp_width=0), "mlp_width: expected a positive integer"),
-    (dict(kv_latent_dim=8), "only used with attention='mla'"),
+    (dict(kv_latent_dim=8), "only used with attention='latent'"),
 ])
 def test_config_errors_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):

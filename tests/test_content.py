@@ -146,7 +146,7 @@ def test_computed_specs_show_the_formula_value():
         dantinox.kv_cache_bytes(dantinox.ModelConfig.preset("reference", cache_dtype="bfloat16"), 1, 512))
 
 
-VARIANTS = (dict(attention="mha"), dict(attention="gqa", kv_heads=2), dict(attention="mqa"))
+VARIANTS = (dict(), dict(kv_heads=2), dict(kv_heads=1))
 
 
 GRID = list(itertools.product(VARIANTS, (1, 3), ("float32", "bfloat16")))
@@ -182,7 +182,7 @@ MLA_GRID = list(itertools.product(((8, 4), (16, 8)), (1, 2), ("float32", "bfloat
 def test_mla_formula_equals_dantinox(widths, batch, cache_dtype):
     entry = ENTRIES["multi-head-latent-attention"]
     C, R = widths
-    cfg = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=C, rope_head_dim=R,
+    cfg = dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=C, rope_head_dim=R,
                                       cache_dtype=cache_dtype)
     for tokens in (1, 33):
         formula = content.evaluate(entry, "MLA latent cache size", L=cfg.n_layers, B=batch, T=tokens, C=C, R=R,
@@ -196,7 +196,7 @@ def test_mla_equivalent_heads_follow_the_papers_ratios():
     # DeepSeek-V2 sets the latent to four head sizes and the rotary key to half a head size: 2.25 groups
     for d_h in (64, 128, 256):
         assert content.evaluate(entry, "Equivalent GQA KV heads", C=4 * d_h, R=d_h // 2, d_h=d_h) == 2.25
-    mla = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=16, rope_head_dim=8)
+    mla = dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=16, rope_head_dim=8)
     mha = dantinox.ModelConfig.preset("test")
     ratio = content.evaluate(entry, "MLA cache relative to MHA", C=16, R=8, N=mha.n_heads, d_h=mha.head_size)
     assert ratio == dantinox.kv_cache_bytes(mla, 1, 8) / dantinox.kv_cache_bytes(mha, 1, 8)
@@ -206,7 +206,7 @@ def test_gqa_formulas_equal_dantinox():
     entry = ENTRIES["grouped-query-attention"]
     mha = dantinox.ModelConfig.preset("test", cache_dtype="bfloat16")
     for kv_heads in (1, 2, 4):
-        gqa = mha.replace(attention="gqa", kv_heads=kv_heads)
+        gqa = mha.replace(kv_heads=kv_heads)
         saved = content.evaluate(entry, "KV bytes saved per token", L=gqa.n_layers, N=gqa.n_heads, H_kv=kv_heads,
                                  d_h=gqa.head_size, bytes=gqa.cache_itemsize)
         assert saved == dantinox.kv_cache_bytes(mha, 1, 1) - dantinox.kv_cache_bytes(gqa, 1, 1)
@@ -216,7 +216,7 @@ def test_gqa_formulas_equal_dantinox():
 
 def test_dual_cache_size_is_a_cache_of_everything_but_the_block():
     entry = ENTRIES["diffusion-dual-cache"]
-    cfg = dantinox.ModelConfig.preset("test", paradigm="diffusion", attention="gqa", kv_heads=2)
+    cfg = dantinox.ModelConfig.preset("test", paradigm="diffusion", kv_heads=2)
     for T, W in ((64, 8), (48, 16)):
         size = content.evaluate(entry, "DualCache size", L=cfg.n_layers, B=2, T=T, W=W, H_kv=cfg.n_kv_heads,
                                 d_h=cfg.head_size, bytes=cfg.cache_itemsize)
@@ -265,6 +265,9 @@ INDEPENDENT = {
     "End-to-end latency": lambda v: v["ttft"] + v["n"] * v["tpot"],
     "Sequences that fit": lambda v: (v["M"] - v["W"]) // (v["T"] * v["m"]),
     "Requests in flight": lambda v: v["X"] * v["R"],
+    "Blocks saved by a shared prefix": lambda v: sum(v["P"] // v["b"] for _ in range(int(v["n"]) - 1)),
+    "Iterations to prefill a prompt": lambda v: len(range(0, int(v["P"]), int(v["C"] - v["d"]))),
+    "Expected tokens per verify": lambda v: sum(v["a"] ** i for i in range(int(v["k"]) + 1)),
     "Sliding-window cache size": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"]) * v["H_kv"] * v["d_h"]
     * v["bytes"],
     "Hybrid sliding-window cache size": lambda v: sum(  # layer by layer: global layers first, then window layers
@@ -298,6 +301,10 @@ def test_every_science_item_matches_an_independent_formula(entry_id, title):
             values["T"] = values["n_fp"] + rng.randint(0, 4096)
         if {"M", "W"} <= set(values) and "BW" not in values:
             values["M"] = values["W"] + rng.randint(0, 10**9)
+        if {"C", "d"} <= set(values):  # chunked prefill: the budget leaves room beside the decodes
+            values["C"] = values["d"] + rng.randint(1, 4096)
+        if {"a", "k"} <= set(values):  # speculation: an acceptance probability, a few drafts
+            values.update(a=rng.uniform(0.01, 0.99), k=rng.randint(1, 16))
         assert content.evaluate(entry, title, **values) == pytest.approx(INDEPENDENT[title](values), rel=1e-12)
 
 
@@ -333,7 +340,7 @@ def test_output_head_parameters_equal_what_untying_adds_in_dantinox():
 def test_window_paging_and_quantization_reduce_to_the_kv_cache_formula():
     kv, swa = ENTRIES["kv-cache"], ENTRIES["sliding-window-attention"]
     paged, quant = ENTRIES["paged-attention"], ENTRIES["kv-cache-quantization"]
-    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype="bfloat16")
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="bfloat16")
     shape = dict(L=cfg.n_layers, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
     for T in (16, 64):
         measured = dantinox.tree_nbytes(dantinox.init_cache(cfg, 1, length=T))

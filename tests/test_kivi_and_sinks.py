@@ -11,6 +11,7 @@ from invariants import token_ids
 
 import dantinox
 from dantinox import quality
+from dantinox.config import local_layers
 from dantinox.kivi import KiviCache, pack, unpack
 
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
@@ -23,7 +24,7 @@ def model_for(cfg):
 
 
 def kivi(bits=4, **kw):
-    kw = {"attention": "gqa", "kv_heads": 2, "kivi_group": 4, "kivi_residual": 6, **kw}
+    kw = {"kv_heads": 2, "kivi_group": 4, "kivi_residual": 6, **kw}
     return dantinox.ModelConfig.preset("test", cache_dtype=f"kivi{bits}", **kw)
 
 
@@ -168,8 +169,8 @@ def test_kivi_decodes_end_to_end_and_is_exact_while_every_token_is_in_the_window
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(attention="mla", kv_heads=None, kv_latent_dim=8, rope_head_dim=4), "attention: cache_dtype='kivi4'"),
-    (dict(sliding_window=4), "sliding_window: cache_dtype='kivi4'"),
+    (dict(attention="latent", kv_heads=None, kv_latent_dim=8, rope_head_dim=4), "attention: cache_dtype='kivi4'"),
+    (dict(sliding_windows=(4, 4)), "sliding_windows: cache_dtype='kivi4'"),
     (dict(kivi_group=3), "kivi_group: .* must divide head_size"),
     (dict(kivi_residual=2), "kivi_residual: .* at least kivi_group"),
     (dict(kivi_group=0), "kivi_group: expected a positive integer"),
@@ -181,9 +182,9 @@ def test_kivi_config_errors_name_the_field(kw, match):
 
 # Attention sinks -------------------------------------------------------------------------------------------------
 
-def sinks(window=5, n_sinks=2, pattern="local"):
-    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, sliding_window=window,
-                                      attention_sinks=n_sinks, window_pattern=pattern)
+def sinks(window=5, n_sinks=2, local_per_global=None):
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, sliding_windows=local_layers(2, window, local_per_global),
+                                      attention_sinks=n_sinks)
     return cfg, model_for(cfg)
 
 
@@ -206,9 +207,9 @@ def paper_attention(cfg):
 
 
 # a prompt shorter than W + S, and one longer (the ring has wrapped); Gemma-style alternation with global layers
-@pytest.mark.parametrize("pattern,prefill", [("local", 3), ("local", 12), ("1:1", 12)])
-def test_sinks_decode_equals_the_paper_position_rule(pattern, prefill):
-    cfg, model = sinks(pattern=pattern)
+@pytest.mark.parametrize("local_per_global,prefill", [(None, 3), (None, 12), (1, 12)])
+def test_sinks_decode_equals_the_paper_position_rule(local_per_global, prefill):
+    cfg, model = sinks(local_per_global=local_per_global)
     x = token_ids(2, 23)
     cached, cache = decode(model, cfg, x, prefill, 32)
     assert [layer.k.shape[2] for layer in cache.layers] == [7 if w else 32 for w in cfg.layer_windows]
@@ -234,12 +235,12 @@ def test_sink_ring_bytes_equal_the_formula_and_hold_the_first_and_latest(tokens)
 
 
 def test_sinks_need_a_window():
-    with pytest.raises(ValueError, match="attention_sinks: kept beside a sliding window"):
+    with pytest.raises(ValueError, match="attention_sinks: kept beside a sliding window's ring; set sliding_windows"):
         dantinox.ModelConfig.preset("test", attention_sinks=4)
 
 
-@pytest.mark.parametrize("cfg", [kivi(4), dantinox.ModelConfig.preset("test", sliding_window=5, attention_sinks=2)],
-                         ids=["kivi4", "sinks"])
+@pytest.mark.parametrize("cfg", [kivi(4), dantinox.ModelConfig.preset("test", sliding_windows=(5, 5),
+                                                                      attention_sinks=2)], ids=["kivi4", "sinks"])
 def test_no_content_formula_is_claimed_for_the_new_layouts(cfg):
     with pytest.raises(ValueError, match="no concept-entry formula"):
         quality.formula_for(cfg, 1, 8)

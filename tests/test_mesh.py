@@ -22,7 +22,7 @@ from dantinox import sharding
 out = {"devices": jax.device_count(), "runs": [], "errors": {}}
 for attention, kv in (("mha", None), ("gqa", 2)):
     # max_context 256: the 12 new tokens cross the 128-slot key window, so the grown cache is checked too
-    cfg = dantinox.ModelConfig.preset("test", attention=attention, kv_heads=kv, max_context=256)
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=kv, max_context=256)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     prompt = np.random.RandomState(0).randint(0, 256, (4, 122)).astype(np.int32)
     single = np.asarray(dantinox.generate(model, prompt, 12))
@@ -39,7 +39,7 @@ for attention, kv in (("mha", None), ("gqa", 2)):
             heads=[list(r["heads"]) for r in sharding.holdings(cfg, layout, 4)],
             sequences=[list(r["sequences"]) for r in sharding.holdings(cfg, layout, 4)]))
 
-cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
 model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 prompt = np.zeros((4, 3), np.int32)
 bad = {"names": jax.make_mesh((2, 4), ("x", "y")), "batch": jax.make_mesh((8, 1), ("data", "model")),
@@ -58,7 +58,7 @@ except ValueError as err:
     out["errors"]["paged"] = str(err)
 from widgets.mesh_lab import MeshLab, read_mesh
 
-cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
 arrays, shapes = read_mesh(cfg, (2, 4), 4, 32), read_mesh(cfg, (2, 4), 4, 32, budget=0)
 out["mesh_lab"] = dict(arrays=sorted(set(arrays.device_bytes.values())), formula=arrays.formula_bytes,
                        shapes=sorted(set(shapes.device_bytes.values())), sources=[arrays.source, shapes.source])

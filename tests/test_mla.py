@@ -14,7 +14,7 @@ C, R = 16, 4  # test preset: N = 4 heads of H = 8, so C + R = 20 cached numbers 
 
 
 def make(**kw):
-    cfg = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=C, rope_head_dim=R, **kw)
+    cfg = dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=C, rope_head_dim=R, **kw)
     return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 
 
@@ -85,7 +85,7 @@ def test_causality_future_tokens_never_change_past_logits(path):
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_cache_is_one_latent_row_per_token_and_bytes_equal_formula(cache_dtype, batch):
-    cfg = dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=C, rope_head_dim=R,
+    cfg = dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=C, rope_head_dim=R,
                                       cache_dtype=cache_dtype, q_latent_dim=12)
     cache = dantinox.init_cache(cfg, batch)
     assert len(cache.layers) == cfg.n_layers
@@ -122,8 +122,8 @@ def test_bounds_and_cache_type_errors():
 
 
 def test_config_names_the_missing_mla_field():
-    with pytest.raises(ValueError, match="kv_latent_dim: attention='mla' needs"):
-        dantinox.ModelConfig.preset("test", attention="mla", rope_head_dim=R)
+    with pytest.raises(ValueError, match="kv_latent_dim: attention='latent' needs"):
+        dantinox.ModelConfig.preset("test", attention="latent", rope_head_dim=R)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -11,7 +11,7 @@ from invariants import assert_cached_steps_match_full_forward, count_compiles, t
 import dantinox
 from dantinox.generate import _prefill_jit, decode_program
 
-VARIANTS = [dict(attention="mha"), dict(attention="gqa", kv_heads=2), dict(attention="mqa")]
+VARIANTS = [dict(), dict(kv_heads=2), dict(kv_heads=1)]
 
 
 def make(**kw):
@@ -22,13 +22,13 @@ def make(**kw):
 ids = token_ids
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_cached_steps_match_full_forward(variant):
     cfg, model = make(**variant, cache_dtype="float32")
     assert_cached_steps_match_full_forward(cfg, model, ids(2, 12))
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_greedy_tokens_identical_with_and_without_cache(variant):
     _, model = make(**variant)
     prompt = ids(3, 7, seed=1)
@@ -47,7 +47,7 @@ def test_generation_crosses_key_buckets():
 
 
 def test_jit_and_eager_forward_agree():
-    _, model = make(attention="gqa", kv_heads=2)
+    _, model = make(kv_heads=2)
     x = ids(2, 9)
     eager, _, _ = model(x)
     jitted = nnx.jit(lambda m, t: m(t)[0])(model, jnp.asarray(x))
@@ -83,7 +83,7 @@ def test_causality_by_gradients():
 
 
 def test_nothing_compiles_on_the_second_call():
-    cfg, model = make(attention="gqa", kv_heads=2, max_context=300)  # key buckets (128, 192, 256, 300)
+    cfg, model = make(kv_heads=2, max_context=300)  # key buckets (128, 192, 256, 300)
     prompt = ids(2, 6)
     with count_compiles() as first:
         dantinox.generate(model, prompt, 290)  # compiles the prefill and the loops of all four buckets
@@ -147,10 +147,10 @@ def test_stream_one_token_at_a_time_without_a_cache():
         next(dantinox.stream(model, prompt, 12, chunk_tokens=0))
 
 
-@pytest.mark.parametrize("attention", ["gqa", "mla"])
-def test_filled_slots_reads_the_cache(attention):
-    extra = dict(kv_heads=2) if attention == "gqa" else dict(kv_latent_dim=16, rope_head_dim=4)
-    cfg, model = make(attention=attention, **extra)
+@pytest.mark.parametrize("variant", [dict(kv_heads=2), dict(attention="latent", kv_latent_dim=16, rope_head_dim=4)],
+                         ids=["gqa", "mla"])
+def test_filled_slots_reads_the_cache(variant):
+    cfg, model = make(**variant)
     cache = dantinox.init_cache(cfg, 2)
     assert dantinox.filled_slots(cache).tolist() == [0, 0]
     _, cache, _ = model(ids(2, 9), use_cache=True, kv_caches=cache, cache_index=0)
@@ -169,7 +169,7 @@ def test_a_gap_between_the_fill_and_the_position_is_refused():
         model(ids(1, 1), use_cache=True, kv_caches=cache, cache_index=2)  # overwriting is refused too
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["attention"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
@@ -185,14 +185,14 @@ def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
     assert layer.k.dtype == jnp.dtype(cache_dtype)
 
 
-@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_dtype="fp8_e4m3", attention="gqa", kv_heads=2),
-                                    dict(sliding_window=8), dict(sliding_window=8, window_pattern="1:1"),
-                                    dict(sliding_window=5, window_pattern="3:1", attention="mqa"),
-                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8),
-                                    dict(sliding_window=8, window_pattern="1:1", cache_dtype="int8"),
-                                    dict(attention_chunk_size=8, window_pattern="1:1"),
-                                    dict(attention="mla", kv_latent_dim=16, rope_head_dim=8, cache_dtype="int8")],
-                         ids=["int8", "fp8-gqa", "window-local", "window-1:1", "window-3:1-mqa", "mla", "window-int8",
+@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_dtype="fp8_e4m3", kv_heads=2),
+                                    dict(sliding_windows=(8, 8)), dict(sliding_windows=(8, None)),
+                                    dict(sliding_windows=(5, 3), kv_heads=1),
+                                    dict(attention="latent", kv_latent_dim=16, rope_head_dim=8),
+                                    dict(sliding_windows=(8, None), cache_dtype="int8"),
+                                    dict(attention_chunks=(8, None)),
+                                    dict(attention="latent", kv_latent_dim=16, rope_head_dim=8, cache_dtype="int8")],
+                         ids=["int8", "fp8-gqa", "window-local", "window-1:1", "windows-5-3-mqa", "mla", "window-int8",
                               "chunked", "mla-int8"])
 def test_every_layout_allocates_what_kv_cache_bytes_says(layout):
     cfg = dantinox.ModelConfig.preset("test", **layout)
@@ -203,7 +203,7 @@ def test_every_layout_allocates_what_kv_cache_bytes_says(layout):
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4, 8])
 def test_reference_formula_by_hand(kv_heads):
-    cfg = dantinox.ModelConfig.preset("reference", attention="gqa", kv_heads=kv_heads, cache_dtype="bfloat16")
+    cfg = dantinox.ModelConfig.preset("reference", kv_heads=kv_heads, cache_dtype="bfloat16")
     # L * 2 * B * T * K * H * bytes with L=12, H=32, bf16
     assert dantinox.kv_cache_bytes(cfg, 4, 512) == 12 * 2 * 4 * 512 * kv_heads * 32 * 2
 
@@ -321,9 +321,9 @@ def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu():
     assert decode_program(2, donate=True) is decode_program(8, donate=True)
 
 
-RAGGED_LAYOUTS = [dict(), dict(attention="gqa", kv_heads=2, cache_layout="paged", block_size=5),
-                  dict(sliding_window=4, window_pattern="1:1"), dict(cache_dtype="int8"),
-                  dict(attention="mla", kv_latent_dim=16, rope_head_dim=4)]
+RAGGED_LAYOUTS = [dict(), dict(kv_heads=2, cache_layout="paged", block_size=5),
+                  dict(sliding_windows=(4, None)), dict(cache_dtype="int8"),
+                  dict(attention="latent", kv_latent_dim=16, rope_head_dim=4)]
 
 
 @pytest.mark.parametrize("layout", RAGGED_LAYOUTS, ids=["mha", "paged", "ring", "int8", "mla"])

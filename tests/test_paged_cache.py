@@ -15,8 +15,8 @@ def make(**kw):
 
 
 @pytest.mark.parametrize("variant,block_size", [
-    (dict(attention="mha"), 1), (dict(attention="mha"), 16), (dict(attention="mha"), 5),
-    (dict(attention="gqa", kv_heads=2), 5), (dict(attention="mla", kv_latent_dim=16, rope_head_dim=4), 5),
+    (dict(), 1), (dict(), 16), (dict(), 5),
+    (dict(kv_heads=2), 5), (dict(attention="latent", kv_latent_dim=16, rope_head_dim=4), 5),
 ], ids=["mha-1", "mha-16", "mha-5", "gqa-5", "mla-5"])
 def test_paged_greedy_tokens_equal_contiguous(variant, block_size):
     _, model = make(**variant)
@@ -27,7 +27,7 @@ def test_paged_greedy_tokens_equal_contiguous(variant, block_size):
 
 
 def test_the_config_chooses_the_paged_layout():
-    cfg, model = make(attention="gqa", kv_heads=2, cache_layout="paged", block_size=5)
+    cfg, model = make(kv_heads=2, cache_layout="paged", block_size=5)
     prompt = token_ids(2, 7, seed=3)
     contiguous = dantinox.generate(model, prompt, 30, cache_layout="contiguous")
     np.testing.assert_array_equal(dantinox.generate(model, prompt, 30), contiguous)
@@ -47,7 +47,7 @@ def test_generation_crosses_key_buckets_on_paged_cache():
 
 
 def test_parallel_samples_store_the_prompt_once():
-    cfg, model = make(attention="gqa", kv_heads=2)
+    cfg, model = make(kv_heads=2)
     prompt, n, new, bs = token_ids(1, 10, seed=5), 3, 12, 4  # 10 tokens: two full blocks, one half-filled
     run = sample_n(model, prompt, n, new, block_size=bs, temperature=0.0)
     np.testing.assert_array_equal(run.tokens, dantinox.generate(model, np.repeat(prompt, n, 0), new))

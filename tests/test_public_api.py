@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_documented_calls_work_together():
     cfg = dantinox.ModelConfig(vocab_size=259, d_model=64, n_layers=2, n_heads=8, head_size=8,
-                               attention="gqa", kv_heads=2, max_context=128,
+                               kv_heads=2, max_context=128,
                                dtype="float32", cache_dtype="bfloat16")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     cache = dantinox.init_cache(cfg, batch_size=4)

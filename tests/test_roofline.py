@@ -16,7 +16,7 @@ from widgets.roofline_reading import points, read_decode, read_prefill, roofline
 
 # The test preset: D=32, L=2, N=4, H=8, F=64, V=259, tied embeddings, float32.
 MHA = dantinox.ModelConfig.preset("test")
-GQA = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2, cache_dtype="bfloat16")
+GQA = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="bfloat16")
 TOY = roofline.Machine("toy", bandwidth=2e9, peak_flops=1e10, compute_dtype="float32", kind="measured",
                        source="hand-made for tests", memory_bytes=10**9)
 
@@ -32,7 +32,7 @@ def test_weights_counted_by_hand_and_equal_to_the_parameter_arrays():
     assert roofline.weight_count(MHA) == 2 * mha_layer + 259 * 32 + 32 == 28_928
     gqa_layer = 32 * (4 + 2 * 2) * 8 + 1024 + 4096 + 2048 + 64  # K = 2 shrinks only the QKV projection
     assert roofline.weight_count(GQA) == 2 * gqa_layer + 259 * 32 + 32 == 26_880
-    for cfg in (MHA, GQA, dantinox.ModelConfig.preset("reference", attention="mqa")):
+    for cfg in (MHA, GQA, dantinox.ModelConfig.preset("reference", kv_heads=1)):
         assert roofline.weight_count(cfg) * 4 == dantinox.param_bytes(cfg)  # measured from the shapes
 
 
@@ -48,6 +48,11 @@ def test_decode_step_bytes_and_flops_by_hand():
     g = roofline.decode_cost(GQA, batch=3, context=16)
     assert g.cache_read_bytes == 2 * 3 * 16 * 2 * 2 * 8 * 2  # K = 2 heads, bf16
     assert g.attention_flops == c.attention_flops  # every query head still attends over every slot
+    paged = roofline.decode_cost(MHA.replace(cache_layout="paged", block_size=5), batch=3, context=16)
+    assert paged.page_gather_bytes == 2 * (2 * 3 * 20 * 2 * 4 * 8 * 4)  # 4 pages of 5 slots, copied then read
+    assert paged.bytes == c.bytes + paged.page_gather_bytes and c.page_gather_bytes == 0
+    ring = MHA.replace(cache_layout="paged", block_size=5, sliding_windows=(4, None))  # the ring is not paged
+    assert roofline.decode_cost(ring, 3, 16).page_gather_bytes == paged.page_gather_bytes // 2
 
 
 def test_prefill_bytes_and_flops_by_hand():
@@ -102,7 +107,7 @@ def test_datasheet_machines_come_from_content(entry):
     (lambda: roofline.decode_cost(MHA, 0, 16), "batch: expected a positive integer"),
     (lambda: roofline.prefill_cost(MHA, 1, -3), "prompt: expected a positive integer"),
     (lambda: roofline.generate_seconds(MHA, 1, 4, -1, TOY), "new_tokens: expected"),
-    (lambda: roofline.decode_cost(dantinox.ModelConfig.preset("test", attention="mla", kv_latent_dim=8,
+    (lambda: roofline.decode_cost(dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=8,
                                                               rope_head_dim=4), 1, 8), "attention: the roofline"),
     (lambda: roofline.decode_step_seconds(dantinox.Transformer(MHA, rngs=nnx.Rngs(0)), 1, 65),
      "context: expected at most max_context=64"),

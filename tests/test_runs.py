@@ -52,7 +52,7 @@ def test_training_lowers_the_loss_and_writes_a_run(run_dir):
 
 
 def test_round_trip_restores_identical_weights(tmp_path):
-    cfg = dantinox.ModelConfig.preset("test", attention="gqa", kv_heads=2)
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
     save_run(tmp_path, model)
     cfg2, model2 = load_run(tmp_path)

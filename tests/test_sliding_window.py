@@ -1,5 +1,7 @@
 """Sliding-window layers: ring-buffer bytes equal the content formula, logits equal a full-cache band-mask reference."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,15 +12,19 @@ import content
 import dantinox
 from dantinox import quality
 from dantinox.cache import LayerCache, View
+from dantinox.config import gemma2_windows, gemma3_windows, local_layers
+from dantinox.generate import _prefill_jit, decode_program
 from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
 from dantinox_labs import shipped
 
-PATTERNS = ["local", "1:1", "2:1", "5:1"]
+PER_GLOBAL = {"local": None, "1:1": 1, "2:1": 2, "5:1": 5}  # local layers per global one (None: all local)
+PATTERNS = list(PER_GLOBAL)
 
 
 def make(window=5, pattern="1:1", **kw):
-    cfg = dantinox.ModelConfig.preset("test", n_layers=4, sliding_window=window, window_pattern=pattern, **kw)
+    cfg = dantinox.ModelConfig.preset("test", n_layers=4, sliding_windows=local_layers(4, window, PER_GLOBAL[pattern]),
+                                      **kw)
     return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
 
 
@@ -26,9 +32,8 @@ def make(window=5, pattern="1:1", **kw):
 @pytest.mark.parametrize("tokens", [1, 7, 8, 9, 64])
 @pytest.mark.parametrize("kv_heads,cache_dtype", [(None, "float32"), (2, "bfloat16")])
 def test_ring_buffer_bytes_equal_the_per_layer_formula(pattern, tokens, kv_heads, cache_dtype):
-    attention = "mha" if kv_heads is None else "gqa"
-    cfg = dantinox.ModelConfig.preset("test", n_layers=6, sliding_window=8, window_pattern=pattern,
-                                      attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+    cfg = dantinox.ModelConfig.preset("test", n_layers=6, sliding_windows=local_layers(6, 8, PER_GLOBAL[pattern]),
+                                      kv_heads=kv_heads, cache_dtype=cache_dtype)
     cache = dantinox.init_cache(cfg, 3, tokens)
     local = sum(w is not None for w in cfg.layer_windows)
     entry = content.load_entry("sliding-window-attention")
@@ -40,13 +45,27 @@ def test_ring_buffer_bytes_equal_the_per_layer_formula(pattern, tokens, kv_heads
                                            H_kv=cfg.n_kv_heads, d_h=cfg.head_size, bytes=cfg.cache_itemsize)
 
 
-def test_patterns_place_global_layers_as_gemma_does():
-    layers = lambda pattern, n: dantinox.ModelConfig.preset(  # noqa: E731
-        "test", n_layers=n, sliding_window=4, window_pattern=pattern).layer_windows
-    assert layers("local", 4) == (4, 4, 4, 4)
-    assert layers("1:1", 4) == (4, None, 4, None)  # Gemma 2: local first, then alternating
-    assert layers("5:1", 12) == (4,) * 5 + (None,) + (4,) * 5 + (None,)  # Gemma 3: every sixth layer global
+def test_helpers_place_global_layers_as_gemma_does():
+    four = dantinox.ModelConfig.preset("test", n_layers=4)
+    assert four.with_sliding_window(4).layer_windows == local_layers(4, 4) == (4, 4, 4, 4)
+    assert four.with_sliding_window(4, 1).layer_windows == gemma2_windows(4, 4) == (4, None, 4, None)  # Gemma 2
+    assert gemma3_windows(12, 4) == (4,) * 5 + (None,) + (4,) * 5 + (None,)  # Gemma 3: every sixth layer global
     assert dantinox.ModelConfig.preset("test", n_layers=3).layer_windows == (None, None, None)
+    assert four.with_sliding_window(4, 1).local_per_global == 1 and four.with_sliding_window(4).local_per_global == 0
+    assert four.replace(sliding_windows=[None] * 4).sliding_windows is None  # no local layer: stored one way
+    assert four.replace(sliding_windows=[4, 2, None, 4]).sliding_windows == (4, 2, None, 4)  # a JSON list
+    assert four.with_attention_chunks(8, 3).layer_chunks == (8, 8, 8, None)
+
+
+def test_run_configs_with_a_window_pattern_still_load():
+    old = dict(n_layers=4, attention="gqa", kv_heads=2, sliding_window=4, window_pattern="1:1")
+    cfg = dantinox.ModelConfig.from_dict(old)
+    assert (cfg.attention, cfg.kv_heads, cfg.sliding_windows) == ("heads", 2, (4, None, 4, None))
+    chunked = dantinox.ModelConfig.from_dict(dict(n_layers=4, attention_chunk_size=8, window_pattern="local",
+                                                  sliding_window=None))
+    assert chunked.layer_chunks == (8,) * 4 and chunked.sliding_windows is None
+    with pytest.raises(ValueError, match="window_pattern: expected 'local' or 'n:1'"):
+        dantinox.ModelConfig.from_dict(dict(old, window_pattern="1:2"))
 
 
 def np_band_reference(model, tokens_T):
@@ -87,7 +106,7 @@ def np_band_reference(model, tokens_T):
 @pytest.mark.parametrize("pattern", ["local", "1:1"])
 @pytest.mark.parametrize("prefill", [3, 12])  # shorter than W, and longer (the ring keeps its last W)
 def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, prefill):
-    cfg, model = make(window=5, pattern=pattern, attention="gqa", kv_heads=2)
+    cfg, model = make(window=5, pattern=pattern, kv_heads=2)
     x = token_ids(2, 23)  # 23 positions: the 5-slot ring wraps four times
     logits, cache, _ = model(x[:, :prefill], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2, 32))
     steps = [logits]
@@ -103,7 +122,7 @@ def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, p
 
 def test_window_changes_logits_only_past_w():
     cfg, windowed = make(window=6, pattern="local")
-    full = dantinox.Transformer(cfg.replace(sliding_window=None), rngs=nnx.Rngs(0))  # same init, same weights
+    full = dantinox.Transformer(cfg.replace(sliding_windows=None), rngs=nnx.Rngs(0))  # same init, same weights
     x = token_ids(1, 20)
     a, b = np.asarray(windowed(x)[0]), np.asarray(full(x)[0])
     np.testing.assert_allclose(a[:, :6], b[:, :6], atol=1e-5)  # the first W positions see the same keys
@@ -119,8 +138,8 @@ def test_ring_slots_hold_the_latest_positions_and_their_keys():
     held = np.asarray(Ring(4).positions(cache.lengths, 4))[0]
     assert held.tolist() == ring_slots_held(4, 11) == [8, 9, 10, 7]  # position p in slot p mod 4
     assert ring_slots_held(4, 2) == [0, 1, None, None]
-    _, full_cache, _ = dantinox.Transformer(cfg.replace(sliding_window=None), rngs=nnx.Rngs(0))(
-        x, use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(sliding_window=None), 1, 16))
+    _, full_cache, _ = dantinox.Transformer(cfg.replace(sliding_windows=None), rngs=nnx.Rngs(0))(
+        x, use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(sliding_windows=None), 1, 16))
     np.testing.assert_allclose(ring.k[0, :, :, :], full_cache.layers[0].k[0][:, held], atol=1e-6)
 
 
@@ -146,11 +165,11 @@ def test_band_mask_in_attend_matches_numpy():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(window_pattern="1:1"), "window_pattern: only used with a sliding_window"),
-    (dict(sliding_window=4, window_pattern="1:2"), "window_pattern: expected 'local' or 'n:1'"),
-    (dict(sliding_window=0), "sliding_window"),
-    (dict(sliding_window=4, attention_chunk_size=4), "attention_chunk_size: a layer is either sliding-window"),
-    (dict(sliding_window=4, paradigm="diffusion"), "sliding_window: paradigm='diffusion' caches float keys"),
+    (dict(sliding_windows=(4,)), r"sliding_windows: expected one entry per layer \(2\)"),
+    (dict(sliding_windows=4), r"sliding_windows: expected one entry per layer \(2\)"),
+    (dict(sliding_windows=(4, 0)), r"sliding_windows\[1\]: expected a positive integer"),
+    (dict(sliding_windows=(4, None), attention_chunks=(4, None)), "attention_chunks: a layer is either sliding"),
+    (dict(sliding_windows=(4, 4), paradigm="diffusion"), "sliding_windows: paradigm='diffusion' caches float keys"),
     (dict(cache_layout="pages"), "cache_layout: expected one of contiguous, paged, got 'pages'"),
 ])
 def test_config_errors_name_the_field(kw, match):
@@ -166,19 +185,19 @@ def test_trained_window_run_decodes_identically_with_and_without_cache():
     assert gen.generate(prompt, max_new_tokens=80) == gen.generate(prompt, max_new_tokens=80, use_cache=False)
 
 
-def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
+def test_cli_trains_a_window_run_and_refuses_a_bad_placement(tmp_path, capsys):
     from dantinox_labs.cli import main
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a sliding window keeps the last W keys. " * 20)
     run = tmp_path / "run"
     assert main(["train", "--run_dir", str(run), "--steps", "3", "--seq_len", "32", "--corpus", str(corpus),
-                 "--sliding_window", "8", "--window_pattern", "1:1"]) == 0
+                 "--sliding_window", "8", "--local_per_global", "1"]) == 0
     assert dantinox.load_run(run)[0].layer_windows == (8, None, 8, None)
     assert main(["train", "--run_dir", str(tmp_path / "bad"), "--steps", "1", "--corpus", str(corpus),
-                 "--sliding_window", "8", "--window_pattern", "3:2"]) == 2
+                 "--sliding_window", "8", "--local_per_global", "0"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "dantinox train: error: window_pattern: expected 'local' or 'n:1' with n >= 1 (e.g. '1:1', '5:1'), got '3:2'")
+        "dantinox train: error: local_per_global: expected a positive integer, got 0")
 
 
 @pytest.mark.parametrize("pattern", ["local", "1:1"])
@@ -186,8 +205,8 @@ def test_cli_trains_a_window_run_and_refuses_a_bad_pattern(tmp_path, capsys):
 def test_chunked_layers_equal_the_chunk_mask_reference(pattern, prefill):
     """Llama 4's chunked attention (attention_chunk_size C): a ring of C slots per chunked layer, a query sees
     only its own chunk; cached decoding equals a numpy forward over all keys with the chunk mask."""
-    cfg = dantinox.ModelConfig.preset("test", n_layers=4, attention_chunk_size=4, window_pattern=pattern,
-                                      attention="gqa", kv_heads=2)
+    cfg = dantinox.ModelConfig.preset("test", n_layers=4, attention_chunks=local_layers(4, 4, PER_GLOBAL[pattern]),
+                                      kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     x = token_ids(2, 15)
     logits, cache, _ = model(x[:, :prefill], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2, 16))
@@ -207,7 +226,7 @@ def test_chunked_layers_equal_the_chunk_mask_reference(pattern, prefill):
 @pytest.mark.parametrize("path", ["absorbed", "materialized"])
 def test_mla_latents_in_a_ring(path):
     """The ring is addressing, the latent is payload: a sliding-window MLA layer caches W latents."""
-    cfg, model = make(window=5, pattern="1:1", attention="mla", kv_latent_dim=16, rope_head_dim=4, mla_decode=path)
+    cfg, model = make(window=5, pattern="1:1", attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode=path)
     x = token_ids(2, 14)
     cached = quality.cached_logits(model, x)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)
@@ -219,7 +238,7 @@ def test_mla_latents_in_a_ring(path):
                                     dict(cache_layout="paged", block_size=3, cache_dtype="int8")],
                          ids=["ring-int8", "paged-ring", "paged-ring-int8"])
 def test_rings_compose_with_int8_storage_and_paged_global_layers(layout):
-    cfg, model = make(window=5, pattern="1:1", attention="gqa", kv_heads=2, **layout)
+    cfg, model = make(window=5, pattern="1:1", kv_heads=2, **layout)
     prompt = token_ids(2, 7)
     np.testing.assert_array_equal(dantinox.generate(model, prompt, 30), dantinox.generate(model, prompt, 30, False)
                                   if not cfg.quantized_cache else dantinox.generate(model, prompt, 30))
@@ -231,3 +250,28 @@ def test_rings_compose_with_int8_storage_and_paged_global_layers(layout):
         ids_BT = token_ids(2, 23)
         err = quality.max_logit_error(quality.cached_logits(model, ids_BT), quality.cached_logits(same, ids_BT))
         assert err < 0.05 and float_cfg.sliding_window == 5
+
+
+def test_the_ring_step_writes_in_place_and_copies_no_ring():
+    """The compiled decode loop updates a ring layer's W slots in place (scatter into the donated buffer) and
+    never forms a copy of the ring, nor the W + 1 slots a concatenation of ring and new token would make."""
+    cfg = dantinox.ModelConfig.preset("test", sliding_windows=(5, None), kv_heads=2)
+    graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
+    four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
+    state = _prefill_jit(graphdef, params, jnp.asarray(token_ids(2, 4)), four, forty, 0,
+                         dantinox.init_cache(cfg, 2, 64))
+    ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].k.shape
+    assert W == 5 and state.caches.layers[1].k.shape[2] == 64
+    program = decode_program(2, donate=True).lower(graphdef, params, state, None, 40, top_k=None, use_cache=True,
+                                                   bucket=64).compile()
+    hlo = program.as_text()
+    ring_shape = rf"f32\[{B},{K},{W},{H}\]\{{[^}}]*\}}"
+    made = re.findall(rf"= {ring_shape} ([\w-]+)\(([^)]*)\), (?:kind=\w+, )?(?:calls=%(\S+))?", hlo)
+    assert {op for op, _, _ in made} <= {"parameter", "get-tuple-element", "fusion", "scatter",
+                                          "dynamic-update-slice", "bitcast"}, made
+    writes = [calls for op, _, calls in made if op == "fusion"]
+    assert len(writes) == 2 and all("scatter" in c or "dynamic" in c for c in writes), made  # K and V, in place
+    assert f"f32[{B},{K},{W + 1},{H}]" not in hlo  # no ring-plus-token concatenation
+    out = program(params, state, None, 40)
+    assert ring.k.is_deleted() and ring.v.is_deleted()  # donated: the loop wrote into the ring's own buffers
+    assert out.index.tolist() == [40, 40]

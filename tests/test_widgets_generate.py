@@ -20,8 +20,8 @@ from widgets.decode_runs import DecodeRun, DecodeSettings, progress_text, second
 from widgets.generate import CHAT_PROMPT, MAX_REDRAWS_PER_S, PUBLISHED, find_run, same_model
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
-SHIPPED = {"tiny": dict(attention="mha"), "tiny-gqa": dict(attention="gqa", kv_heads=2),
-           "tiny-mqa": dict(attention="mqa"), "tiny-mla": dict(attention="mla", kv_latent_dim=64, rope_head_dim=16)}
+SHIPPED = {"tiny": dict(), "tiny-gqa": dict(kv_heads=2),
+           "tiny-mqa": dict(kv_heads=1), "tiny-mla": dict(attention="latent", kv_latent_dim=64, rope_head_dim=16)}
 
 
 @contextlib.contextmanager
@@ -115,7 +115,7 @@ def test_trained_weights_are_used_when_a_run_matches(lab, tmp_path):
     assert panel.error == "" and f"trained weights from {tmp_path / 'mine'}" in panel.status.value
     model, _ = panel.model_for(lab.reading.cfg)
     assert (model.embed.embedding[...] == trained.embed.embedding[...]).all()
-    _, where = panel.model_for(lab.reading.cfg.replace(attention="mha"))
+    _, where = panel.model_for(lab.reading.cfg.replace(kv_heads=None))
     assert where.startswith("untrained weights") and "(runs: mine: 2-layer d=32 GQA K=2)" in where
     run = panel.runs["cache"]
     only_compiled = dataclasses.replace(run, tokens=run.tokens[:1], held=run.held[:1], steps=[1],

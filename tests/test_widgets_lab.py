@@ -36,7 +36,7 @@ def test_the_lab_shows_the_pure_reading_of_its_controls(lab, attention, dtype):
         lab.batch.value = batch
         r = lab.reading
         assert lab.error == "" and r == pure(lab)
-        assert (r.tokens, r.batch, r.cfg.attention, r.cfg.cache_dtype) == (tokens, batch, attention, dtype)
+        assert (r.tokens, r.batch, r.cfg.variant, r.cfg.cache_dtype) == (tokens, batch, attention, dtype)
         assert r.source == "arrays" and r.residual == 0
 
 
@@ -53,7 +53,7 @@ def test_one_update_is_one_reading(lab):
     readings = []
     lab.observe(lambda change: readings.append(change["new"]), names="reading")
     r = lab.update(tokens=20, batch=4, attention="mha", cache_dtype="float32", device="A100 80GB")
-    assert readings == [r] and (r.tokens, r.batch, r.cfg.attention, r.device.name) == (20, 4, "mha", "A100 80GB")
+    assert readings == [r] and (r.tokens, r.batch, r.cfg.variant, r.device.name) == (20, 4, "mha", "A100 80GB")
     lab.tokens.value = 21  # a learner's move: one more
     assert len(readings) == 2 and readings[-1].tokens == 21
 

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import traitlets
 
 import dantinox
-from dantinox.config import DTYPES
+from dantinox.config import DTYPES, heads_fields
 from widgets._controls import Lab
 from widgets._html import badge, esc, formula_block, note_box, readout_table
 from widgets.readings import (
@@ -70,10 +70,10 @@ PUBLISHED_K = {"smollm2-135m": 3}  # the KV heads of the published model a prese
 def what_if_note(preset: str, cfg: dantinox.ModelConfig) -> str:
     """A published model's geometry with another K than its own is a what-if: say so."""
     k = PUBLISHED_K.get(preset)
-    if k is None or (cfg.attention, cfg.n_kv_heads) == ("gqa", k):
+    if k is None or (cfg.variant, cfg.n_kv_heads) == ("gqa", k):
         return ""
     return note_box(f"What-if: {esc(PRESET_LABELS[preset])} has GQA with K={k}; these bytes are its geometry with "
-                    f"{esc(cfg.attention.upper())} K={cfg.n_kv_heads}, a model nobody trained.")
+                    f"{esc(cfg.variant.upper())} K={cfg.n_kv_heads}, a model nobody trained.")
 
 
 class CacheLab(Lab):
@@ -145,8 +145,7 @@ class CacheLab(Lab):
     # Model and formulas -------------------------------------------------------------------------
     def config(self) -> dantinox.ModelConfig:
         """The model config the controls describe."""
-        kv = self.kv_heads.value if self.attention.value == "gqa" else None
-        return _config(self.preset.value, self.attention.value, kv, self.cache_dtype.value)
+        return _config(self.preset.value, self.attention.value, self.kv_heads.value, self.cache_dtype.value)
 
     def formula_params(self) -> dict[str, float]:
         """The content's variables at the current settings (the quiz takes these)."""
@@ -180,5 +179,6 @@ class CacheLab(Lab):
 
 
 @functools.lru_cache(maxsize=256)
-def _config(preset: str, attention: str, kv_heads: int | None, cache_dtype: str) -> dantinox.ModelConfig:
-    return dantinox.ModelConfig.preset(preset, attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+def _config(preset: str, variant: str, kv_heads: int | None, cache_dtype: str) -> dantinox.ModelConfig:
+    n_heads = dantinox.PRESETS[preset]["n_heads"]
+    return dantinox.ModelConfig.preset(preset, **heads_fields(variant, n_heads, kv_heads), cache_dtype=cache_dtype)

@@ -17,7 +17,7 @@ from widgets._html import esc
 
 def describe(cfg: dantinox.ModelConfig) -> str:
     """'4-layer GQA K=2' and the like: how the panel names a model."""
-    kind = "MLA" if cfg.attention == "mla" else f"{cfg.attention.upper()} K={cfg.n_kv_heads}"
+    kind = "MLA" if cfg.attention == "latent" else f"{cfg.variant.upper()} K={cfg.n_kv_heads}"
     return f"{cfg.n_layers}-layer d={cfg.d_model} {kind}"
 
 

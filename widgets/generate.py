@@ -52,8 +52,7 @@ MAX_HISTORY = 40  # runs kept for the ratio's spread
 def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
     """Whether weights trained for `a` fit `b`: every field equal but the cache dtype (K compared as counted)."""
     def key(cfg: dantinox.ModelConfig) -> dict[str, Any]:
-        kv = None if cfg.attention == "mla" else cfg.n_kv_heads  # kv_heads=None and 4 mean the same MHA
-        return {**cfg.to_dict(), "cache_dtype": None, "kv_heads": kv}
+        return {**cfg.to_dict(), "cache_dtype": None}
     return key(a) == key(b)
 
 
@@ -168,8 +167,7 @@ class GeneratePanel(widgets.VBox):
             return cfg
         if self.preset.value == PUBLISHED:  # its own geometry and K; the lab's cache dtype
             return self.published()[0].replace(cache_dtype=cfg.cache_dtype)
-        kv = cfg.kv_heads if cfg.attention == "gqa" else None
-        return dantinox.ModelConfig.preset(self.preset.value, attention=cfg.attention, kv_heads=kv,
+        return dantinox.ModelConfig.preset(self.preset.value, attention=cfg.attention, kv_heads=cfg.kv_heads,
                                            cache_dtype=cfg.cache_dtype)
 
     def _fit_to_lab(self, _change) -> None:
@@ -337,7 +335,7 @@ class GeneratePanel(widgets.VBox):
                            f"{esc(self.decode(cfg, shown.tokens))}</div>")
         cached = self.runs.get("cache")
         lines = ([self.per_token_text(cached.settings.cfg)] if cached and cached.bytes_per_token
-                 and cached.settings.cfg.attention != "mla" else [])  # the model that run decoded
+                 and cached.settings.cfg.attention != "latent" else [])  # the model that run decoded
         for name, r in self.runs.items():
             left_out = len(r.compiled) - len(r.steady())
             model_rate = (f"{r.tokens_per_s:,.0f} tokens/s {badge('measured', 'model time, compiled steps only')}"
@@ -362,7 +360,7 @@ class GeneratePanel(widgets.VBox):
     def per_token_text(self, cfg: dantinox.ModelConfig) -> str:
         """Cache bytes per token: measured from the last cached run's arrays, beside 2·L·K·H·bytes."""
         measured = self.runs["cache"].bytes_per_token
-        K = "C+R" if cfg.attention == "mla" else f"K={cfg.n_kv_heads}"
+        K = "C+R" if cfg.attention == "latent" else f"K={cfg.n_kv_heads}"
         return (f"<b>cache per token</b>: {measured:,} B {badge('measured', 'allocated bytes / slots / B')} = "
                 f"{dantinox.kv_cache_bytes(cfg, 1, 1):,} B {badge('derived', 'dantinox.kv_cache_bytes')} for "
                 f"L={cfg.n_layers} × {K} × H={cfg.head_size} × K and V × {cfg.cache_dtype}")

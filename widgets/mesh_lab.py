@@ -80,7 +80,7 @@ def read_mesh(cfg: dantinox.ModelConfig, shape: tuple[int, int], batch: int, con
         measured, source = sharding.device_bytes(jax.block_until_ready(caches)), "arrays"
         index = {s.device.id: s.index for s in jax.tree.leaves(caches.layers)[0].addressable_shards}
         del caches  # freed now, not at the next reading
-    heads_axis = None if cfg.attention == "mla" else 1  # the latent cache has no head axis: one shared "head"
+    heads_axis = None if cfg.attention == "latent" else 1  # the latent cache has no head axis: one shared "head"
     placement = {d: (range(*i[0].indices(first.shape[0])),
                      range(*i[heads_axis].indices(first.shape[heads_axis])) if heads_axis else range(1))
                  for d, i in index.items()}
@@ -93,7 +93,7 @@ def read_mesh(cfg: dantinox.ModelConfig, shape: tuple[int, int], batch: int, con
 def device_grid_html(r: MeshReading) -> str:
     """The mesh as a grid of devices; each shows the whole cache (rows: sequences, columns: KV heads) with the
     part it holds filled in, coloured by its heads, so devices holding the same heads share a colour."""
-    B, K = r.batch, 1 if r.cfg.attention == "mla" else r.cfg.n_kv_heads
+    B, K = r.batch, 1 if r.cfg.attention == "latent" else r.cfg.n_kv_heads
     model = r.shape[1]
     cells = ["<div></div>"] + [f"<div style='text-align:center;font-size:85%'>model {c}</div>" for c in range(model)]
     for row, ids in enumerate(r.grid):
@@ -168,9 +168,7 @@ class MeshLab(Lab):
         self._on_change()
 
     def config(self) -> dantinox.ModelConfig:
-        k, n = self.kv_heads.value, self.base.n_heads
-        attention = "mha" if k == n else "mqa" if k == 1 else "gqa"
-        return self.base.replace(attention=attention, kv_heads=k if attention == "gqa" else None)
+        return self.base.replace(kv_heads=self.kv_heads.value)
 
     def formula_params(self) -> dict[str, float]:
         """The content's variables at the current settings, the mesh's two axes included (the quiz takes these)."""

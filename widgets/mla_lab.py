@@ -90,7 +90,8 @@ class MlaLab(Lab):
     # Model and formulas -------------------------------------------------------------------------
     def config(self) -> dantinox.ModelConfig:
         """The MLA model the sliders describe (same layers, heads and head size as the base preset)."""
-        return self.base.replace(attention="mla", kv_latent_dim=self.latent.value, rope_head_dim=self.rope.value)
+        return self.base.replace(attention="latent", kv_heads=None, kv_latent_dim=self.latent.value,
+                                 rope_head_dim=self.rope.value)
 
     def formula_params(self) -> dict[str, float]:
         """The content's variables at the current settings (the quiz takes these)."""
@@ -146,7 +147,7 @@ def decode_path_agreement(latent: int, rope: int, *, tokens: int = 24, preset: s
     for on_latent in (False, True):
         logits = {}
         for path in ("absorbed", "materialized"):
-            cfg = dantinox.ModelConfig.preset(preset, attention="mla", kv_latent_dim=latent, rope_head_dim=rope,
+            cfg = dantinox.ModelConfig.preset(preset, attention="latent", kv_latent_dim=latent, rope_head_dim=rope,
                                               mla_decode=path, mla_rope_on_latent=on_latent)
             if tokens > cfg.max_context:
                 raise ValueError(f"tokens: expected at most max_context={cfg.max_context}, got {tokens}")

@@ -2,7 +2,7 @@
 
     import content, dantinox
     from widgets.readings import read_kv_cache, read_mla_cache
-    cfg = dantinox.ModelConfig.preset("reference", attention="mha", cache_dtype="bfloat16")
+    cfg = dantinox.ModelConfig.preset("reference", cache_dtype="bfloat16")
     r = read_kv_cache(content.load_entry("kv-cache"), cfg, batch=1, tokens=512)
     r.formula_bytes, r.measured_bytes, r.source, r.residual      # 6 MiB, 6 MiB, "arrays", 0
 
@@ -49,9 +49,9 @@ def evaluate_bytes(entry: Any, title: str, params: dict[str, float]) -> int:
 
 def variant_label(cfg: dantinox.ModelConfig) -> str:
     """`MHA (K=8)`, `GQA (K=2)`, `MQA (K=1)` or `MLA (C=64, R=16)`."""
-    if cfg.attention == "mla":
+    if cfg.attention == "latent":
         return f"MLA (C={cfg.kv_latent_dim}, R={cfg.rope_head_dim})"
-    return f"{cfg.attention.upper()} (K={cfg.n_kv_heads})"
+    return f"{cfg.variant.upper()} (K={cfg.n_kv_heads})"
 
 
 def peer_configs(cfg: dantinox.ModelConfig, gqa_kv_heads: int | None = None) -> list[dantinox.ModelConfig]:
@@ -59,17 +59,17 @@ def peer_configs(cfg: dantinox.ModelConfig, gqa_kv_heads: int | None = None) -> 
 
     GQA uses `gqa_kv_heads`, else cfg's K if cfg is GQA, else the first proper divisor of N (no GQA if none).
     """
-    mla_off = dict(kv_latent_dim=None, rope_head_dim=None, q_latent_dim=None) if cfg.attention == "mla" else {}
+    heads = dict(attention="heads", kv_latent_dim=None, rope_head_dim=None, q_latent_dim=None)
     n = cfg.n_heads
     proper = [k for k in range(2, n) if n % k == 0]
     if gqa_kv_heads is not None and gqa_kv_heads not in proper:
         raise ValueError(f"gqa_kv_heads: expected a divisor of n_heads={n} between 1 and {n} exclusive, "
                          f"got {gqa_kv_heads!r}")
-    k = gqa_kv_heads or (cfg.n_kv_heads if cfg.attention == "gqa" else proper[0] if proper else None)
-    out = [cfg.replace(attention="mha", **mla_off)]
+    k = gqa_kv_heads or (cfg.n_kv_heads if cfg.variant == "gqa" else proper[0] if proper else None)
+    out = [cfg.replace(kv_heads=None, **heads)]
     if k is not None:
-        out.append(cfg.replace(attention="gqa", kv_heads=k, **mla_off))
-    return [*out, cfg.replace(attention="mqa", **mla_off)]
+        out.append(cfg.replace(kv_heads=k, **heads))
+    return [*out, cfg.replace(kv_heads=1, **heads)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -149,8 +149,8 @@ class MlaReading(CacheSize):
 def read_mla_cache(entry: Any, kv_entry: Any, cfg: dantinox.ModelConfig, batch: int, tokens: int, *,
                    gqa_kv_heads: int | None = None, budget: int = DEFAULT_BUDGET) -> MlaReading:
     """Everything the MLA lab shows for one MLA config, from the MLA and kv-cache entries and real arrays."""
-    if cfg.attention != "mla":
-        raise ValueError(f"cfg: expected attention='mla', got {cfg.attention!r}")
+    if cfg.attention != "latent":
+        raise ValueError(f"cfg: expected attention='latent' (MLA), got {cfg.variant!r}")
     size = size_cache(entry, MLA_SIZE, cfg, batch, tokens, budget)
     peers = tuple(size_cache(kv_entry, KV_SIZE, c, batch, tokens, budget)
                   for c in peer_configs(cfg, gqa_kv_heads))
@@ -165,7 +165,7 @@ def read_mla_cache(entry: Any, kv_entry: Any, cfg: dantinox.ModelConfig, batch: 
 def cache_formula_bytes(kv_entry: Any, mla_entry: Any | None, cfg: dantinox.ModelConfig, batch: int,
                         tokens: int) -> int:
     """The derived bytes of any variant's cache: the MLA entry's formula for MLA, else the kv-cache formula."""
-    if cfg.attention == "mla":
+    if cfg.attention == "latent":
         if mla_entry is None:
             raise ValueError("mla_entry: an MLA config needs the multi-head-latent-attention entry's formula")
         return evaluate_bytes(mla_entry, MLA_SIZE, formula_params(cfg, batch, tokens))

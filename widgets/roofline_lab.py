@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 
 import dantinox
 from dantinox import roofline
-from dantinox.config import DTYPES
+from dantinox.config import DTYPES, heads_fields
 from dantinox.profile import CATEGORIES, StepProfile
 from widgets._controls import Lab, describe
 from widgets._figure import FigureWidget
@@ -105,8 +105,8 @@ class RooflineLab(Lab):
 
     def config(self) -> dantinox.ModelConfig:
         """The model the controls describe."""
-        kv = self.kv_heads.value if self.attention.value == "gqa" else None
-        return self.base.replace(attention=self.attention.value, kv_heads=kv, cache_dtype=self.cache_dtype.value)
+        return self.base.replace(**heads_fields(self.attention.value, self.base.n_heads, self.kv_heads.value),
+                                 cache_dtype=self.cache_dtype.value)
 
     # Measuring ----------------------------------------------------------------------------------
     def _keep(self, sweep: Sweep) -> None:
@@ -207,7 +207,7 @@ class RooflineLab(Lab):
             data[9].update(x=[knee] * 2 if knee else [], y=[lo, hi] if knee else [])
             data[10].update(x=[r.batch], y=[1e3 * r.decode_cost.time(self.machine)])
             self.figure.layout.title.text = (
-                f"{cfg.attention.upper()} (K={cfg.n_kv_heads}), {cfg.cache_dtype} cache, {r.context} slots — "
+                f"{cfg.variant.upper()} (K={cfg.n_kv_heads}), {cfg.cache_dtype} cache, {r.context} slots — "
                 f"lines derived from the config and the measured machine; dots measured here")
         self._render_readouts(r)
         self._render_profile(r)

@@ -1,0 +1,657 @@
+"""A serving engine you can read: continuous batching of a real model over one paged KV-cache pool.
+
+    engine = dantinox.Engine(model, num_blocks=64, block_size=16, prefix_caching=True, chunk_tokens=64)
+    rid = engine.add(prompt_ids, max_new_tokens=32, arrival_step=0)
+    report = engine.step()          # one iteration: what was scheduled, emitted, hit, preempted
+    outputs = engine.run()          # {rid: generated token ids}, greedy
+
+Each `step()` is one iteration over the running set (iteration-level batching, Orca, OSDI '22): every
+running request feeds the tokens it has not yet cached (a prompt chunk, or the one token it sampled last),
+new requests join when the pool and the token budget allow, finished ones leave and free their blocks.
+The feeds of one iteration run as a ragged batch ([B, T] ids, a fill per row, one block table) through the
+model's own paged layout, in one compiled program per shape bucket (B, T and the table width M are
+rounded up to a few sizes, so a long trace compiles a handful of programs).
+
+The four techniques, each a few lines below and each proven exact by tests/test_engine.py (every request's
+greedy tokens equal `dantinox.generate` of that request alone):
+  memory        a pool of `num_blocks` blocks (`BlockPool`: free list in LRU order, reference counts). When a
+                running request needs a block and none is free, the most recently admitted request is
+                preempted: its blocks are freed and it is recomputed later from its tokens, or (preempt="swap")
+                its blocks are copied to host memory and copied back when it resumes (vLLM, arXiv:2309.06180
+                §4.5). No request is lost; one that could never fit is refused when it is added.
+  prefix cache  a full block is named by a hash chained over its parent's hash and its tokens (vLLM's
+                automatic prefix caching, docs `design/prefix_caching`); a new request takes the cached blocks
+                of its longest cached prefix and starts computing after them. Freed blocks keep their hash and
+                are reused in least-recently-freed order until the space is needed. A prompt that hits in full
+                still computes its last token: its logits give the first output token.
+  chunked fill  at most `chunk_tokens` tokens are fed per iteration, decodes first, so a long prompt is
+                prefilled in chunks that share iterations with decodes (Sarathi-Serve, arXiv:2403.02310).
+  speculation   prompt-lookup drafts: the last n tokens are looked up earlier in the request's own tokens and
+                the `speculate` tokens that followed are proposed; one forward verifies them, the longest
+                prefix the model agrees with is kept plus the model's own next token. Rejected tokens are
+                rolled back: paged slots past the fill are never read, and a sliding-window ring's slots that
+                the rejected tokens overwrote are restored from a copy taken before the write.
+
+Sliding-window (ring) layers keep one ring of W slots per running request (a "seat"), beside the pool.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from dantinox.blocks import blocks_for
+from dantinox.cache import KVCache, empty_cache, layouts
+from dantinox.checks import positive_int
+from dantinox.model import Transformer
+
+BATCHING = ("continuous", "static")
+PREEMPT = ("recompute", "swap")
+
+
+class PoolError(RuntimeError):
+    """The allocator's bookkeeping broke an invariant (a double free, a lost block): a bug, never user error."""
+
+
+class BlockPool:
+    """The allocator of one pool of blocks: free list in LRU order, reference counts, hashes of cached blocks.
+
+    A block is free when no request holds it (reference count 0). A free block may still hold a cached full
+    block (it keeps its hash): `share` takes it back out of the free list; `take` hands out the least recently
+    freed block and forgets whatever it cached.
+    """
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = positive_int("num_blocks", num_blocks)
+        self.refs = [0] * self.num_blocks
+        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(self.num_blocks))
+        self.hash_of: list[bytes | None] = [None] * self.num_blocks
+        self.by_hash: dict[bytes, int] = {}
+        self.evicted = 0  # cached blocks overwritten to make room
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_cached_free(self) -> int:
+        """Free blocks that still hold a cached full block."""
+        return sum(self.hash_of[b] is not None for b in self.free)
+
+    def take(self) -> int:
+        if not self.free:
+            raise PoolError("pool: take() with no free block (the scheduler checks num_free first)")
+        block, _ = self.free.popitem(last=False)
+        if self.hash_of[block] is not None:  # its cached content is overwritten from now on
+            del self.by_hash[self.hash_of[block]]
+            self.hash_of[block] = None
+            self.evicted += 1
+        self.refs[block] = 1
+        return block
+
+    def share(self, block: int) -> None:
+        """One more holder of a cached block (a prefix hit); a free one leaves the free list."""
+        if self.refs[block] == 0:
+            del self.free[block]
+        self.refs[block] += 1
+
+    def release(self, block: int) -> None:
+        if self.refs[block] <= 0:
+            raise PoolError(f"pool: double free of block {block}")
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            self.free[block] = None  # most recently freed: evicted last
+
+    def lookup(self, digest: bytes) -> int | None:
+        return self.by_hash.get(digest)
+
+    def register(self, block: int, digest: bytes) -> None:
+        """Name a full block by its chained hash (a block computed twice keeps the first name)."""
+        if self.hash_of[block] is None and digest not in self.by_hash:
+            self.hash_of[block], self.by_hash[digest] = digest, block
+
+    def check(self, tables: list[list[int]]) -> None:
+        """Raise PoolError unless every reference is a table entry and every block is free xor held."""
+        held = collections.Counter(b for table in tables for b in table)
+        for block in range(self.num_blocks):
+            if self.refs[block] != held[block]:
+                raise PoolError(f"pool: block {block} has {self.refs[block]} reference(s), {held[block]} holder(s)")
+            if (self.refs[block] == 0) != (block in self.free):
+                raise PoolError(f"pool: block {block} free={block in self.free} with {self.refs[block]} reference(s)")
+        named = {d: b for b, d in enumerate(self.hash_of) if d is not None}
+        if named != self.by_hash:
+            raise PoolError("pool: the hash map and the blocks' hashes disagree")
+
+
+def block_digest(parent: bytes, tokens: list[int]) -> bytes:
+    """The name of a full block: SHA-256 over its parent's name and its token ids."""
+    return hashlib.sha256(parent + np.asarray(tokens, np.int64).tobytes()).digest()
+
+
+def lookup_drafts(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
+    """Prompt lookup: up to k tokens that followed the latest earlier match of the last n tokens (n = ngram..1)."""
+    if k <= 0:
+        return []
+    for n in range(min(ngram, len(tokens) - 1), 0, -1):
+        tail = tokens[-n:]
+        for start in range(len(tokens) - n - 1, -1, -1):  # latest match first
+            if tokens[start:start + n] == tail:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+@dataclasses.dataclass
+class _Request:
+    """Host state of one request; `tokens[:computed]` have their keys and values in the cache."""
+
+    rid: int
+    prompt: list[int]
+    max_new: int
+    arrival: int
+    stop: frozenset[int]
+    tokens: list[int]
+    state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
+    computed: int = 0
+    blocks: list[int] = dataclasses.field(default_factory=list)
+    digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full blocks of `tokens`
+    registered: int = 0  # full blocks of this request named in the pool
+    seat: int | None = None
+    swapped: Any = None  # host copy of its blocks and ring rows while swapped out
+    hit_tokens: int = 0
+    preemptions: int = 0
+    arrived_at: float | None = None
+    token_times: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.tokens[len(self.prompt):]
+
+    @property
+    def done(self) -> bool:
+        gen = self.generated
+        return len(gen) >= self.max_new or bool(gen and gen[-1] in self.stop)
+
+
+class Row(NamedTuple):
+    """One request's part of an iteration."""
+
+    rid: int
+    kind: str  # "prefill" (prompt or recompute chunk), "decode", or "verify" (decode + drafts)
+    start: int  # position of its first fed token
+    tokens: int  # tokens fed (drafts included)
+    drafts: int = 0
+    accepted: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReport:
+    """What one iteration did (the serving lab draws these)."""
+
+    step: int
+    rows: tuple[Row, ...]
+    emitted: dict[int, list[int]]  # tokens produced per request
+    admitted: tuple[int, ...]
+    finished: tuple[int, ...]
+    preempted: tuple[int, ...]
+    hits: dict[int, int]  # prompt tokens found in the prefix cache, per admitted request
+    budget: int | None  # token budget of the iteration (chunk_tokens)
+    fed: int  # tokens fed this iteration
+    tables: dict[int, tuple[int, ...]]  # block table of every running request after the iteration
+    shared: frozenset[int]  # blocks held by more than one request
+    free: int  # free blocks (cached ones included)
+    cached_free: int  # free blocks still holding a cached full block
+    waiting: tuple[int, ...]
+    seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
+
+
+def _buckets(limit: int, small: int = 1) -> tuple[int, ...]:
+    """small, ..., 8, 12, 16, 24, 32, 48, ...: powers of two and their 1.5x, capped at (and ending with) limit."""
+    sizes, size = [], small
+    while size < limit:
+        sizes += [s for s in (size, size * 3 // 2) if size < s < limit or s == size]
+        size *= 2
+    return tuple(sorted(set(sizes))) + (limit,)
+
+
+def _bucket(buckets: tuple[int, ...], n: int) -> int:
+    return next(b for b in buckets if b >= n)
+
+
+def _power_of_two(n: int, limit: int) -> int:
+    """The smallest power of two >= n, capped at limit."""
+    return min(1 << (n - 1).bit_length(), limit)
+
+
+def _rows_of(layers: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
+    return tuple(layer.map_slots(lambda a, axis: a[seat_B]) if r else layer
+                 for layer, r in zip(layers, ring, strict=True))
+
+
+def _put_rows(layers: tuple, rows: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
+    def put(full, part):
+        return type(full)(*(None if a is None else a.at[seat_B].set(p) for a, p in zip(full, part, strict=True)))
+    return tuple(put(full, part) if r else part for full, part, r in zip(layers, rows, ring, strict=True))
+
+
+def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP):
+    """One ragged batch through the model: write every row's live tokens, return greedy tokens at `at_BP`.
+
+    Ring layers are read at each row's seat and written back; where a row verifies drafts, the ring slots
+    its rejected drafts overwrote get their old contents back.
+    """
+    model = nnx.merge(graphdef, params)
+    ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(model.cfg))
+    T = ids_BT.shape[1]
+    live_BT = jnp.arange(T)[None, :] < live_B[:, None]
+    before = _rows_of(layers, seat_B, ring)
+    cache = KVCache(before, lengths_B, table_BM)
+    logits_BPV, cache = model.forward(ids_BT, cache, live_BT, logits_at_BP=at_BP)
+    greedy_BP = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32)
+    after = cache.layers
+    if T > 1 and any(ring):  # restore what rejected drafts overwrote
+        j = jnp.arange(T - 1)[None, :]
+        agree = (ids_BT[:, 1:] == greedy_BP[:, :T - 1]) & (j < drafts_B[:, None])
+        accepted_B = jnp.sum(jnp.cumprod(agree, axis=1), axis=1)
+        kept_B = jnp.where(drafts_B > 0, 1 + accepted_B, live_B)
+        t = jnp.arange(T)[None, :]
+        rejected_BT = (t >= kept_B[:, None]) & live_BT
+        pos_BT = lengths_B[:, None] + t
+
+        def restore(old, new):
+            S = old.slots
+            hit_BS = jnp.any(rejected_BT[:, :, None] & (pos_BT[:, :, None] % S == jnp.arange(S)), axis=1)
+
+            def pick(o, n, axis=old.SEQ_AXIS):
+                shape = [o.shape[0]] + [1] * (o.ndim - 1)
+                shape[axis] = S
+                return jnp.where(hit_BS.reshape(shape), o, n)
+            return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
+        after = tuple(restore(o, n) if r else n for o, n, r in zip(before, after, ring, strict=True))
+    return _put_rows(layers, after, seat_B, ring), greedy_BP
+
+
+_forward_rows_jit = jax.jit(_forward_rows, static_argnums=(0,), donate_argnums=(2,))
+
+
+class Engine:
+    """Continuous batching over a paged pool, with prefix caching, chunked prefill and prompt-lookup speculation.
+
+    `num_blocks` blocks of `block_size` tokens per paged layer; `chunk_tokens` tokens fed per iteration (None:
+    whole prompts); `speculate` drafts verified per decode (0: off); at most `max_seqs` requests run at once.
+    `batching="static"` admits a new batch only when the running one has finished (the baseline).
+    `fixed_shapes=True` pads every call to max_seqs rows and the full table width, and a decode to the verify's
+    1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
+    models and tests, where compiling dominates.
+    `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
+    Greedy decoding; a request stops after `max_new_tokens` or at a token of its `stop_ids`.
+    """
+
+    def __init__(self, model: Transformer, num_blocks: int, block_size: int = 16, prefix_caching: bool = True,
+                 chunk_tokens: int | None = 64, speculate: int = 0, max_seqs: int = 8, batching: str = "continuous",
+                 preempt: str = "recompute", ngram: int = 3, fixed_shapes: bool = False, max_len: int | None = None):
+        cfg = model.cfg
+        if cfg.paradigm != "autoregressive":
+            raise ValueError(f"model: the engine serves autoregressive models; this one has paradigm={cfg.paradigm!r}")
+        self.block_size = positive_int("block_size", block_size)
+        self.chunk_tokens = None if chunk_tokens is None else positive_int("chunk_tokens", chunk_tokens)
+        self.speculate = positive_int("speculate", speculate, minimum=0)
+        self.max_seqs = positive_int("max_seqs", max_seqs)
+        self.ngram = positive_int("ngram", ngram)
+        if batching not in BATCHING:
+            raise ValueError(f"batching: expected one of {', '.join(BATCHING)}, got {batching!r}")
+        if preempt not in PREEMPT:
+            raise ValueError(f"preempt: expected one of {', '.join(PREEMPT)}, got {preempt!r}")
+        self.batching, self.preempt, self.fixed_shapes = batching, preempt, fixed_shapes
+        if cfg.cache_layout != "paged" or cfg.block_size != self.block_size:
+            from dantinox.quality import with_changes
+
+            model = with_changes(model, cache_layout="paged", block_size=self.block_size)
+        self.cfg = model.cfg
+        self.ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(self.cfg))
+        if prefix_caching and any(self.ring):
+            raise ValueError("prefix_caching: this model has sliding-window or chunked layers, whose rings are "
+                             "per request and not in the shared pool; pass prefix_caching=False")
+        rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
+        if rings and self.speculate + 1 > min(min(rings), self.cfg.max_context):
+            raise ValueError(f"speculate: 1 + {self.speculate} tokens per verify must fit the smallest ring "
+                             f"({min(rings)} slots)")
+        self.prefix_caching = prefix_caching
+        self.graphdef, self.params = nnx.split(model)
+        self.pool = BlockPool(num_blocks)
+        table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
+        self.layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
+        self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
+        if self.max_len > cfg.max_context:
+            raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
+        self.max_blocks = min(blocks_for(self.max_len, self.block_size), num_blocks)  # table width
+        self.requests: dict[int, _Request] = {}
+        self.waiting: list[_Request] = []
+        self.running: list[_Request] = []  # in admission order: the last is preempted first
+        self.free_seats = list(range(self.max_seqs))
+        self.steps = 0
+        self.shapes: set[tuple] = set()  # (B, T, M, P) of every compiled call
+        self.counts = collections.Counter()  # prompt_tokens, hit_tokens, hit_blocks, drafts, accepted, ...
+        self.swap_seconds = 0.0
+        self.swap_bytes = 0
+
+    # Requests.
+    def add(self, prompt_ids: Any, max_new_tokens: int, arrival_step: int = 0, stop_ids: Any = ()) -> int:
+        """Queue a request; returns its id. It becomes eligible at iteration `arrival_step`."""
+        prompt = np.asarray(prompt_ids)
+        if prompt.ndim == 2 and prompt.shape[0] == 1:
+            prompt = prompt[0]
+        if prompt.ndim != 1 or prompt.size == 0 or not np.issubdtype(prompt.dtype, np.integer):
+            raise ValueError(f"prompt_ids: expected a non-empty list of token ids, got shape {prompt.shape}")
+        if prompt.min() < 0 or prompt.max() >= self.cfg.vocab_size:
+            raise ValueError(f"prompt_ids: token ids must lie in [0, {self.cfg.vocab_size}), got values in "
+                             f"[{prompt.min()}, {prompt.max()}]")
+        new = positive_int("max_new_tokens", max_new_tokens)
+        arrival = positive_int("arrival_step", arrival_step, minimum=0)
+        total = prompt.size + new
+        if total > self.max_len:
+            raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
+                             f"max_len={self.max_len}")
+        if blocks_for(total, self.block_size) > self.pool.num_blocks:
+            raise ValueError(f"num_blocks: this request needs up to {blocks_for(total, self.block_size)} blocks of "
+                             f"{self.block_size} tokens, the pool has {self.pool.num_blocks}")
+        rid = len(self.requests)
+        tokens = [int(t) for t in prompt]
+        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens))
+        return rid
+
+    @property
+    def finished(self) -> bool:
+        return all(r.state == "finished" for r in self.requests.values())
+
+    def run(self, max_steps: int = 1_000_000) -> dict[int, list[int]]:
+        """Step until every request has finished; {rid: generated token ids}."""
+        while not self.finished:
+            if self.steps >= max_steps:
+                raise RuntimeError(f"max_steps: {max_steps} iterations did not finish the queue")
+            self.step()
+        return self.outputs()
+
+    def outputs(self) -> dict[int, list[int]]:
+        return {rid: r.generated for rid, r in self.requests.items()}
+
+    # Blocks.
+    def _digests(self, req: _Request, upto: int) -> list[bytes]:
+        """Names of the full blocks among the first `upto` tokens (chained, cached on the request)."""
+        bs = self.block_size
+        while len(req.digests) < upto // bs:
+            m = len(req.digests)
+            req.digests.append(block_digest(req.digests[-1] if m else b"", req.tokens[m * bs:(m + 1) * bs]))
+        return req.digests[:upto // bs]
+
+    def _grow(self, req: _Request, upto: int) -> bool:
+        """Give `req` blocks for its first `upto` tokens; False (nothing taken) if the pool is short."""
+        need = blocks_for(upto, self.block_size) - len(req.blocks)
+        if need > self.pool.num_free:
+            return False
+        req.blocks += [self.pool.take() for _ in range(max(0, need))]
+        return True
+
+    def _register(self, req: _Request) -> None:
+        """Name the request's newly completed blocks, so later requests with the same prefix can share them."""
+        if not self.prefix_caching:
+            return
+        full = req.computed // self.block_size
+        for m, digest in enumerate(self._digests(req, full * self.block_size)[req.registered:], req.registered):
+            self.pool.register(req.blocks[m], digest)
+        req.registered = max(req.registered, full)
+
+    def _free(self, req: _Request) -> None:
+        for block in reversed(req.blocks):  # a prefix's first blocks are freed last, so evicted last
+            self.pool.release(block)
+        req.blocks, req.registered = [], 0
+        if req.seat is not None:
+            self.free_seats.append(req.seat)
+            req.seat = None
+
+    def _preempt(self, req: _Request) -> None:
+        """Take `req` out of the running set, back to the front of the queue, its blocks freed."""
+        self.running.remove(req)
+        req.preemptions += 1
+        self.counts["preemptions"] += 1
+        if self.preempt == "swap":
+            start = time.perf_counter()
+            blocks = jnp.asarray(req.blocks, jnp.int32)
+            saved = [jax.device_get(layer.map_slots(lambda a, axis, r=r: a[req.seat] if r else a[blocks]))
+                     for layer, r in zip(self.layers, self.ring, strict=True)]
+            req.swapped = (len(req.blocks), saved)
+            self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
+            self.swap_seconds += time.perf_counter() - start
+            self.counts["swaps_out"] += 1
+        else:
+            req.computed = 0
+        self._free(req)
+        req.state = "waiting"
+        self.waiting.insert(0, req)
+
+    def _swap_in(self, req: _Request) -> None:
+        start = time.perf_counter()
+        n_blocks, saved = req.swapped
+        req.blocks = [self.pool.take() for _ in range(n_blocks)]
+        blocks = jnp.asarray(req.blocks, jnp.int32)
+
+        def put(layer, saved, r):
+            at = req.seat if r else blocks
+            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, saved, strict=True)))
+        self.layers = tuple(put(layer, part, r) for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
+        jax.block_until_ready(self.layers)
+        req.swapped = None
+        self.swap_seconds += time.perf_counter() - start
+        self.counts["swaps_in"] += 1
+
+    def _admit(self, req: _Request, budget: float) -> int | None:
+        """Start `req` if a seat, blocks and budget allow; returns the tokens it feeds now (None: not admitted)."""
+        if not self.free_seats:
+            return None
+        if req.swapped is not None:  # back from host memory: its computed tokens come with it
+            n = int(min(len(req.tokens) - req.computed, budget))
+            if max(req.swapped[0], blocks_for(req.computed + n, self.block_size)) > self.pool.num_free:
+                return None
+            req.seat = self.free_seats.pop(0)
+            self._swap_in(req)
+            self._grow(req, req.computed + n)
+            return n
+        hits = []
+        if self.prefix_caching:  # whole blocks of all but the last token: the last one must give logits
+            for digest in self._digests(req, len(req.tokens) - 1):
+                block = self.pool.lookup(digest)
+                if block is None:
+                    break
+                hits.append(block)
+        start = len(hits) * self.block_size
+        n = int(min(len(req.tokens) - start, budget))
+        reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached blocks a hit takes off the free list
+        if blocks_for(start + n, self.block_size) - len(hits) > self.pool.num_free - reclaimed:
+            return None
+        for block in hits:
+            self.pool.share(block)
+        req.blocks, req.registered, req.computed = list(hits), len(hits), start
+        req.seat = self.free_seats.pop(0)
+        self._grow(req, start + n)
+        req.hit_tokens = start
+        self.counts["prompt_tokens"] += len(req.tokens)
+        self.counts["hit_tokens"] += start
+        self.counts["hit_blocks"] += len(hits)
+        return n
+
+    # The iteration.
+    def step(self) -> StepReport:
+        """Schedule and run one iteration; returns what happened in it."""
+        now = time.perf_counter()
+        for req in self.requests.values():
+            if req.state == "pending" and req.arrival <= self.steps:
+                req.state, req.arrived_at = "waiting", now
+                self.waiting.append(req)
+        budget = float("inf") if self.chunk_tokens is None else self.chunk_tokens
+        plan: list[tuple[_Request, int, list[int]]] = []
+        preempted, admitted, hits = [], [], {}
+        for req in list(self.running):  # running requests first, oldest first
+            if req not in self.running or budget <= 0:
+                continue
+            pending = len(req.tokens) - req.computed
+            drafts = []
+            if pending == 1 and self.speculate:
+                room = req.max_new - len(req.generated) - 1  # drafts never run past max_new_tokens
+                drafts = lookup_drafts(req.tokens, int(min(self.speculate, room, budget - 1)), self.ngram)
+            n = int(min(pending, budget)) + len(drafts)
+            while not self._grow(req, req.computed + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim.rid)
+                if victim is req:
+                    break
+            if req in self.running:
+                plan.append((req, n, drafts))
+                budget -= n
+        static_busy = self.batching == "static" and self.running
+        while self.waiting and budget > 0 and not preempted and not static_busy:
+            req = self.waiting[0]
+            n = self._admit(req, budget)
+            if n is None:
+                break
+            self.waiting.pop(0)
+            req.state = "running"
+            self.running.append(req)
+            admitted.append(req.rid)
+            hits[req.rid] = req.hit_tokens
+            plan.append((req, n, []))
+            budget -= n
+
+        seconds, rows, emitted = self._execute(plan)
+        finished = []
+        for req in list(self.running):
+            self._register(req)
+            if req.done:
+                req.state = "finished"
+                self.running.remove(req)
+                self._free(req)
+                finished.append(req.rid)
+        self.pool.check([r.blocks for r in self.running])
+        self.steps += 1
+        held = collections.Counter(b for r in self.running for b in r.blocks)
+        return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),
+                          hits, self.chunk_tokens, sum(n for _, n, _ in plan),
+                          {r.rid: tuple(r.blocks) for r in self.running},
+                          frozenset(b for b, c in held.items() if c > 1), self.pool.num_free,
+                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds)
+
+    def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]]]:
+        """Run the plan as up to two ragged calls: short feeds (decodes, verifies) and prompt chunks."""
+        short = [p for p in plan if p[1] <= 1 + self.speculate]
+        long = [p for p in plan if p[1] > 1 + self.speculate]
+        rows, emitted, seconds = [], {}, 0.0
+        for group, every in ((short, True), (long, False)):
+            if not group:
+                continue
+            start = time.perf_counter()
+            greedy = self._call(group, every)
+            seconds += time.perf_counter() - start
+            for (req, n, drafts), out in zip(group, greedy, strict=True):
+                rows.append(self._accept(req, n, drafts, out, emitted))
+        return seconds, rows, emitted
+
+    def _call(self, group, every: bool) -> np.ndarray:
+        n_max = max(n for _, n, _ in group)
+        if every:  # decodes (one token) or verifies (1 + speculate)
+            T = 1 if n_max == 1 and not (self.fixed_shapes and self.speculate) else 1 + self.speculate
+        elif self.fixed_shapes:
+            T = min(self.chunk_tokens or self.max_len, self.max_len)
+        else:
+            T = _bucket(_buckets(self.max_len, 8), n_max)
+        if self.fixed_shapes:
+            B, M = self.max_seqs, self.max_blocks
+        else:
+            B = _power_of_two(len(group), self.max_seqs)
+            M = _power_of_two(max(len(r.blocks) for r, _, _ in group), self.max_blocks)
+        P = T if every else 1
+        ids = np.zeros((B, T), np.int32)
+        lengths, live, drafted = np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32)
+        table, seat = np.zeros((B, M), np.int32), np.full(B, self.max_seqs, np.int32)
+        at = np.zeros((B, P), np.int32)
+        for b, (req, n, drafts) in enumerate(group):
+            feed = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
+            ids[b, :n] = feed
+            lengths[b], live[b], drafted[b], seat[b] = req.computed, n, len(drafts), req.seat
+            table[b, :len(req.blocks)] = req.blocks
+            at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
+        self.shapes.add((B, T, M, P))
+        self.layers, greedy = _forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live, drafted,
+                                                table, seat, at)
+        return np.asarray(jax.block_until_ready(greedy))[:len(group)]
+
+    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, emitted) -> Row:
+        """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.
+
+        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last).
+        """
+        start, real = req.computed, n - len(drafts)
+        if real < len(req.tokens) - start:  # a prompt chunk short of the end: no token yet
+            req.computed += n
+            return Row(req.rid, "prefill", start, n)
+
+        def after(j: int) -> int:
+            return int(greedy[j] if len(greedy) > 1 else greedy[0])
+        accepted = 0
+        while accepted < len(drafts) and drafts[accepted] == after(accepted):
+            accepted += 1
+        new = (drafts[:accepted] + [after(real - 1 + accepted)])[:req.max_new - len(req.generated)]
+        for i, tok in enumerate(new):  # stop at a stop id, even inside accepted drafts
+            if tok in req.stop:
+                new = new[:i + 1]
+                break
+        kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
+        req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
+        req.tokens += new
+        req.token_times += [time.perf_counter()] * len(new)
+        emitted[req.rid] = new
+        self.counts["drafts"] += len(drafts)
+        self.counts["accepted"] += accepted
+        return Row(req.rid, kind, start, n, len(drafts), accepted)
+
+    # Reports.
+    def stats(self) -> dict[str, float]:
+        """Counts over the whole run: prefix hits, blocks saved, drafts accepted, preemptions, swaps.
+
+        hit_rate is the tokens found in the prefix cache over the tokens looked up at every admission (a
+        recomputed request is looked up again); blocks_saved counts the blocks those hits did not compute.
+        """
+        c = self.counts
+        return {
+            "steps": self.steps,
+            "prompt_tokens": c["prompt_tokens"],
+            "hit_tokens": c["hit_tokens"],
+            "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
+            "blocks_saved": c["hit_blocks"],
+            "drafts": c["drafts"],
+            "accepted": c["accepted"],
+            "acceptance_rate": c["accepted"] / c["drafts"] if c["drafts"] else 0.0,
+            "preemptions": c["preemptions"],
+            "swaps_out": c["swaps_out"],
+            "swap_bytes": self.swap_bytes,
+            "swap_seconds": self.swap_seconds,
+            "evicted_blocks": self.pool.evicted,
+            "compiled_shapes": len(self.shapes),
+        }
+
+    def latencies(self) -> dict[int, tuple[float, float | None]]:
+        """Per finished request: (time to first token, mean time per output token after it), in seconds."""
+        out = {}
+        for rid, r in self.requests.items():
+            if r.state != "finished" or not r.token_times:
+                continue
+            ttft = r.token_times[0] - r.arrived_at
+            tpot = (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1) if len(r.token_times) > 1 else None
+            out[rid] = (ttft, tpot)
+        return out
