@@ -327,11 +327,12 @@ def filled_slots(cache: KVCache) -> np.ndarray:
 
 
 def _fits(cfg: ModelConfig, cache: KVCache) -> int:
-    """Positions the cache can hold: the slots of its linear layers (rings take any), or table width x block."""
+    """Positions the cache can hold: the slots of its linear layers and of rings not yet at their full size
+    (a full ring takes any), or table width x block."""
     if cache.block_table is not None:
         return cache.block_table.shape[1] * cfg.block_size
     growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
-               if type(lay.addressing) is Linear or layer.slots < getattr(lay.addressing, "size", 0)]
+               if type(lay.addressing) is Linear or layer.slots < lay.addressing.slots(cfg.max_context)]
     return min(growing) if growing else cfg.max_context
 
 

@@ -11,6 +11,7 @@ from invariants import token_ids
 
 import dantinox
 from dantinox import quality
+from dantinox.cache import cache_length
 from dantinox.config import local_layers
 from dantinox.kivi import KiviCache, pack, unpack
 
@@ -232,6 +233,12 @@ def test_sink_ring_bytes_equal_the_formula_and_hold_the_first_and_latest(tokens)
     held = np.asarray(addr.positions(cache.lengths, cache.layers[0].slots))[0]
     want = list(range(tokens)) if tokens <= 7 else [0, 1, *range(tokens - 5, tokens)]
     assert sorted(held.tolist()) == want
+
+
+def test_a_sink_ring_below_its_full_size_grows_like_a_linear_layer():
+    cfg, _ = sinks(window=6, n_sinks=4)
+    assert cache_length(cfg, dantinox.init_cache(cfg, 1, 8)) == 8  # 8 of its 10 slots: not yet a ring
+    assert cache_length(cfg, dantinox.init_cache(cfg, 1, 12)) == cfg.max_context  # full: takes any
 
 
 def test_sinks_need_a_window():
