@@ -116,6 +116,8 @@ class LayerCache(_Payload, _HeadsFields):
     @classmethod
     def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
         """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
+        if cfg.kivi_bits is not None:  # KIVI quantizes inside its layout's write (key groups span writes)
+            return cls(k_BKTH.astype(jnp.float32), v_BKTH.astype(jnp.float32))
         if not cfg.quantized_cache:
             return cls(k_BKTH.astype(cfg.cache_jnp_dtype), v_BKTH.astype(cfg.cache_jnp_dtype))
         (k, ks), (v, vs) = quantize(k_BKTH, cfg.cache_dtype), quantize(v_BKTH, cfg.cache_dtype)
@@ -207,15 +209,39 @@ class Layout:
         return written, View(read, addr.positions(after_B, read.slots), addr)
 
 
+@dataclasses.dataclass(frozen=True)
+class KiviLayout(Layout):
+    """Linear addressing with KIVI storage (dantinox/kivi.py): the write depends on what the layer holds
+    (key groups complete over several writes), so the layout writes and reads through the payload."""
+
+    cfg: ModelConfig | None = None
+
+    def update(self, layer: Any, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
+               after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
+        cfg, addr = self.cfg, self.addressing
+        written = layer.write(cfg, new.k, new.v, pos_BT, live_BT, lengths_B, after_B)
+        if pos_BT.shape[1] > 1:  # a prompt attends to its own tokens in full precision, as KIVI's prefill does
+            k, v = layer.read(cfg, lengths_B)
+            k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)], axis=1)
+            return written, View(LayerCache(k, v).concat(new), k_pos, addr)
+        k, v = written.read(cfg, after_B)
+        return written, View(LayerCache(k, v), addr.positions(after_B, layer.slots), addr)
+
+
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
     """The layout of every layer of a config."""
+    from dantinox.kivi import KiviCache
     from dantinox.paged import Paged
-    from dantinox.ring import Chunked, Ring
+    from dantinox.ring import Chunked, Ring, SinkRing
 
+    if cfg.kivi_bits is not None:
+        return (KiviLayout(Linear(), KiviCache, cfg),) * cfg.n_layers
     payload = LatentCache if cfg.attention == "latent" else LayerCache
     out = []
     for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):
-        if window is not None:
+        if window is not None and cfg.attention_sinks:
+            addr = SinkRing(window, cfg.attention_sinks)
+        elif window is not None:
             addr = Ring(window)
         elif chunk is not None:
             addr = Chunked(chunk)
@@ -301,11 +327,12 @@ def filled_slots(cache: KVCache) -> np.ndarray:
 
 
 def _fits(cfg: ModelConfig, cache: KVCache) -> int:
-    """Positions the cache can hold: the slots of its linear layers (rings take any), or table width x block."""
+    """Positions the cache can hold: the slots of its linear layers and of rings not yet at their full size
+    (a full ring takes any), or table width x block."""
     if cache.block_table is not None:
         return cache.block_table.shape[1] * cfg.block_size
     growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
-               if type(lay.addressing) is Linear or layer.slots < getattr(lay.addressing, "size", 0)]
+               if type(lay.addressing) is Linear or layer.slots < lay.addressing.slots(cfg.max_context)]
     return min(growing) if growing else cfg.max_context
 
 
@@ -328,6 +355,8 @@ def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = F
         return jnp.pad(a, widths)
 
     def fit_layer(layer: Any, n: int) -> Any:
+        if hasattr(layer, "fit_slots"):  # fields with different slot counts (KIVI's groups and window)
+            return layer.fit_slots(cfg, n, fit)
         return layer.map_slots(lambda a, axis: fit(a, axis, n))
 
     return tuple(fit_layer(layer, lay.addressing.slots(length))

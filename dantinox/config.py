@@ -20,6 +20,8 @@ PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
 QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
+# KIVI-style low-bit storage (dantinox/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
+KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
 
@@ -81,6 +83,8 @@ class ModelConfig:
     dtype: str = "float32"  # activations and the matmuls' compute
     param_dtype: str | None = None  # storage of the weights (converted to `dtype` where used); None: `dtype`
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
+    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
     mlp_width: int = 768  # F, SwiGLU hidden width
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
@@ -95,6 +99,7 @@ class ModelConfig:
     # Local layers (dantinox/ring.py), one entry per layer; None: every layer global. See local_layers.
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
+    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
     # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
     cache_layout: str = "contiguous"
     block_size: int = 16  # token slots per page of a paged cache
@@ -116,9 +121,9 @@ class ModelConfig:
         if self.param_dtype is not None and self.param_dtype not in DTYPES:
             raise ValueError(f"param_dtype: expected one of {', '.join(DTYPES)} (or None: stored in dtype), "
                              f"got {self.param_dtype!r}")
-        if self.cache_dtype not in DTYPES and self.cache_dtype not in QUANT_CACHE_DTYPES:
-            raise ValueError(f"cache_dtype: expected one of {', '.join([*DTYPES, *QUANT_CACHE_DTYPES])}, "
-                             f"got {self.cache_dtype!r}")
+        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
+        if self.cache_dtype not in known:
+            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
         if self.rope_base <= 1:
@@ -126,6 +131,25 @@ class ModelConfig:
         self._check_kv_heads()
         self._check_mla()
         self._check_local_layers()
+        self._check_kivi()
+
+    def _check_kivi(self) -> None:
+        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        if self.kivi_bits is None:
+            return
+        for name, value, plain in (("attention", self.attention, self.attention == "heads"),
+                                   ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
+                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None)):
+            if not plain:
+                raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
+                                 f"(no latent, paged, window or chunk), got {value!r}")
+        if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
+            raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
+                             f"divide head_size ({self.head_size}), got {g}")
+        if r < g:
+            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
+                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
@@ -181,12 +205,17 @@ class ModelConfig:
         if both:
             raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
                              f"window {self.layer_windows[both[0]]} and chunk {self.layer_chunks[both[0]]}")
+        positive_int("attention_sinks", self.attention_sinks, minimum=0)
+        if self.attention_sinks and self.sliding_windows is None:
+            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
+                             f"got attention_sinks={self.attention_sinks} without one")
         # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
         if self.paradigm != "autoregressive":
             for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                        ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                       ("attention_chunks", self.attention_chunks, self.attention_chunks is None)):
+                                       ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
                 if not plain:
                     raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
                                      f"(its DualCache splits and joins them), got {value!r}")
@@ -250,6 +279,11 @@ class ModelConfig:
         return self.cache_dtype in QUANT_CACHE_DTYPES
 
     @property
+    def kivi_bits(self) -> int | None:
+        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
+        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
+
+    @property
     def n_kv_heads(self) -> int:
         """K: KV heads the cache stores per layer (kv_heads, or N when unset, as for MLA's materialized heads)."""
         return self.n_heads if self.kv_heads is None else self.kv_heads
@@ -276,6 +310,8 @@ class ModelConfig:
     @property
     def cache_jnp_dtype(self) -> Any:
         """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
+        if self.kivi_bits is not None:
+            return jnp.uint8  # packed codes: 8 // bits per byte
         return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
 
     @property

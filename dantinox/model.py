@@ -65,20 +65,26 @@ def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
 
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: jax.Array,
            scale: float | None = None, k_scale_BKS: jax.Array | None = None,
-           v_scale_BKS: jax.Array | None = None) -> jax.Array:
+           v_scale_BKS: jax.Array | None = None, sink_q_BTKGH: jax.Array | None = None,
+           sink_BS: jax.Array | None = None) -> jax.Array:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
     `mask_BTS` says which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query
     width); V may be narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes
     with per-slot scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
+    The slots marked in `sink_BS` (attention sinks) are scored with `sink_q_BTKGH`, the query rotated to its
+    position within the cache.
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
     k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
-    if uses_one_token_arrangement(B, T, K, G):
+    if uses_one_token_arrangement(B, T, K, G) and sink_BS is None:
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_BTS[:, 0], scale,
                                  k_scale_BKS, v_scale_BKS)[:, None]
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
+    if sink_BS is not None:
+        sink_scores = jnp.einsum("BTKGH,BKSH->BKGTS", sink_q_BTKGH.astype(jnp.float32), k_BKSH) * scale
+        scores_BKGTS = jnp.where(sink_BS[:, None, None, None, :], sink_scores, scores_BKGTS)
     if k_scale_BKS is not None:
         scores_BKGTS = scores_BKGTS * k_scale_BKS[:, :, None, None, :]
     scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, NEG_INF)  # mask before the softmax
@@ -151,6 +157,10 @@ class Attention(nnx.Module):
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
             q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
             q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, cfg.rope_base)
+            sink_q = None
+            if hasattr(self.layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
+                shifted = pos_BT - self.layout.addressing.sink_shift(pos_BT)
+                sink_q = apply_rope(q.reshape(B, T, K, G, H), shifted, cfg.rope_base)
             k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, cfg.rope_base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
@@ -158,7 +168,9 @@ class Attention(nnx.Module):
             cache, view = _view(self.layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
             kv = view.payload
-            out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale)
+            sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < self.layout.addressing.sinks)
+            out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
+                               sink_q, sinks)
         with jax.named_scope("out_proj"):
             return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 

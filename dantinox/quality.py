@@ -84,6 +84,10 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
     Windows: sliding-window-attention's per-layer sum; quantized: kv-cache-quantization's size with one
     float32 scale per head of H elements; MLA: its latent size; otherwise the kv-cache formula.
     """
+    if cfg.kivi_bits is not None or cfg.attention_sinks:
+        field = "cache_dtype" if cfg.kivi_bits is not None else "attention_sinks"
+        raise ValueError(f"{field}: no concept-entry formula sizes {getattr(cfg, field)!r} yet; "
+                         f"dantinox.kv_cache_bytes counts it")
     if cfg.attention == "latent":
         return ("multi-head-latent-attention", "MLA latent cache size",
                 dict(L=cfg.n_layers, B=batch, T=tokens, C=cfg.kv_latent_dim, R=cfg.rope_head_dim,

@@ -52,6 +52,48 @@ class Ring(Linear):
 
 
 @dataclasses.dataclass(frozen=True)
+class SinkRing(Ring):
+    """StreamingLLM (Xiao et al. 2023, arXiv:2309.17453): the first `sinks` positions kept forever beside a ring.
+
+    Slots 0 .. S-1 hold positions 0 .. S-1; the other slots are a ring for positions >= S. A query at
+    position p sees the sinks and its window (the current token and the W - 1 before it). Positions are
+    assigned within the cache, as the paper does: the kept tokens are numbered consecutively, so the
+    window keeps its text distances and a sink at k is seen from p - shift, shift = max(0, p - W + 1 - S)
+    (`sink_shift`); attention rotates the query once more for the sink slots.
+    """
+
+    sinks: int = 0  # S
+
+    def slots(self, length: int) -> int:
+        return min(length, self.size + self.sinks)
+
+    def visible(self, q_pos, k_pos) -> jax.Array:
+        return (k_pos < self.sinks) | (q_pos - k_pos < self.size)
+
+    def sink_shift(self, q_pos) -> jax.Array:
+        """How far the cache moves query p towards the sinks: the tokens evicted between them and its window."""
+        return jnp.maximum(q_pos - self.size + 1 - self.sinks, 0)
+
+    def _ring(self, S: int) -> int:
+        return max(S - self.sinks, 1)
+
+    def locate(self, pos_BT, live_BT, after_B, S, table):
+        rows = jnp.broadcast_to(jnp.arange(pos_BT.shape[0])[:, None], pos_BT.shape)
+        n = self._ring(S)
+        sink = pos_BT < self.sinks
+        keep = live_BT & (sink | (pos_BT >= after_B[:, None] - n))
+        return rows, jnp.where(keep, jnp.where(sink, pos_BT, self.sinks + (pos_BT - self.sinks) % n), -1)
+
+    def positions(self, lengths_B: jax.Array, S: int) -> jax.Array:
+        s_S = jnp.arange(S)[None, :]
+        n = self._ring(S)
+        r = s_S - self.sinks
+        ring = self.sinks + r + n * jnp.floor_divide(lengths_B[:, None] - 1 - self.sinks - r, n)
+        p = jnp.where(s_S < self.sinks, s_S, jnp.where(ring >= self.sinks, ring, -1))
+        return jnp.where((p >= 0) & (p < lengths_B[:, None]), p, -1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Chunked(Ring):
     """Llama 4's chunked attention: a ring of one chunk of C positions, a query sees only its own chunk."""
 
