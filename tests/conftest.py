@@ -75,7 +75,8 @@ def _group(item, root: str, browser_share: dict) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("dist", "no") != "loadgroup":
+    # the controller knows --dist; a worker is told through the option xdist sets for it
+    if config.getoption("dist", "no") != "loadgroup" and not getattr(config.option, "loadgroup", False):
         return
     import sys
 
