@@ -1,6 +1,7 @@
 """The diffusion lab, driven headless: all three cache modes per setting, runs and error as traits."""
 
 import asyncio
+import concurrent.futures
 import re
 
 import numpy as np
@@ -121,5 +122,6 @@ def test_browser_moves_run_once_at_the_value_they_settle_on(lab, monkeypatch):
         assert ran == [] and "threshold 0.35" in lab.message.value
         await asyncio.sleep(SETTLE_S + 0.3)
 
-    asyncio.run(three_arrow_presses())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # an event loop of its own, as a kernel has one
+        pool.submit(asyncio.run, three_arrow_presses()).result()
     assert ran == [0.35] and lab.runs["dual"].result.threshold == pytest.approx(0.35)
