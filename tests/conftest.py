@@ -73,11 +73,15 @@ def _group(item, root: str, browser_share: dict) -> str:
     return path
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+@pytest.hookimpl(wrapper=True)  # a wrapper runs before xdist's own hook, which reads the marks (tryfirst did not)
 def pytest_collection_modifyitems(config, items):
     # the controller knows --dist; a worker is told through the option xdist sets for it
-    if config.getoption("dist", "no") != "loadgroup" and not getattr(config.option, "loadgroup", False):
-        return
+    if config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False):
+        _mark_groups(config, items)
+    return (yield)
+
+
+def _mark_groups(config, items) -> None:
     import sys
 
     sys.path.insert(0, os.path.join(_HERE, "browser"))
