@@ -17,7 +17,7 @@ for _name, _value in (("JAX_COMPILATION_CACHE_DIR", os.environ["DANTINOX_JAX_CAC
 # it: XLA reads XLA_FLAGS once, when JAX first compiles, and the variable is then put back as it was, so that
 # the kernels, servers and subprocesses this worker starts compile as a learner's would.
 _flags = os.environ.get("XLA_FLAGS")
-os.environ["XLA_FLAGS"] = f"{_flags or ''} --xla_backend_optimization_level=0".strip()
+os.environ["XLA_FLAGS"] = f"{_flags or ''} --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false".strip()
 import jax  # noqa: E402
 
 jax.jit(lambda x: x + 1)(1).block_until_ready()
