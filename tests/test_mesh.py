@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from fast_compile import FAST_COMPILE
 
 SCRIPT = r"""
 import json
@@ -113,8 +114,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def mesh_runs():
     # compiled as the other tests compile (tests/conftest.py): the programs are checked, not timed
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-                                      "--xla_cpu_use_fusion_emitters=false"}
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}"}
     res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
