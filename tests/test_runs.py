@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fast_compile import FAST_COMPILE
 from flax import nnx
 
 import dantinox
@@ -34,8 +35,9 @@ def run_cli(*args):
 
 def run_console(*args):
     """`dantinox ARGS` as its own process, the way a learner's shell starts it."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()  # checked, not timed: as the worker compiles
     return subprocess.run([sys.executable, "-m", "dantinox_labs.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": flags}, timeout=300)
 
 
 @pytest.fixture(scope="module")
