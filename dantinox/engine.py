@@ -32,7 +32,15 @@ greedy tokens equal `dantinox.generate` of that request alone):
                 rolled back: paged slots past the fill are never read, and a sliding-window ring's slots that
                 the rejected tokens overwrote are restored from a copy taken before the write.
 
-Sliding-window (ring) layers keep one ring of W slots per running request (a "seat"), beside the pool.
+Sliding-window (ring) layers keep one ring per running request (a "seat"), beside the pool. Their prefix is
+cached by copying the ring, not by sharing blocks: the keys a ring holds at block boundary P (positions
+[P - W, P)) depend only on the tokens before P, so a copy of a seat's rings taken when its request had computed
+through P is exactly the rings a request with the same first P tokens would build. A seat holds `reach` (the
+most tokens one iteration feeds a request: chunk_tokens) slots beyond its window, so at the end of every
+iteration each boundary it crossed is still covered; a copy is kept per named block while the pool keeps that
+block, and a hit ends at the longest cached boundary that has one. Recomputing the ring layers at a hit would
+save little: their keys at [P - W, P) need the hidden states below them there, which need each ring layer
+below within its window, one more window back per ring layer, so most of the prompt on a deep model.
 """
 
 from __future__ import annotations
@@ -316,9 +324,6 @@ class Engine:
             model = with_changes(model, cache_layout="paged", block_size=self.block_size)
         self.cfg = model.cfg
         self.ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(self.cfg))
-        if prefix_caching and any(self.ring):
-            raise ValueError("prefix_caching: this model has sliding-window or chunked layers, whose rings are "
-                             "per request and not in the shared pool; pass prefix_caching=False")
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and self.speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {self.speculate} tokens per verify must fit the smallest ring "
@@ -326,11 +331,21 @@ class Engine:
         self.prefix_caching = prefix_caching
         self.graphdef, self.params = nnx.split(model)
         self.pool = BlockPool(num_blocks)
-        table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
-        self.layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
         self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
         if self.max_len > cfg.max_context:
             raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
+        table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
+        layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
+        # With prefix caching a seat's ring holds `reach` slots beyond its window: after an iteration feeds a
+        # request at most `reach` tokens, every block boundary P it crossed still has positions [P - W, P) in
+        # the ring, so a copy of the ring then is the ring a request that stops at P would have had.
+        self.reach = (self.chunk_tokens or self.max_len) if prefix_caching and any(self.ring) else 0
+        self.layers = tuple(
+            lay.payload.zeros(self.cfg, self.max_seqs + 1, min(lay.addressing.size + self.reach, self.max_len))
+            if r and self.reach and lay.addressing.size + self.reach > layer.slots else layer
+            for layer, lay, r in zip(layers, layouts(self.cfg), self.ring, strict=True))
+        self.ring_at: dict[bytes, tuple] = {}  # block name -> ring rows of a request that had computed past it
+        self._evicted = 0
         self.max_blocks = min(blocks_for(self.max_len, self.block_size), num_blocks)  # table width
         self.requests: dict[int, _Request] = {}
         self.waiting: list[_Request] = []
@@ -404,8 +419,15 @@ class Engine:
         if not self.prefix_caching:
             return
         full = req.computed // self.block_size
+        rows = None
         for m, digest in enumerate(self._digests(req, full * self.block_size)[req.registered:], req.registered):
             self.pool.register(req.blocks[m], digest)
+            boundary = (m + 1) * self.block_size
+            if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
+                if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
+                    rows = tuple(layer.map_slots(lambda a, axis: a[req.seat]) if r else None
+                                 for layer, r in zip(self.layers, self.ring, strict=True))
+                self.ring_at[digest] = rows
         req.registered = max(req.registered, full)
 
     def _free(self, req: _Request) -> None:
@@ -436,16 +458,19 @@ class Engine:
         req.state = "waiting"
         self.waiting.insert(0, req)
 
+    def _put(self, seat: int, blocks: jax.Array | None, saved: tuple) -> None:
+        """Write host or device copies back: ring layers at the seat's row, paged layers at `blocks`."""
+        def put(layer, part, r):
+            at = seat if r else blocks
+            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, part, strict=True)))
+        self.layers = tuple(layer if part is None else put(layer, part, r)
+                            for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
+
     def _swap_in(self, req: _Request) -> None:
         start = time.perf_counter()
         n_blocks, saved = req.swapped
         req.blocks = [self.pool.take() for _ in range(n_blocks)]
-        blocks = jnp.asarray(req.blocks, jnp.int32)
-
-        def put(layer, saved, r):
-            at = req.seat if r else blocks
-            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, saved, strict=True)))
-        self.layers = tuple(put(layer, part, r) for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
+        self._put(req.seat, jnp.asarray(req.blocks, jnp.int32), saved)
         jax.block_until_ready(self.layers)
         req.swapped = None
         self.swap_seconds += time.perf_counter() - start
@@ -470,6 +495,8 @@ class Engine:
                 if block is None:
                     break
                 hits.append(block)
+        while self.reach and hits and self._digests(req, len(hits) * self.block_size)[-1] not in self.ring_at:
+            hits.pop()  # ring layers: a hit must end at a boundary whose rings were kept
         start = len(hits) * self.block_size
         n = int(min(len(req.tokens) - start, budget))
         reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached blocks a hit takes off the free list
@@ -479,6 +506,8 @@ class Engine:
             self.pool.share(block)
         req.blocks, req.registered, req.computed = list(hits), len(hits), start
         req.seat = self.free_seats.pop(0)
+        if self.reach and hits:  # the rings as they were when a request had computed through the hit
+            self._put(req.seat, None, self.ring_at[self._digests(req, start)[-1]])
         self._grow(req, start + n)
         req.hit_tokens = start
         self.counts["prompt_tokens"] += len(req.tokens)
@@ -539,6 +568,9 @@ class Engine:
                 self._free(req)
                 finished.append(req.rid)
         self.pool.check([r.blocks for r in self.running])
+        if len(self.ring_at) > len(self.pool.by_hash) or self.pool.evicted != self._evicted:
+            self._evicted = self.pool.evicted  # rings of evicted blocks are let go with them
+            self.ring_at = {d: rows for d, rows in self.ring_at.items() if d in self.pool.by_hash}
         self.steps += 1
         held = collections.Counter(b for r in self.running for b in r.blocks)
         return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),

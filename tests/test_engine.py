@@ -116,21 +116,34 @@ def test_report_shows_shared_prefix_blocks_and_freed_ones_are_reused(model):
     assert tables_html(view, 1).count("#ffe082") == 1 + 6  # the legend, and 3 shared blocks in each of 2 tables
 
 
-def test_sliding_window_run_with_speculation_and_preemption():
-    """Ring layers: a verify's rejected drafts overwrite slots still inside the window, and must be restored."""
-    _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")
-    text = [b"the cat sat on the mat. the cat sat on the ", b"one two three one two three one two ",
-            b"abc abd abc abd abc ", b"hello hello hello "]
+def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
+    """Ring layers: a prefix hit past the window gets the rings as they were at its boundary, and a verify's
+    rejected drafts overwrite slots still inside the window, which must be restored. One pool that holds the
+    trace (hits of 100 %), one that preempts by swap."""
+    _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")  # window 16, every other layer
+    system = b"the cat sat on the mat. "  # 24 tokens: six blocks of 4, past the window
+    text = [system + b"the cat sat on the ", system + b"one two one two ", system + b"the cat sat on the ",
+            system[:18] + b"abc abd abc abd", b"hello hello hello "]
     prompts = [list(t) for t in text]
-    news, arrivals = [20, 16, 18, 14], [0, 0, 2, 3]
+    news, arrivals = [20, 16, 12, 14, 10], [0, 0, 30, 32, 3]
     want = alone(model, prompts, news)
-    engine = Engine(model, num_blocks=6, block_size=16, prefix_caching=False, chunk_tokens=5, speculate=4,
-                    max_seqs=4, fixed_shapes=True)  # chunks no longer than a verify: one compiled program
-    rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
-    out = engine.run()
-    assert [out[r] for r in rids] == want
-    stats = engine.stats()
-    assert 0 < stats["accepted"] < stats["drafts"] and stats["preemptions"] > 0 and stats["compiled_shapes"] == 1
+    for num_blocks, preempt in ((24, "recompute"), (20, "swap")):
+        engine = Engine(model, num_blocks=num_blocks, block_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
+                        preempt=preempt, fixed_shapes=True)  # chunks no longer than a verify: one program
+        rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
+        hits = {}
+        while not engine.finished:
+            for rid, found in engine.step().hits.items():
+                hits.setdefault(rid, found)  # at first admission (a recomputed request is looked up again)
+        out = engine.outputs()
+        assert [out[r] for r in rids] == want
+        stats = engine.stats()
+        assert 0 < stats["accepted"] < stats["drafts"] and stats["compiled_shapes"] == 1
+        assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared blocks up to where prompts part
+        if preempt == "recompute":
+            assert hits[2] == (len(prompts[2]) - 1) // BS * BS and stats["preemptions"] == 0  # a repeated prompt
+        else:
+            assert stats["swaps_out"] > 0
 
 
 def test_pool_refuses_double_free_and_evicts_least_recently_freed():
@@ -164,9 +177,6 @@ def test_bad_requests_get_one_line(model):
         engine.add(list(range(60)), 10)
     with pytest.raises(ValueError, match=r"prompt_ids: token ids must lie in \[0, 259\)"):
         engine.add([300], 1)
-    _, ring_model = dantinox.load_run(RUNS / "tiny-swa16-1to1")
-    with pytest.raises(ValueError, match="prefix_caching: this model has sliding-window"):
-        Engine(ring_model, num_blocks=8)
 
 
 def test_bucketed_shapes_give_the_same_tokens(model, trace):
