@@ -3,7 +3,7 @@
     engine = dantinox.Engine(model, num_blocks=64, block_size=16, prefix_caching=True, chunk_tokens=64)
     rid = engine.add(prompt_ids, max_new_tokens=32, arrival_step=0)
     report = engine.step()          # one iteration: what was scheduled, emitted, hit, preempted
-    outputs = engine.run()          # {rid: generated token ids}, greedy
+    outputs = engine.run()          # {rid: generated token ids}
 
 Each `step()` is one iteration over the running set (iteration-level batching, Orca, OSDI '22): every
 running request feeds the tokens it has not yet cached (a prompt chunk, or the one token it sampled last),
@@ -13,7 +13,7 @@ model's own paged layout, in one compiled program per shape bucket (B, T and the
 rounded up to a few sizes, so a long trace compiles a handful of programs).
 
 The four techniques, each a few lines below and each proven exact by tests/test_engine.py (every request's
-greedy tokens equal `dantinox.generate` of that request alone):
+tokens equal `dantinox.generate` of that request alone, greedy or seeded sampling):
   memory        a pool of `num_blocks` blocks (`BlockPool`: free list in LRU order, reference counts). When a
                 running request needs a block and none is free, the most recently admitted request is
                 preempted: its blocks are freed and it is recomputed later from its tokens, or (preempt="swap")
@@ -166,6 +166,9 @@ class _Request:
     arrival: int
     stop: frozenset[int]
     tokens: list[int]
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # the vocabulary size when not cut
+    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
     state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
     computed: int = 0
     blocks: list[int] = dataclasses.field(default_factory=list)
@@ -249,8 +252,35 @@ def _put_rows(layers: tuple, rows: tuple, seat_B: jax.Array, ring: tuple[bool, .
     return tuple(put(full, part) if r else part for full, part, r in zip(layers, rows, ring, strict=True))
 
 
-def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP):
-    """One ragged batch through the model: write every row's live tokens, return greedy tokens at `at_BP`.
+def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
+    """Each row's tokens at its P positions, drawn as `dantinox.generate` draws them for that request alone.
+
+    A request's generator state is split once per token it produces (generate's chain from key(seed)), so
+    position j of a row, its (j - first)-th new token, uses the state after j - first + 1 splits; the top-k
+    mask and the temperature come first, as in `sample`. Returns the tokens and the chain's states after 1..P
+    splits (the host keeps the one after its last new token).
+    """
+    V = logits_BPV.shape[-1]
+    kth_BP1 = jnp.take_along_axis(jnp.sort(logits_BPV, axis=-1), (V - top_k_B)[:, None, None], axis=-1)
+    masked_BPV = jnp.where(logits_BPV < kth_BP1, -jnp.inf, logits_BPV)
+    keys, states, rng_B = [], [], jax.random.wrap_key_data(rng_B2)
+    for _ in range(logits_BPV.shape[1]):
+        pair_B2 = jax.vmap(jax.random.split)(rng_B)
+        rng_B = pair_B2[:, 0]
+        keys.append(pair_B2[:, 1])
+        states.append(jax.random.key_data(rng_B))
+    nth_BP = jnp.clip(jnp.arange(logits_BPV.shape[1])[None, :] - first_B[:, None], 0)
+    keys_BP = jnp.take_along_axis(jnp.stack(keys, axis=1), nth_BP, axis=1)
+    scaled_BPV = masked_BPV / jnp.maximum(temp_B, 1e-6)[:, None, None]
+    drawn_BP = jax.vmap(jax.vmap(jax.random.categorical))(keys_BP, scaled_BPV)
+    greedy_BP = jnp.argmax(logits_BPV, axis=-1)
+    return jnp.where(temp_B[:, None] > 0, drawn_BP, greedy_BP).astype(jnp.int32), jnp.stack(states, axis=1)
+
+
+def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP,
+                  temp_B, top_k_B, rng_B2, first_B, sampling: bool):
+    """One ragged batch through the model: write every row's live tokens, return its tokens at `at_BP`
+    (greedy, or drawn per row where `sampling`) and, where sampling, each row's generator state after each.
 
     Ring layers are read at each row's seat and written back; where a row verifies drafts, the ring slots
     its rejected drafts overwrote get their old contents back.
@@ -262,11 +292,14 @@ def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B,
     before = _rows_of(layers, seat_B, ring)
     cache = KVCache(before, lengths_B, table_BM)
     logits_BPV, cache = model.forward(ids_BT, cache, live_BT, logits_at_BP=at_BP)
-    greedy_BP = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32)
+    if sampling:
+        chosen_BP, rng_BP2 = _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B)
+    else:
+        chosen_BP, rng_BP2 = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32), None
     after = cache.layers
     if T > 1 and any(ring):  # restore what rejected drafts overwrote
         j = jnp.arange(T - 1)[None, :]
-        agree = (ids_BT[:, 1:] == greedy_BP[:, :T - 1]) & (j < drafts_B[:, None])
+        agree = (ids_BT[:, 1:] == chosen_BP[:, :T - 1]) & (j < drafts_B[:, None])
         accepted_B = jnp.sum(jnp.cumprod(agree, axis=1), axis=1)
         kept_B = jnp.where(drafts_B > 0, 1 + accepted_B, live_B)
         t = jnp.arange(T)[None, :]
@@ -283,10 +316,10 @@ def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B,
                 return jnp.where(hit_BS.reshape(shape), o, n)
             return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
         after = tuple(restore(o, n) if r else n for o, n, r in zip(before, after, ring, strict=True))
-    return _put_rows(layers, after, seat_B, ring), greedy_BP
+    return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
 
-_forward_rows_jit = jax.jit(_forward_rows, static_argnums=(0,), donate_argnums=(2,))
+_forward_rows_jit = jax.jit(_forward_rows, static_argnums=(0,), static_argnames=("sampling",), donate_argnums=(2,))
 
 
 class Engine:
@@ -299,7 +332,8 @@ class Engine:
     1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
     models and tests, where compiling dominates.
     `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
-    Greedy decoding; a request stops after `max_new_tokens` or at a token of its `stop_ids`.
+    Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its `stop_ids`.
+    A call with a sampling row is a program of its own (greedy calls draw no random numbers).
     """
 
     def __init__(self, model: Transformer, num_blocks: int, block_size: int = 16, prefix_caching: bool = True,
@@ -352,14 +386,20 @@ class Engine:
         self.running: list[_Request] = []  # in admission order: the last is preempted first
         self.free_seats = list(range(self.max_seqs))
         self.steps = 0
-        self.shapes: set[tuple] = set()  # (B, T, M, P) of every compiled call
+        self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
         self.counts = collections.Counter()  # prompt_tokens, hit_tokens, hit_blocks, drafts, accepted, ...
         self.swap_seconds = 0.0
         self.swap_bytes = 0
 
     # Requests.
-    def add(self, prompt_ids: Any, max_new_tokens: int, arrival_step: int = 0, stop_ids: Any = ()) -> int:
-        """Queue a request; returns its id. It becomes eligible at iteration `arrival_step`."""
+    def add(self, prompt_ids: Any, max_new_tokens: int, arrival_step: int = 0, stop_ids: Any = (),
+            temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> int:
+        """Queue a request; returns its id. It becomes eligible at iteration `arrival_step`.
+
+        temperature 0 is greedy; above it, tokens are drawn (after a top-k cut when top_k is set) from a
+        generator seeded with `seed`, as `dantinox.generate(model, prompt, n, temperature=, top_k=, seed=)`
+        draws them for this request alone.
+        """
         prompt = np.asarray(prompt_ids)
         if prompt.ndim == 2 and prompt.shape[0] == 1:
             prompt = prompt[0]
@@ -370,6 +410,11 @@ class Engine:
                              f"[{prompt.min()}, {prompt.max()}]")
         new = positive_int("max_new_tokens", max_new_tokens)
         arrival = positive_int("arrival_step", arrival_step, minimum=0)
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
+            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
+        if top_k is not None and not 1 <= positive_int("top_k", top_k) <= self.cfg.vocab_size:
+            raise ValueError(f"top_k: expected None or an integer in [1, {self.cfg.vocab_size}], got {top_k!r}")
+        seed = positive_int("seed", seed, minimum=0)
         total = prompt.size + new
         if total > self.max_len:
             raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
@@ -379,7 +424,9 @@ class Engine:
                              f"{self.block_size} tokens, the pool has {self.pool.num_blocks}")
         rid = len(self.requests)
         tokens = [int(t) for t in prompt]
-        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens))
+        rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
+        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
+                                      float(temperature), top_k or self.cfg.vocab_size, rng)
         return rid
 
     @property
@@ -588,10 +635,10 @@ class Engine:
             if not group:
                 continue
             start = time.perf_counter()
-            greedy = self._call(group, every)
+            chosen, states = self._call(group, every)
             seconds += time.perf_counter() - start
-            for (req, n, drafts), out in zip(group, greedy, strict=True):
-                rows.append(self._accept(req, n, drafts, out, emitted))
+            for b, (req, n, drafts) in enumerate(group):
+                rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b], emitted))
         return seconds, rows, emitted
 
     def _call(self, group, every: bool) -> np.ndarray:
@@ -612,21 +659,31 @@ class Engine:
         lengths, live, drafted = np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32)
         table, seat = np.zeros((B, M), np.int32), np.full(B, self.max_seqs, np.int32)
         at = np.zeros((B, P), np.int32)
+        temp, top_k = np.zeros(B, np.float32), np.full(B, self.cfg.vocab_size, np.int32)
+        rng, first = np.zeros((B, 2), np.uint32), np.zeros(B, np.int32)  # first: position of its first new token
         for b, (req, n, drafts) in enumerate(group):
+            if req.rng is not None:
+                temp[b], top_k[b], rng[b] = req.temperature, req.top_k, req.rng
+                first[b] = n - len(drafts) - 1 if every else 0
             feed = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
             ids[b, :n] = feed
             lengths[b], live[b], drafted[b], seat[b] = req.computed, n, len(drafts), req.seat
             table[b, :len(req.blocks)] = req.blocks
             at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
-        self.shapes.add((B, T, M, P))
-        self.layers, greedy = _forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live, drafted,
-                                                table, seat, at)
-        return np.asarray(jax.block_until_ready(greedy))[:len(group)]
+        sampling = any(req.rng is not None for req, _, _ in group)
+        self.shapes.add((B, T, M, P, sampling))
+        self.layers, chosen, states = _forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live,
+                                                        drafted, table, seat, at, temp, top_k, rng, first,
+                                                        sampling=sampling)
+        chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
+        return chosen, (None if states is None else np.asarray(states)[:len(group)])
 
-    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, emitted) -> Row:
+    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
         """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.
 
-        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last).
+        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last),
+        greedy or drawn; a draft is kept when it is the token the model chose there, so a sampled request
+        gets the tokens it would get without drafts. `states[j]` is its generator after that token.
         """
         start, real = req.computed, n - len(drafts)
         if real < len(req.tokens) - start:  # a prompt chunk short of the end: no token yet
@@ -646,6 +703,8 @@ class Engine:
         kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
         req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
         req.tokens += new
+        if req.rng is not None and new:
+            req.rng = states[len(new) - 1]
         req.token_times += [time.perf_counter()] * len(new)
         emitted[req.rid] = new
         self.counts["drafts"] += len(drafts)

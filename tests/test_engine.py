@@ -146,6 +146,27 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
             assert stats["swaps_out"] > 0
 
 
+def test_seeded_sampling_equals_seeded_generate_alone():
+    """Temperature and top-k per request: the engine draws each token from the request's own generator, as
+    `generate` does for it alone, through prefix hits, preemption and verified drafts (a draft is kept when
+    it is the token drawn there)."""
+    _, model = dantinox.load_run(RUNS / "tiny")
+    prompts = [list(b"the cat sat on the mat. the cat ")] * 3 + [list(b"one two three one two three ")]
+    seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16
+    want = [list(np.asarray(dantinox.generate(model, [p], new, temperature=t, top_k=20, seed=s))[0, len(p):])
+            for p, t, s in zip(prompts, temps, seeds, strict=True)]
+    engine = Engine(model, num_blocks=13, block_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
+                    fixed_shapes=True)  # chunks no longer than a verify, every row sampling: one program
+    rids = [engine.add(p, new, arrival_step=i, temperature=t, top_k=20, seed=s)
+            for i, (p, t, s) in enumerate(zip(prompts, temps, seeds, strict=True))]
+    out = engine.run()
+    assert [out[r] for r in rids] == want
+    assert want[0] == want[2] != want[1]  # the same seed draws the same text, another seed another
+    stats = engine.stats()
+    assert stats["blocks_saved"] > 0 and stats["preemptions"] > 0 and stats["accepted"] > 0
+    assert stats["compiled_shapes"] == 1
+
+
 def test_pool_refuses_double_free_and_evicts_least_recently_freed():
     pool = BlockPool(3)
     a, b = pool.take(), pool.take()
@@ -177,6 +198,10 @@ def test_bad_requests_get_one_line(model):
         engine.add(list(range(60)), 10)
     with pytest.raises(ValueError, match=r"prompt_ids: token ids must lie in \[0, 259\)"):
         engine.add([300], 1)
+    with pytest.raises(ValueError, match="temperature: expected a number >= 0, got -1"):
+        engine.add([1], 1, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k: expected None or an integer in \[1, 259\], got 300"):
+        engine.add([1], 1, temperature=1.0, top_k=300)
 
 
 def test_bucketed_shapes_give_the_same_tokens(model, trace):
