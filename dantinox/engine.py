@@ -591,7 +591,7 @@ class Engine:
             if req in self.running:
                 plan.append((req, n, drafts))
                 budget -= n
-        static_busy = self.batching == "static" and self.running
+        static_busy = self.batching == "static" and bool(self.running)
         while self.waiting and budget > 0 and not preempted and not static_busy:
             req = self.waiting[0]
             n = self._admit(req, budget)

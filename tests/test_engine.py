@@ -91,6 +91,9 @@ def test_every_request_equals_generate_alone(model, trace, case):
         assert stats["accepted"] > 0 and any(r.kind == "verify" for rep in reports for r in rep.rows)
     if kw.get("chunk_tokens"):
         assert all(rep.fed <= kw["chunk_tokens"] for rep in reports)
+    if kw.get("batching") == "static":  # a batch forms only when the one before has finished, and holds many
+        assert all(not rep.admitted or not before.tables for before, rep in zip(reports, reports[1:]))
+        assert max(len(rep.admitted) for rep in reports) > 1
     assert stats["compiled_shapes"] <= 2
 
 
