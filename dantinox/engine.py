@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import time
 from typing import Any, NamedTuple
 
@@ -56,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox.block_pool import BlockPool, block_digest
 from dantinox.blocks import blocks_for
 from dantinox.cache import KVCache, empty_cache, layouts
 from dantinox.checks import positive_int
@@ -63,85 +63,6 @@ from dantinox.model import Transformer
 
 BATCHING = ("continuous", "static")
 PREEMPT = ("recompute", "swap")
-
-
-class PoolError(RuntimeError):
-    """The allocator's bookkeeping broke an invariant (a double free, a lost block): a bug, never user error."""
-
-
-class BlockPool:
-    """The allocator of one pool of blocks: free list in LRU order, reference counts, hashes of cached blocks.
-
-    A block is free when no request holds it (reference count 0). A free block may still hold a cached full
-    block (it keeps its hash): `share` takes it back out of the free list; `take` hands out the least recently
-    freed block and forgets whatever it cached.
-    """
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = positive_int("num_blocks", num_blocks)
-        self.refs = [0] * self.num_blocks
-        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(self.num_blocks))
-        self.hash_of: list[bytes | None] = [None] * self.num_blocks
-        self.by_hash: dict[bytes, int] = {}
-        self.evicted = 0  # cached blocks overwritten to make room
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
-    @property
-    def num_cached_free(self) -> int:
-        """Free blocks that still hold a cached full block."""
-        return sum(self.hash_of[b] is not None for b in self.free)
-
-    def take(self) -> int:
-        if not self.free:
-            raise PoolError("pool: take() with no free block (the scheduler checks num_free first)")
-        block, _ = self.free.popitem(last=False)
-        if self.hash_of[block] is not None:  # its cached content is overwritten from now on
-            del self.by_hash[self.hash_of[block]]
-            self.hash_of[block] = None
-            self.evicted += 1
-        self.refs[block] = 1
-        return block
-
-    def share(self, block: int) -> None:
-        """One more holder of a cached block (a prefix hit); a free one leaves the free list."""
-        if self.refs[block] == 0:
-            del self.free[block]
-        self.refs[block] += 1
-
-    def release(self, block: int) -> None:
-        if self.refs[block] <= 0:
-            raise PoolError(f"pool: double free of block {block}")
-        self.refs[block] -= 1
-        if self.refs[block] == 0:
-            self.free[block] = None  # most recently freed: evicted last
-
-    def lookup(self, digest: bytes) -> int | None:
-        return self.by_hash.get(digest)
-
-    def register(self, block: int, digest: bytes) -> None:
-        """Name a full block by its chained hash (a block computed twice keeps the first name)."""
-        if self.hash_of[block] is None and digest not in self.by_hash:
-            self.hash_of[block], self.by_hash[digest] = digest, block
-
-    def check(self, tables: list[list[int]]) -> None:
-        """Raise PoolError unless every reference is a table entry and every block is free xor held."""
-        held = collections.Counter(b for table in tables for b in table)
-        for block in range(self.num_blocks):
-            if self.refs[block] != held[block]:
-                raise PoolError(f"pool: block {block} has {self.refs[block]} reference(s), {held[block]} holder(s)")
-            if (self.refs[block] == 0) != (block in self.free):
-                raise PoolError(f"pool: block {block} free={block in self.free} with {self.refs[block]} reference(s)")
-        named = {d: b for b, d in enumerate(self.hash_of) if d is not None}
-        if named != self.by_hash:
-            raise PoolError("pool: the hash map and the blocks' hashes disagree")
-
-
-def block_digest(parent: bytes, tokens: list[int]) -> bytes:
-    """The name of a full block: SHA-256 over its parent's name and its token ids."""
-    return hashlib.sha256(parent + np.asarray(tokens, np.int64).tobytes()).digest()
 
 
 def lookup_drafts(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
@@ -221,6 +142,7 @@ class StepReport:
     cached_free: int  # free blocks still holding a cached full block
     waiting: tuple[int, ...]
     seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
+    calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included
 
 
 def _buckets(limit: int, small: int = 1) -> tuple[int, ...]:
@@ -286,7 +208,8 @@ def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B,
     its rejected drafts overwrote get their old contents back.
     """
     model = nnx.merge(graphdef, params)
-    ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(model.cfg))
+    addressing = tuple(lay.addressing for lay in layouts(model.cfg))
+    ring = tuple(not hasattr(addr, "block_size") for addr in addressing)
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)
@@ -306,16 +229,17 @@ def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B,
         rejected_BT = (t >= kept_B[:, None]) & live_BT
         pos_BT = lengths_B[:, None] + t
 
-        def restore(old, new):
-            S = old.slots
-            hit_BS = jnp.any(rejected_BT[:, :, None] & (pos_BT[:, :, None] % S == jnp.arange(S)), axis=1)
+        def restore(old, new, addr):
+            S = old.slots  # the slots the rejected tokens were written to, by the ring's own addressing rule
+            _, slots_BT = addr.locate(pos_BT, rejected_BT, lengths_B + live_B, S, None)
+            hit_BS = jnp.any(slots_BT[:, :, None] == jnp.arange(S), axis=1)
 
             def pick(o, n, axis=old.SEQ_AXIS):
                 shape = [o.shape[0]] + [1] * (o.ndim - 1)
                 shape[axis] = S
                 return jnp.where(hit_BS.reshape(shape), o, n)
             return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
-        after = tuple(restore(o, n) if r else n for o, n, r in zip(before, after, ring, strict=True))
+        after = tuple(restore(o, n, a) if r else n for o, n, a, r in zip(before, after, addressing, ring, strict=True))
     return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
 
@@ -605,7 +529,7 @@ class Engine:
             plan.append((req, n, []))
             budget -= n
 
-        seconds, rows, emitted = self._execute(plan)
+        seconds, rows, emitted, calls = self._execute(plan)
         finished = []
         for req in list(self.running):
             self._register(req)
@@ -624,22 +548,23 @@ class Engine:
                           hits, self.chunk_tokens, sum(n for _, n, _ in plan),
                           {r.rid: tuple(r.blocks) for r in self.running},
                           frozenset(b for b, c in held.items() if c > 1), self.pool.num_free,
-                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds)
+                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds, tuple(calls))
 
-    def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]]]:
+    def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]], list[tuple[int, int]]]:
         """Run the plan as up to two ragged calls: short feeds (decodes, verifies) and prompt chunks."""
         short = [p for p in plan if p[1] <= 1 + self.speculate]
         long = [p for p in plan if p[1] > 1 + self.speculate]
-        rows, emitted, seconds = [], {}, 0.0
+        rows, emitted, seconds, calls = [], {}, 0.0, []
         for group, every in ((short, True), (long, False)):
             if not group:
                 continue
             start = time.perf_counter()
-            chosen, states = self._call(group, every)
+            chosen, states, shape = self._call(group, every)
+            calls.append(shape)
             seconds += time.perf_counter() - start
             for b, (req, n, drafts) in enumerate(group):
                 rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b], emitted))
-        return seconds, rows, emitted
+        return seconds, rows, emitted, calls
 
     def _call(self, group, every: bool) -> np.ndarray:
         n_max = max(n for _, n, _ in group)
@@ -676,7 +601,7 @@ class Engine:
                                                         drafted, table, seat, at, temp, top_k, rng, first,
                                                         sampling=sampling)
         chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
-        return chosen, (None if states is None else np.asarray(states)[:len(group)])
+        return chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
 
     def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
         """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.

@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox.engine import BlockPool, Engine, PoolError, block_digest, lookup_drafts
+from dantinox.block_pool import BlockPool, PoolError, block_digest
+from dantinox.engine import Engine, lookup_drafts
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
@@ -92,7 +93,7 @@ def test_every_request_equals_generate_alone(model, trace, case):
     if kw.get("chunk_tokens"):
         assert all(rep.fed <= kw["chunk_tokens"] for rep in reports)
     if kw.get("batching") == "static":  # a batch forms only when the one before has finished, and holds many
-        assert all(not rep.admitted or not before.tables for before, rep in zip(reports, reports[1:]))
+        assert all(not rep.admitted or not before.tables for before, rep in zip(reports[:-1], reports[1:], strict=True))
         assert max(len(rep.admitted) for rep in reports) > 1
     assert stats["compiled_shapes"] <= 2
 
@@ -122,7 +123,8 @@ def test_report_shows_shared_prefix_blocks_and_freed_ones_are_reused(model):
 def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
     """Ring layers: a prefix hit past the window gets the rings as they were at its boundary, and a verify's
     rejected drafts overwrite slots still inside the window, which must be restored. One pool that holds the
-    trace (hits of 100 %), one that preempts by swap."""
+    trace (hits of 100 %); one that preempts by swap, without prefix caching, whose rings hold W slots only
+    (with prefix caching they hold chunk_tokens more, and a rejected draft overwrites none a later query sees)."""
     _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")  # window 16, every other layer
     system = b"the cat sat on the mat. "  # 24 tokens: six blocks of 4, past the window
     text = [system + b"the cat sat on the ", system + b"one two one two ", system + b"the cat sat on the ",
@@ -130,9 +132,9 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
     prompts = [list(t) for t in text]
     news, arrivals = [20, 16, 12, 14, 10], [0, 0, 30, 32, 3]
     want = alone(model, prompts, news)
-    for num_blocks, preempt in ((24, "recompute"), (20, "swap")):
+    for num_blocks, preempt, prefix in ((24, "recompute", True), (20, "swap", False)):
         engine = Engine(model, num_blocks=num_blocks, block_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
-                        preempt=preempt, fixed_shapes=True)  # chunks no longer than a verify: one program
+                        preempt=preempt, prefix_caching=prefix, fixed_shapes=True)  # chunks <= a verify: 1 program
         rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
         hits = {}
         while not engine.finished:
@@ -142,11 +144,11 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
         assert [out[r] for r in rids] == want
         stats = engine.stats()
         assert 0 < stats["accepted"] < stats["drafts"] and stats["compiled_shapes"] == 1
-        assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared blocks up to where prompts part
-        if preempt == "recompute":
+        if prefix:
+            assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared blocks up to where prompts part
             assert hits[2] == (len(prompts[2]) - 1) // BS * BS and stats["preemptions"] == 0  # a repeated prompt
         else:
-            assert stats["swaps_out"] > 0
+            assert stats["swaps_out"] > 0 and not any(hits.values())
 
 
 def test_seeded_sampling_equals_seeded_generate_alone():
