@@ -256,6 +256,8 @@ class Engine:
     1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
     models and tests, where compiling dominates.
     `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
+    Sliding-window layers with prefix caching hold chunk_tokens slots past their window per running request
+    (so with chunk_tokens=None, max_len slots: pass a chunk size, or prefix_caching=False, to keep rings small).
     Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its `stop_ids`.
     A call with a sampling row is a program of its own (greedy calls draw no random numbers).
     """

@@ -156,8 +156,8 @@ def test_seeded_sampling_equals_seeded_generate_alone():
     `generate` does for it alone, through prefix hits, preemption and verified drafts (a draft is kept when
     it is the token drawn there)."""
     _, model = dantinox.load_run(RUNS / "tiny")
-    prompts = [list(b"the cat sat on the mat. the cat ")] * 3 + [list(b"one two three one two three ")]
-    seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16
+    prompts = [list(b"the cat sat on the mat. the cat ")] * 3 + [list(b"one two three one two three one ")]
+    seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16  # prompts of one length: generate compiles once
     want = [list(np.asarray(dantinox.generate(model, [p], new, temperature=t, top_k=20, seed=s))[0, len(p):])
             for p, t, s in zip(prompts, temps, seeds, strict=True)]
     engine = Engine(model, num_blocks=13, block_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
