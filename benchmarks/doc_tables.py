@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/doc_tables.py          # rewrite the marked blocks in docs/benchmarks.md and README.md
 
-`benchmarks/decode.py --model smollm2-135m --peer` and `benchmarks/llama_cpp.py` store their numbers in
+`benchmarks/decode.py --model smollm2-135m --peer`, `benchmarks/llama_cpp.py` and
+`benchmarks/serving.py --part engine` store their numbers in
 benchmarks/data/; the docs hold what this module renders from them between `<!-- table: NAME -->` and
 `<!-- end table: NAME -->`, and tests/test_benchmark_docs.py fails when a block drifts from its JSON.
 Imports neither jax nor dantinox.
@@ -88,7 +89,40 @@ def llama_cpp(r: dict) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"decode-smollm2-135m": decode_pretrained, "llama-cpp-smollm2-135m": llama_cpp}
+def serving_engine(r: dict) -> str:
+    """benchmarks/serving.py --part engine: one trace served by each configuration, each against the one before."""
+    exact = ("every request's tokens equal `dantinox.generate` of it alone in every configuration"
+             if r["tokens_equal_generate_alone"] else "NOT every request's tokens equal `dantinox.generate` alone")
+    lines = [f"SmolLM2-135M-Instruct served by `dantinox.Engine` on {r['device']}: {r['requests']} requests sharing "
+             f"a system prompt ({min(r['prompt_tokens'])}–{max(r['prompt_tokens'])} prompt tokens, seed {r['seed']}, "
+             f"{r['rate']} arrivals per iteration), {r['num_blocks']} blocks of {r['block_size']}, at most "
+             f"{r['max_seqs']} running; fastest of {r['rounds']} interleaved rounds after a compile run; "
+             f"measured {r['date']} (1-minute load average {_load_range(r['load_avg_1min'])} during the run: the "
+             f"machine is shared); {exact}.", "",
+             "| configuration | requests/s | vs previous | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | iterations | "
+             "prefix hit rate | draft acceptance | preemptions |", "|---|---|---|---|---|---|---|---|---|"]
+    prev = None
+    for name, c in r["configs"].items():
+        ratio = "" if prev is None else f"{c['requests_per_s'] / prev:.2f}×"
+        lines.append(f"| {name} | {c['requests_per_s']:.2f} | {ratio} | {c['ttft_p50_ms']:,.0f} / "
+                     f"{c['ttft_p99_ms']:,.0f} | {c['tpot_p50_ms']:,.0f} / {c['tpot_p99_ms']:,.0f} | "
+                     f"{c['iterations']} | {c['hit_rate']:.0%} | {c['acceptance_rate']:.0%} | {c['preemptions']} |")
+        prev = c["requests_per_s"]
+    m, pred = r["simulator"]["step_model"], r["simulator"]["predictions"]
+    lines += ["", f"The simulator's step-time model, fitted to the continuous run's iterations: {m['call_ms']:.0f} ms "
+              f"per compiled call + {m['token_ms']:.2f} ms per token it computes (padding included), plus "
+              f"{m['host_ms_per_iteration']:.1f} ms of scheduling per iteration. The simulator serving the same "
+              "trace, its schedule timed by that model:", "", "| configuration | simulator policy | predicted "
+              "requests/s | measured | predicted / measured |", "|---|---|---|---|---|"]
+    for name, p in pred.items():
+        policy = "paged (in-sample: the fit's own run)" if name == "continuous batching" else "static (out-of-sample)"
+        lines.append(f"| {name} | {policy} | {p['requests_per_s']:.2f} | {r['configs'][name]['requests_per_s']:.2f} | "
+                     f"{p['ratio']:.2f}× |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"decode-smollm2-135m": decode_pretrained, "llama-cpp-smollm2-135m": llama_cpp,
+             "serving-engine": serving_engine}
 
 
 def render(name: str) -> str:

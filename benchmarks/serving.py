@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/serving.py                # a few minutes on 2 CPU cores
     .venv/bin/python benchmarks/serving.py --repeats 1    # quicker, noisier
-    .venv/bin/python benchmarks/serving.py --part engine  # part 3 alone (benchmarks/serving_engine.py)
-    .venv/bin/python benchmarks/serving.py --docs-from-results   # part 3's tables into docs/ and the README
+    nice -n 10 .venv/bin/python benchmarks/serving.py --part engine  # part 3 alone (benchmarks/serving_engine.py)
+    .venv/bin/python benchmarks/doc_tables.py                 # part 3's table into docs/ and the README
 
 1. Decode tokens/s of `dantinox.generate` with the contiguous cache and with `cache_layout="paged"`
    (block 16) on the shipped run (runs/tiny), at batches 1..32, 32-token prompts, 192 new tokens, best of
@@ -19,7 +19,7 @@
 3. The serving engine (dantinox.Engine) on SmolLM2-135M: static batching, continuous batching, + prefix caching,
    + chunked prefill, + speculation on one seeded trace, and the simulator calibrated from the engine's steps
    (benchmarks/serving_engine.py).
-Prints markdown tables and writes benchmarks/results/serving.json and benchmarks/data/serving_engine.json.
+Prints markdown tables and writes benchmarks/results/serving.json and benchmarks/data/serving-engine.json.
 """
 
 from __future__ import annotations
@@ -83,19 +83,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget-mib", type=int, default=8)
     parser.add_argument("--part", choices=("all", "simulator", "engine"), default="all")
-    parser.add_argument("--docs", action="store_true", help="rewrite the engine tables in docs/ and the README")
-    parser.add_argument("--docs-from-results", action="store_true",
-                        help="only rewrite those tables from the stored benchmarks/data/serving_engine.json")
     args = parser.parse_args()
-    if args.docs_from_results:
-        import serving_engine
-
-        serving_engine.write_docs(json.loads(serving_engine.RESULTS.read_text()), HERE.parent)
-        return
     if args.part in ("all", "engine"):
         import serving_engine
 
-        serving_engine.run(docs=args.docs)
+        serving_engine.run()
     if args.part == "engine":
         return
     cfg, model = dantinox.load_run(HERE.parent / "runs" / "tiny")

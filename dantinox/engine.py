@@ -3,7 +3,7 @@
     engine = dantinox.Engine(model, num_blocks=64, block_size=16, prefix_caching=True, chunk_tokens=64)
     rid = engine.add(prompt_ids, max_new_tokens=32, arrival_step=0)
     report = engine.step()          # one iteration: what was scheduled, emitted, hit, preempted
-    outputs = engine.run()          # {rid: generated token ids}, greedy
+    outputs = engine.run()          # {rid: generated token ids}
 
 Each `step()` is one iteration over the running set (iteration-level batching, Orca, OSDI '22): every
 running request feeds the tokens it has not yet cached (a prompt chunk, or the one token it sampled last),
@@ -13,7 +13,7 @@ model's own paged layout, in one compiled program per shape bucket (B, T and the
 rounded up to a few sizes, so a long trace compiles a handful of programs).
 
 The four techniques, each a few lines below and each proven exact by tests/test_engine.py (every request's
-greedy tokens equal `dantinox.generate` of that request alone):
+tokens equal `dantinox.generate` of that request alone, greedy or seeded sampling):
   memory        a pool of `num_blocks` blocks (`BlockPool`: free list in LRU order, reference counts). When a
                 running request needs a block and none is free, the most recently admitted request is
                 preempted: its blocks are freed and it is recomputed later from its tokens, or (preempt="swap")
@@ -32,14 +32,21 @@ greedy tokens equal `dantinox.generate` of that request alone):
                 rolled back: paged slots past the fill are never read, and a sliding-window ring's slots that
                 the rejected tokens overwrote are restored from a copy taken before the write.
 
-Sliding-window (ring) layers keep one ring of W slots per running request (a "seat"), beside the pool.
+Sliding-window (ring) layers keep one ring per running request (a "seat"), beside the pool. Their prefix is
+cached by copying the ring, not by sharing blocks: the keys a ring holds at block boundary P (positions
+[P - W, P)) depend only on the tokens before P, so a copy of a seat's rings taken when its request had computed
+through P is exactly the rings a request with the same first P tokens would build. A seat holds `reach` (the
+most tokens one iteration feeds a request: chunk_tokens) slots beyond its window, so at the end of every
+iteration each boundary it crossed is still covered; a copy is kept per named block while the pool keeps that
+block, and a hit ends at the longest cached boundary that has one. Recomputing the ring layers at a hit would
+save little: their keys at [P - W, P) need the hidden states below them there, which need each ring layer
+below within its window, one more window back per ring layer, so most of the prompt on a deep model.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import time
 from typing import Any, NamedTuple
 
@@ -48,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox.block_pool import BlockPool, block_digest
 from dantinox.blocks import blocks_for
 from dantinox.cache import KVCache, empty_cache, layouts
 from dantinox.checks import positive_int
@@ -55,85 +63,6 @@ from dantinox.model import Transformer
 
 BATCHING = ("continuous", "static")
 PREEMPT = ("recompute", "swap")
-
-
-class PoolError(RuntimeError):
-    """The allocator's bookkeeping broke an invariant (a double free, a lost block): a bug, never user error."""
-
-
-class BlockPool:
-    """The allocator of one pool of blocks: free list in LRU order, reference counts, hashes of cached blocks.
-
-    A block is free when no request holds it (reference count 0). A free block may still hold a cached full
-    block (it keeps its hash): `share` takes it back out of the free list; `take` hands out the least recently
-    freed block and forgets whatever it cached.
-    """
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = positive_int("num_blocks", num_blocks)
-        self.refs = [0] * self.num_blocks
-        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(self.num_blocks))
-        self.hash_of: list[bytes | None] = [None] * self.num_blocks
-        self.by_hash: dict[bytes, int] = {}
-        self.evicted = 0  # cached blocks overwritten to make room
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
-    @property
-    def num_cached_free(self) -> int:
-        """Free blocks that still hold a cached full block."""
-        return sum(self.hash_of[b] is not None for b in self.free)
-
-    def take(self) -> int:
-        if not self.free:
-            raise PoolError("pool: take() with no free block (the scheduler checks num_free first)")
-        block, _ = self.free.popitem(last=False)
-        if self.hash_of[block] is not None:  # its cached content is overwritten from now on
-            del self.by_hash[self.hash_of[block]]
-            self.hash_of[block] = None
-            self.evicted += 1
-        self.refs[block] = 1
-        return block
-
-    def share(self, block: int) -> None:
-        """One more holder of a cached block (a prefix hit); a free one leaves the free list."""
-        if self.refs[block] == 0:
-            del self.free[block]
-        self.refs[block] += 1
-
-    def release(self, block: int) -> None:
-        if self.refs[block] <= 0:
-            raise PoolError(f"pool: double free of block {block}")
-        self.refs[block] -= 1
-        if self.refs[block] == 0:
-            self.free[block] = None  # most recently freed: evicted last
-
-    def lookup(self, digest: bytes) -> int | None:
-        return self.by_hash.get(digest)
-
-    def register(self, block: int, digest: bytes) -> None:
-        """Name a full block by its chained hash (a block computed twice keeps the first name)."""
-        if self.hash_of[block] is None and digest not in self.by_hash:
-            self.hash_of[block], self.by_hash[digest] = digest, block
-
-    def check(self, tables: list[list[int]]) -> None:
-        """Raise PoolError unless every reference is a table entry and every block is free xor held."""
-        held = collections.Counter(b for table in tables for b in table)
-        for block in range(self.num_blocks):
-            if self.refs[block] != held[block]:
-                raise PoolError(f"pool: block {block} has {self.refs[block]} reference(s), {held[block]} holder(s)")
-            if (self.refs[block] == 0) != (block in self.free):
-                raise PoolError(f"pool: block {block} free={block in self.free} with {self.refs[block]} reference(s)")
-        named = {d: b for b, d in enumerate(self.hash_of) if d is not None}
-        if named != self.by_hash:
-            raise PoolError("pool: the hash map and the blocks' hashes disagree")
-
-
-def block_digest(parent: bytes, tokens: list[int]) -> bytes:
-    """The name of a full block: SHA-256 over its parent's name and its token ids."""
-    return hashlib.sha256(parent + np.asarray(tokens, np.int64).tobytes()).digest()
 
 
 def lookup_drafts(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
@@ -158,6 +87,9 @@ class _Request:
     arrival: int
     stop: frozenset[int]
     tokens: list[int]
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # the vocabulary size when not cut
+    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
     state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
     computed: int = 0
     blocks: list[int] = dataclasses.field(default_factory=list)
@@ -210,6 +142,7 @@ class StepReport:
     cached_free: int  # free blocks still holding a cached full block
     waiting: tuple[int, ...]
     seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
+    calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included
 
 
 def _buckets(limit: int, small: int = 1) -> tuple[int, ...]:
@@ -241,44 +174,76 @@ def _put_rows(layers: tuple, rows: tuple, seat_B: jax.Array, ring: tuple[bool, .
     return tuple(put(full, part) if r else part for full, part, r in zip(layers, rows, ring, strict=True))
 
 
-def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP):
-    """One ragged batch through the model: write every row's live tokens, return greedy tokens at `at_BP`.
+def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
+    """Each row's tokens at its P positions, drawn as `dantinox.generate` draws them for that request alone.
+
+    A request's generator state is split once per token it produces (generate's chain from key(seed)), so
+    position j of a row, its (j - first)-th new token, uses the state after j - first + 1 splits; the top-k
+    mask and the temperature come first, as in `sample`. Returns the tokens and the chain's states after 1..P
+    splits (the host keeps the one after its last new token).
+    """
+    V = logits_BPV.shape[-1]
+    kth_BP1 = jnp.take_along_axis(jnp.sort(logits_BPV, axis=-1), (V - top_k_B)[:, None, None], axis=-1)
+    masked_BPV = jnp.where(logits_BPV < kth_BP1, -jnp.inf, logits_BPV)
+    keys, states, rng_B = [], [], jax.random.wrap_key_data(rng_B2)
+    for _ in range(logits_BPV.shape[1]):
+        pair_B2 = jax.vmap(jax.random.split)(rng_B)
+        rng_B = pair_B2[:, 0]
+        keys.append(pair_B2[:, 1])
+        states.append(jax.random.key_data(rng_B))
+    nth_BP = jnp.clip(jnp.arange(logits_BPV.shape[1])[None, :] - first_B[:, None], 0)
+    keys_BP = jnp.take_along_axis(jnp.stack(keys, axis=1), nth_BP, axis=1)
+    scaled_BPV = masked_BPV / jnp.maximum(temp_B, 1e-6)[:, None, None]
+    drawn_BP = jax.vmap(jax.vmap(jax.random.categorical))(keys_BP, scaled_BPV)
+    greedy_BP = jnp.argmax(logits_BPV, axis=-1)
+    return jnp.where(temp_B[:, None] > 0, drawn_BP, greedy_BP).astype(jnp.int32), jnp.stack(states, axis=1)
+
+
+def _forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP,
+                  temp_B, top_k_B, rng_B2, first_B, sampling: bool):
+    """One ragged batch through the model: write every row's live tokens, return its tokens at `at_BP`
+    (greedy, or drawn per row where `sampling`) and, where sampling, each row's generator state after each.
 
     Ring layers are read at each row's seat and written back; where a row verifies drafts, the ring slots
     its rejected drafts overwrote get their old contents back.
     """
     model = nnx.merge(graphdef, params)
-    ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(model.cfg))
+    addressing = tuple(lay.addressing for lay in layouts(model.cfg))
+    ring = tuple(not hasattr(addr, "block_size") for addr in addressing)
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)
     cache = KVCache(before, lengths_B, table_BM)
     logits_BPV, cache = model.forward(ids_BT, cache, live_BT, logits_at_BP=at_BP)
-    greedy_BP = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32)
+    if sampling:
+        chosen_BP, rng_BP2 = _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B)
+    else:
+        chosen_BP, rng_BP2 = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32), None
     after = cache.layers
     if T > 1 and any(ring):  # restore what rejected drafts overwrote
         j = jnp.arange(T - 1)[None, :]
-        agree = (ids_BT[:, 1:] == greedy_BP[:, :T - 1]) & (j < drafts_B[:, None])
+        agree = (ids_BT[:, 1:] == chosen_BP[:, :T - 1]) & (j < drafts_B[:, None])
         accepted_B = jnp.sum(jnp.cumprod(agree, axis=1), axis=1)
         kept_B = jnp.where(drafts_B > 0, 1 + accepted_B, live_B)
         t = jnp.arange(T)[None, :]
         rejected_BT = (t >= kept_B[:, None]) & live_BT
         pos_BT = lengths_B[:, None] + t
 
-        def restore(old, new):
-            S = old.slots
-            hit_BS = jnp.any(rejected_BT[:, :, None] & (pos_BT[:, :, None] % S == jnp.arange(S)), axis=1)
+        def restore(old, new, addr):
+            S = old.slots  # the slots the rejected tokens were written to, by the ring's own addressing rule
+            _, slots_BT = addr.locate(pos_BT, rejected_BT, lengths_B + live_B, S, None)
+            hit_BS = jnp.any(slots_BT[:, :, None] == jnp.arange(S), axis=1)
 
             def pick(o, n, axis=old.SEQ_AXIS):
                 shape = [o.shape[0]] + [1] * (o.ndim - 1)
                 shape[axis] = S
                 return jnp.where(hit_BS.reshape(shape), o, n)
             return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
-        after = tuple(restore(o, n) if r else n for o, n, r in zip(before, after, ring, strict=True))
-    return _put_rows(layers, after, seat_B, ring), greedy_BP
+        after = tuple(restore(o, n, a) if r else n for o, n, a, r in zip(before, after, addressing, ring, strict=True))
+    return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
 
-_forward_rows_jit = jax.jit(_forward_rows, static_argnums=(0,), donate_argnums=(2,))
+_forward_rows_jit = jax.jit(_forward_rows, static_argnums=(0,), static_argnames=("sampling",), donate_argnums=(2,))
 
 
 class Engine:
@@ -291,7 +256,10 @@ class Engine:
     1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
     models and tests, where compiling dominates.
     `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
-    Greedy decoding; a request stops after `max_new_tokens` or at a token of its `stop_ids`.
+    Sliding-window layers with prefix caching hold chunk_tokens slots past their window per running request
+    (so with chunk_tokens=None, max_len slots: pass a chunk size, or prefix_caching=False, to keep rings small).
+    Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its `stop_ids`.
+    A call with a sampling row is a program of its own (greedy calls draw no random numbers).
     """
 
     def __init__(self, model: Transformer, num_blocks: int, block_size: int = 16, prefix_caching: bool = True,
@@ -316,9 +284,6 @@ class Engine:
             model = with_changes(model, cache_layout="paged", block_size=self.block_size)
         self.cfg = model.cfg
         self.ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(self.cfg))
-        if prefix_caching and any(self.ring):
-            raise ValueError("prefix_caching: this model has sliding-window or chunked layers, whose rings are "
-                             "per request and not in the shared pool; pass prefix_caching=False")
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and self.speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {self.speculate} tokens per verify must fit the smallest ring "
@@ -326,25 +291,41 @@ class Engine:
         self.prefix_caching = prefix_caching
         self.graphdef, self.params = nnx.split(model)
         self.pool = BlockPool(num_blocks)
-        table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
-        self.layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
         self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
         if self.max_len > cfg.max_context:
             raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
+        table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
+        layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
+        # With prefix caching a seat's ring holds `reach` slots beyond its window: after an iteration feeds a
+        # request at most `reach` tokens, every block boundary P it crossed still has positions [P - W, P) in
+        # the ring, so a copy of the ring then is the ring a request that stops at P would have had.
+        self.reach = (self.chunk_tokens or self.max_len) if prefix_caching and any(self.ring) else 0
+        self.layers = tuple(
+            lay.payload.zeros(self.cfg, self.max_seqs + 1, min(lay.addressing.size + self.reach, self.max_len))
+            if r and self.reach and lay.addressing.size + self.reach > layer.slots else layer
+            for layer, lay, r in zip(layers, layouts(self.cfg), self.ring, strict=True))
+        self.ring_at: dict[bytes, tuple] = {}  # block name -> ring rows of a request that had computed past it
+        self._evicted = 0
         self.max_blocks = min(blocks_for(self.max_len, self.block_size), num_blocks)  # table width
         self.requests: dict[int, _Request] = {}
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []  # in admission order: the last is preempted first
         self.free_seats = list(range(self.max_seqs))
         self.steps = 0
-        self.shapes: set[tuple] = set()  # (B, T, M, P) of every compiled call
+        self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
         self.counts = collections.Counter()  # prompt_tokens, hit_tokens, hit_blocks, drafts, accepted, ...
         self.swap_seconds = 0.0
         self.swap_bytes = 0
 
     # Requests.
-    def add(self, prompt_ids: Any, max_new_tokens: int, arrival_step: int = 0, stop_ids: Any = ()) -> int:
-        """Queue a request; returns its id. It becomes eligible at iteration `arrival_step`."""
+    def add(self, prompt_ids: Any, max_new_tokens: int, arrival_step: int = 0, stop_ids: Any = (),
+            temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> int:
+        """Queue a request; returns its id. It becomes eligible at iteration `arrival_step`.
+
+        temperature 0 is greedy; above it, tokens are drawn (after a top-k cut when top_k is set) from a
+        generator seeded with `seed`, as `dantinox.generate(model, prompt, n, temperature=, top_k=, seed=)`
+        draws them for this request alone.
+        """
         prompt = np.asarray(prompt_ids)
         if prompt.ndim == 2 and prompt.shape[0] == 1:
             prompt = prompt[0]
@@ -355,6 +336,11 @@ class Engine:
                              f"[{prompt.min()}, {prompt.max()}]")
         new = positive_int("max_new_tokens", max_new_tokens)
         arrival = positive_int("arrival_step", arrival_step, minimum=0)
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
+            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
+        if top_k is not None and not 1 <= positive_int("top_k", top_k) <= self.cfg.vocab_size:
+            raise ValueError(f"top_k: expected None or an integer in [1, {self.cfg.vocab_size}], got {top_k!r}")
+        seed = positive_int("seed", seed, minimum=0)
         total = prompt.size + new
         if total > self.max_len:
             raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
@@ -364,7 +350,9 @@ class Engine:
                              f"{self.block_size} tokens, the pool has {self.pool.num_blocks}")
         rid = len(self.requests)
         tokens = [int(t) for t in prompt]
-        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens))
+        rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
+        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
+                                      float(temperature), top_k or self.cfg.vocab_size, rng)
         return rid
 
     @property
@@ -404,8 +392,15 @@ class Engine:
         if not self.prefix_caching:
             return
         full = req.computed // self.block_size
+        rows = None
         for m, digest in enumerate(self._digests(req, full * self.block_size)[req.registered:], req.registered):
             self.pool.register(req.blocks[m], digest)
+            boundary = (m + 1) * self.block_size
+            if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
+                if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
+                    rows = tuple(layer.map_slots(lambda a, axis: a[req.seat]) if r else None
+                                 for layer, r in zip(self.layers, self.ring, strict=True))
+                self.ring_at[digest] = rows
         req.registered = max(req.registered, full)
 
     def _free(self, req: _Request) -> None:
@@ -436,16 +431,19 @@ class Engine:
         req.state = "waiting"
         self.waiting.insert(0, req)
 
+    def _put(self, seat: int, blocks: jax.Array | None, saved: tuple) -> None:
+        """Write host or device copies back: ring layers at the seat's row, paged layers at `blocks`."""
+        def put(layer, part, r):
+            at = seat if r else blocks
+            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, part, strict=True)))
+        self.layers = tuple(layer if part is None else put(layer, part, r)
+                            for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
+
     def _swap_in(self, req: _Request) -> None:
         start = time.perf_counter()
         n_blocks, saved = req.swapped
         req.blocks = [self.pool.take() for _ in range(n_blocks)]
-        blocks = jnp.asarray(req.blocks, jnp.int32)
-
-        def put(layer, saved, r):
-            at = req.seat if r else blocks
-            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, saved, strict=True)))
-        self.layers = tuple(put(layer, part, r) for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
+        self._put(req.seat, jnp.asarray(req.blocks, jnp.int32), saved)
         jax.block_until_ready(self.layers)
         req.swapped = None
         self.swap_seconds += time.perf_counter() - start
@@ -470,6 +468,8 @@ class Engine:
                 if block is None:
                     break
                 hits.append(block)
+        while self.reach and hits and self._digests(req, len(hits) * self.block_size)[-1] not in self.ring_at:
+            hits.pop()  # ring layers: a hit must end at a boundary whose rings were kept
         start = len(hits) * self.block_size
         n = int(min(len(req.tokens) - start, budget))
         reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached blocks a hit takes off the free list
@@ -479,6 +479,8 @@ class Engine:
             self.pool.share(block)
         req.blocks, req.registered, req.computed = list(hits), len(hits), start
         req.seat = self.free_seats.pop(0)
+        if self.reach and hits:  # the rings as they were when a request had computed through the hit
+            self._put(req.seat, None, self.ring_at[self._digests(req, start)[-1]])
         self._grow(req, start + n)
         req.hit_tokens = start
         self.counts["prompt_tokens"] += len(req.tokens)
@@ -515,7 +517,7 @@ class Engine:
             if req in self.running:
                 plan.append((req, n, drafts))
                 budget -= n
-        static_busy = self.batching == "static" and self.running
+        static_busy = self.batching == "static" and bool(self.running)
         while self.waiting and budget > 0 and not preempted and not static_busy:
             req = self.waiting[0]
             n = self._admit(req, budget)
@@ -529,7 +531,7 @@ class Engine:
             plan.append((req, n, []))
             budget -= n
 
-        seconds, rows, emitted = self._execute(plan)
+        seconds, rows, emitted, calls = self._execute(plan)
         finished = []
         for req in list(self.running):
             self._register(req)
@@ -539,28 +541,32 @@ class Engine:
                 self._free(req)
                 finished.append(req.rid)
         self.pool.check([r.blocks for r in self.running])
+        if len(self.ring_at) > len(self.pool.by_hash) or self.pool.evicted != self._evicted:
+            self._evicted = self.pool.evicted  # rings of evicted blocks are let go with them
+            self.ring_at = {d: rows for d, rows in self.ring_at.items() if d in self.pool.by_hash}
         self.steps += 1
         held = collections.Counter(b for r in self.running for b in r.blocks)
         return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),
                           hits, self.chunk_tokens, sum(n for _, n, _ in plan),
                           {r.rid: tuple(r.blocks) for r in self.running},
                           frozenset(b for b, c in held.items() if c > 1), self.pool.num_free,
-                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds)
+                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds, tuple(calls))
 
-    def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]]]:
+    def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]], list[tuple[int, int]]]:
         """Run the plan as up to two ragged calls: short feeds (decodes, verifies) and prompt chunks."""
         short = [p for p in plan if p[1] <= 1 + self.speculate]
         long = [p for p in plan if p[1] > 1 + self.speculate]
-        rows, emitted, seconds = [], {}, 0.0
+        rows, emitted, seconds, calls = [], {}, 0.0, []
         for group, every in ((short, True), (long, False)):
             if not group:
                 continue
             start = time.perf_counter()
-            greedy = self._call(group, every)
+            chosen, states, shape = self._call(group, every)
+            calls.append(shape)
             seconds += time.perf_counter() - start
-            for (req, n, drafts), out in zip(group, greedy, strict=True):
-                rows.append(self._accept(req, n, drafts, out, emitted))
-        return seconds, rows, emitted
+            for b, (req, n, drafts) in enumerate(group):
+                rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b], emitted))
+        return seconds, rows, emitted, calls
 
     def _call(self, group, every: bool) -> np.ndarray:
         n_max = max(n for _, n, _ in group)
@@ -580,21 +586,31 @@ class Engine:
         lengths, live, drafted = np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32)
         table, seat = np.zeros((B, M), np.int32), np.full(B, self.max_seqs, np.int32)
         at = np.zeros((B, P), np.int32)
+        temp, top_k = np.zeros(B, np.float32), np.full(B, self.cfg.vocab_size, np.int32)
+        rng, first = np.zeros((B, 2), np.uint32), np.zeros(B, np.int32)  # first: position of its first new token
         for b, (req, n, drafts) in enumerate(group):
+            if req.rng is not None:
+                temp[b], top_k[b], rng[b] = req.temperature, req.top_k, req.rng
+                first[b] = n - len(drafts) - 1 if every else 0
             feed = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
             ids[b, :n] = feed
             lengths[b], live[b], drafted[b], seat[b] = req.computed, n, len(drafts), req.seat
             table[b, :len(req.blocks)] = req.blocks
             at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
-        self.shapes.add((B, T, M, P))
-        self.layers, greedy = _forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live, drafted,
-                                                table, seat, at)
-        return np.asarray(jax.block_until_ready(greedy))[:len(group)]
+        sampling = any(req.rng is not None for req, _, _ in group)
+        self.shapes.add((B, T, M, P, sampling))
+        self.layers, chosen, states = _forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live,
+                                                        drafted, table, seat, at, temp, top_k, rng, first,
+                                                        sampling=sampling)
+        chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
+        return chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
 
-    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, emitted) -> Row:
+    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
         """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.
 
-        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last).
+        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last),
+        greedy or drawn; a draft is kept when it is the token the model chose there, so a sampled request
+        gets the tokens it would get without drafts. `states[j]` is its generator after that token.
         """
         start, real = req.computed, n - len(drafts)
         if real < len(req.tokens) - start:  # a prompt chunk short of the end: no token yet
@@ -614,6 +630,8 @@ class Engine:
         kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
         req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
         req.tokens += new
+        if req.rng is not None and new:
+            req.rng = states[len(new) - 1]
         req.token_times += [time.perf_counter()] * len(new)
         emitted[req.rid] = new
         self.counts["drafts"] += len(drafts)

@@ -202,7 +202,7 @@ def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: Model
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
 
     `n` parallel samples per request (one prompt, n continuations of the request's output length);
-    `max_running` caps the requests the paged policy runs at once (an engine's batch limit; None: memory only).
+    `max_running` caps the requests any policy runs at once (an engine's batch limit; None: memory only).
     Raises a one-line ValueError when a single request could never fit in the budget.
     """
     if policy not in POLICIES:
@@ -214,10 +214,10 @@ def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: Model
     if not trace:
         raise ValueError("trace: expected at least one request")
     token_bytes = _token_bytes(cfg)
+    cap = None if max_running is None else positive_int("max_running", max_running)
     if policy == "paged":
-        cap = None if max_running is None else positive_int("max_running", max_running)
         return _serve_paged(trace, budget_bytes, cfg, block_size, n, token_bytes, max_steps, cap)
-    return _serve_contiguous(trace, policy, budget_bytes, cfg, n, reservation, token_bytes, max_steps)
+    return _serve_contiguous(trace, policy, budget_bytes, cfg, n, reservation, token_bytes, max_steps, cap)
 
 
 def _result(policy, budget, token_bytes, rows, trace, first, finish, **extra) -> ServeResult:
@@ -228,7 +228,8 @@ def _result(policy, budget, token_bytes, rows, trace, first, finish, **extra) ->
                        np.array([finish[r.id] for r in trace]), **extra)
 
 
-def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, max_steps) -> ServeResult:
+def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, max_steps,
+                      max_running=None) -> ServeResult:
     arena = _Arena(budget // token_bytes)
     need = {r.id: reservation_slots(r, reservation, cfg.max_context) for r in trace}
     worst = max(trace, key=lambda r: need[r.id])
@@ -253,7 +254,8 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
             done_in_batch, held_done = [], 0
         if blocked is not None and (not batch_open or tried != (arena.version, blocked.id)):
             blocked = None  # memory changed (or the batch closed): try again
-        while batch_open and blocked is None and pending and pending[0].arrival <= step:
+        while (batch_open and blocked is None and pending and pending[0].arrival <= step
+               and (max_running is None or running < max_running)):
             r = pending[0]
             placed = [k for k in ((r.id, s) for s in range(n)) if arena.allocate(k, need[r.id])]
             if len(placed) < n:

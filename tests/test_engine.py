@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox.engine import BlockPool, Engine, PoolError, block_digest, lookup_drafts
+from dantinox.block_pool import BlockPool, PoolError, block_digest
+from dantinox.engine import Engine, lookup_drafts
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
@@ -91,6 +92,9 @@ def test_every_request_equals_generate_alone(model, trace, case):
         assert stats["accepted"] > 0 and any(r.kind == "verify" for rep in reports for r in rep.rows)
     if kw.get("chunk_tokens"):
         assert all(rep.fed <= kw["chunk_tokens"] for rep in reports)
+    if kw.get("batching") == "static":  # a batch forms only when the one before has finished, and holds many
+        assert all(not rep.admitted or not before.tables for before, rep in zip(reports[:-1], reports[1:], strict=True))
+        assert max(len(rep.admitted) for rep in reports) > 1
     assert stats["compiled_shapes"] <= 2
 
 
@@ -116,21 +120,56 @@ def test_report_shows_shared_prefix_blocks_and_freed_ones_are_reused(model):
     assert tables_html(view, 1).count("#ffe082") == 1 + 6  # the legend, and 3 shared blocks in each of 2 tables
 
 
-def test_sliding_window_run_with_speculation_and_preemption():
-    """Ring layers: a verify's rejected drafts overwrite slots still inside the window, and must be restored."""
-    _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")
-    text = [b"the cat sat on the mat. the cat sat on the ", b"one two three one two three one two ",
-            b"abc abd abc abd abc ", b"hello hello hello "]
+def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
+    """Ring layers: a prefix hit past the window gets the rings as they were at its boundary, and a verify's
+    rejected drafts overwrite slots still inside the window, which must be restored. One pool that holds the
+    trace (hits of 100 %); one that preempts by swap, without prefix caching, whose rings hold W slots only
+    (with prefix caching they hold chunk_tokens more, and a rejected draft overwrites none a later query sees)."""
+    _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")  # window 16, every other layer
+    system = b"the cat sat on the mat. "  # 24 tokens: six blocks of 4, past the window
+    text = [system + b"the cat sat on the ", system + b"one two one two ", system + b"the cat sat on the ",
+            system[:18] + b"abc abd abc abd", b"hello hello hello "]
     prompts = [list(t) for t in text]
-    news, arrivals = [20, 16, 18, 14], [0, 0, 2, 3]
+    news, arrivals = [20, 16, 12, 14, 10], [0, 0, 30, 32, 3]
     want = alone(model, prompts, news)
-    engine = Engine(model, num_blocks=6, block_size=16, prefix_caching=False, chunk_tokens=5, speculate=4,
-                    max_seqs=4, fixed_shapes=True)  # chunks no longer than a verify: one compiled program
-    rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
+    for num_blocks, preempt, prefix in ((24, "recompute", True), (20, "swap", False)):
+        engine = Engine(model, num_blocks=num_blocks, block_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
+                        preempt=preempt, prefix_caching=prefix, fixed_shapes=True)  # chunks <= a verify: 1 program
+        rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
+        hits = {}
+        while not engine.finished:
+            for rid, found in engine.step().hits.items():
+                hits.setdefault(rid, found)  # at first admission (a recomputed request is looked up again)
+        out = engine.outputs()
+        assert [out[r] for r in rids] == want
+        stats = engine.stats()
+        assert 0 < stats["accepted"] < stats["drafts"] and stats["compiled_shapes"] == 1
+        if prefix:
+            assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared blocks up to where prompts part
+            assert hits[2] == (len(prompts[2]) - 1) // BS * BS and stats["preemptions"] == 0  # a repeated prompt
+        else:
+            assert stats["swaps_out"] > 0 and not any(hits.values())
+
+
+def test_seeded_sampling_equals_seeded_generate_alone():
+    """Temperature and top-k per request: the engine draws each token from the request's own generator, as
+    `generate` does for it alone, through prefix hits, preemption and verified drafts (a draft is kept when
+    it is the token drawn there)."""
+    _, model = dantinox.load_run(RUNS / "tiny")
+    prompts = [list(b"the cat sat on the mat. the cat ")] * 3 + [list(b"one two three one two three one ")]
+    seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16  # prompts of one length: generate compiles once
+    want = [list(np.asarray(dantinox.generate(model, [p], new, temperature=t, top_k=20, seed=s))[0, len(p):])
+            for p, t, s in zip(prompts, temps, seeds, strict=True)]
+    engine = Engine(model, num_blocks=13, block_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
+                    fixed_shapes=True)  # chunks no longer than a verify, every row sampling: one program
+    rids = [engine.add(p, new, arrival_step=i, temperature=t, top_k=20, seed=s)
+            for i, (p, t, s) in enumerate(zip(prompts, temps, seeds, strict=True))]
     out = engine.run()
     assert [out[r] for r in rids] == want
+    assert want[0] == want[2] != want[1]  # the same seed draws the same text, another seed another
     stats = engine.stats()
-    assert 0 < stats["accepted"] < stats["drafts"] and stats["preemptions"] > 0 and stats["compiled_shapes"] == 1
+    assert stats["blocks_saved"] > 0 and stats["preemptions"] > 0 and stats["accepted"] > 0
+    assert stats["compiled_shapes"] == 1
 
 
 def test_pool_refuses_double_free_and_evicts_least_recently_freed():
@@ -164,9 +203,10 @@ def test_bad_requests_get_one_line(model):
         engine.add(list(range(60)), 10)
     with pytest.raises(ValueError, match=r"prompt_ids: token ids must lie in \[0, 259\)"):
         engine.add([300], 1)
-    _, ring_model = dantinox.load_run(RUNS / "tiny-swa16-1to1")
-    with pytest.raises(ValueError, match="prefix_caching: this model has sliding-window"):
-        Engine(ring_model, num_blocks=8)
+    with pytest.raises(ValueError, match="temperature: expected a number >= 0, got -1"):
+        engine.add([1], 1, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k: expected None or an integer in \[1, 259\], got 300"):
+        engine.add([1], 1, temperature=1.0, top_k=300)
 
 
 def test_bucketed_shapes_give_the_same_tokens(model, trace):
@@ -176,4 +216,4 @@ def test_bucketed_shapes_give_the_same_tokens(model, trace):
     rids = [engine.add(prompts[i], news[i]) for i in (0, 1)]
     out = engine.run()
     assert [out[r] for r in rids] == want[:2]
-    assert {B for B, *_ in engine.shapes} == {1, 2} and len({M for *_, M, _ in engine.shapes}) > 1
+    assert {s[0] for s in engine.shapes} == {1, 2} and len({s[2] for s in engine.shapes}) > 1  # (B, T, M, P, ..)

@@ -241,15 +241,20 @@ def test_the_catalogue_lists_the_model_and_a_missing_wheel_says_how_to_install(m
 
 
 def test_engine_serves_smollm2_exactly(smollm):
-    """The serving engine on the real model: a shared prefix hit, chunks and speculation, tokens as generate alone."""
-    _, model, tok = smollm
-    system = tok.encode("You are a helpful assistant. Answer in one short sentence.")
-    prompts = [system + tok.encode(q) for q in (" The capital of France is", " The capital of Italy is")]
-    alone = dantinox.generate(model, prompts, 6)  # ragged: each row as its prompt decoded alone
-    want = [list(np.asarray(row)[len(p):]) for row, p in zip(alone, prompts, strict=True)]
-    engine = dantinox.Engine(model, num_blocks=6, block_size=8, chunk_tokens=4, speculate=3, max_seqs=2,
-                             fixed_shapes=True)  # chunks no longer than a verify: one compiled program
-    rids = [engine.add(p, 6, arrival_step=i) for i, p in enumerate(prompts)]
-    out = engine.run()
-    assert [out[r] for r in rids] == want
-    assert engine.stats()["blocks_saved"] >= len(system) // 8 and engine.stats()["compiled_shapes"] == 1
+    """The serving engine on the real model, against the peer's greedy tokens (which `generate` equals, above):
+    the chat prompt, the same prompt again (a 100 % hit: all but its last token), and the prompt followed by
+    its first 8 answer tokens (a hit that covers blocks the first request generated); chunks and speculation."""
+    _, model, _ = smollm
+    case = REF["models"]["smollm2-135m"][-1]  # the chat prompt
+    prompt, answer = case["ids"], case["greedy"]
+    prompts, news, arrivals = [prompt, prompt, prompt + answer[:8]], [6, 6, 6], [0, 12, 20]
+    engine = dantinox.Engine(model, num_blocks=12, block_size=8, chunk_tokens=4, speculate=3, max_seqs=2,
+                             max_len=64, fixed_shapes=True)  # chunks no longer than a verify: one program
+    rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
+    hits = {}
+    while not engine.finished:
+        for rid, found in engine.step().hits.items():
+            hits.setdefault(rid, found)
+    out = engine.outputs()
+    assert [out[r] for r in rids] == [answer[:6], answer[:6], answer[8:14]]
+    assert [hits[r] for r in rids] == [0, 40, 48] and engine.stats()["compiled_shapes"] == 1

@@ -60,6 +60,14 @@ def test_parallel_samples_share_the_prompt_blocks():
     assert oracle.token_states[0] == 4 * (40 + 1) * TOKEN
 
 
+@pytest.mark.parametrize("policy", ["static", "contiguous", "paged"])
+def test_max_running_caps_every_policy(policy):
+    """An engine's batch limit, for the simulator to replay the engine's schedule."""
+    trace = make_trace(30, 2.0, "alpaca", CFG.max_context, seed=7)
+    free, capped = (serve(trace, policy, 4 << 20, CFG, reservation="oracle", max_running=m) for m in (None, 3))
+    assert free.running.max() > 3 == capped.running.max() and capped.tokens.sum() == free.tokens.sum()
+
+
 def test_paged_preempts_and_recomputes_when_the_pool_runs_out():
     trace = make_trace(40, 2.0, "uniform", CFG.max_context, seed=6)
     r = serve(trace, "paged", 1 << 20, CFG, block_size=16)
