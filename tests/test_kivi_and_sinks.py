@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 from invariants import token_ids
 
+import content
 import dantinox
 from dantinox import quality
 from dantinox.cache import cache_length
@@ -246,8 +247,13 @@ def test_sinks_need_a_window():
         dantinox.ModelConfig.preset("test", attention_sinks=4)
 
 
-@pytest.mark.parametrize("cfg", [kivi(4), dantinox.ModelConfig.preset("test", sliding_windows=(5, 5),
-                                                                      attention_sinks=2)], ids=["kivi4", "sinks"])
-def test_no_content_formula_is_claimed_for_the_new_layouts(cfg):
-    with pytest.raises(ValueError, match="no concept-entry formula"):
-        quality.formula_for(cfg, 1, 8)
+@pytest.mark.parametrize("cfg", [kivi(4), kivi(2, dtype="bfloat16"), kivi(2, kivi_group=8, kivi_residual=8),
+                                 dantinox.ModelConfig.preset("test", sliding_windows=(5, 5), attention_sinks=2),
+                                 dantinox.ModelConfig.preset("test", sliding_windows=(9, 9), attention_sinks=3,
+                                                             cache_dtype="bfloat16")],
+                         ids=["kivi4", "kivi2-bf16", "kivi2-g8", "sinks", "sinks-bf16"])
+def test_the_concept_entry_formula_sizes_the_new_layouts_to_the_byte(cfg):
+    for batch, tokens in ((1, 1), (2, 7), (1, 33), (3, 64)):
+        entry_id, title, variables = quality.formula_for(cfg, batch, tokens)
+        formula = content.evaluate(content.load_entry(entry_id), title, **variables)
+        assert formula == dantinox.kv_cache_bytes(cfg, batch, tokens) == dantinox.init_cache(cfg, batch, tokens).nbytes
