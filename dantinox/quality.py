@@ -20,6 +20,7 @@ from dantinox import tokenizer
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.eviction import BOOKKEEPING_BYTES
 from dantinox.kivi import SCALE_DTYPE as KIVI_SCALE_DTYPE
 from dantinox.model import Transformer
 from dantinox.quant import SCALE_BYTES
@@ -93,6 +94,9 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
         return ("kv-cache-quantization", "KIVI cache size",
                 dict(L=cfg.n_layers, **head, q=cfg.kivi_bits, s=KIVI_SCALE_BYTES, G=cfg.kivi_group,
                      R=cfg.kivi_residual, bytes=np.dtype(cfg.jnp_dtype).itemsize))
+    if cfg.eviction is not None:
+        return ("kv-cache-eviction", "Eviction cache size",
+                dict(L=cfg.n_layers, **head, N=cfg.cache_budget, bytes=cfg.cache_itemsize, a=BOOKKEEPING_BYTES))
     if cfg.attention_sinks:
         if set(cfg.layer_windows) != {cfg.sliding_window}:
             raise ValueError(f"sliding_windows: the sink formula has one W in every layer, got {cfg.sliding_windows}")
