@@ -38,7 +38,8 @@ How each is decoded through its real layout:
                R) and H2O evicts once per call, from budget + 32 candidates, instead of once per token
   recompute    sliding-window recomputation in strides of W: chunks of 2W tokens from scratch, each token of a
                chunk's second half predicted from the last W + 1 to 2W tokens (StreamingLLM's baseline, strided)
-The run stops starting configurations after --budget-s seconds and records the rest as not measured.
+The run stops starting configurations after --budget-s seconds and records the rest as not measured; --resume
+measures only those (recomputing the reference for KL) and adds its wall time to the stored total.
 """
 
 from __future__ import annotations
@@ -224,9 +225,14 @@ def smol_bytes(cfg: dantinox.ModelConfig, tokens: int) -> dict:
                 formula=f"{entry_id}: {title}", bytes_per_token=measured / tokens)
 
 
-def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "smollm2-135m") -> dict:
-    """Measure every SmolLM2 configuration in order, writing `out` after each; stop starting new ones at budget_s."""
+def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "smollm2-135m",
+                resume: bool = False) -> dict:
+    """Measure every SmolLM2 configuration in order, writing `out` after each; stop starting new ones at budget_s.
+
+    `resume` keeps the rows already in `out` and measures the others (the reference is computed again for KL).
+    """
     started = time.time()
+    earlier = json.loads(out.read_text()) if resume and out.is_file() else None
     cfg, model, tok = dantinox.load_pretrained(source)
     ids = np.asarray(tok.encode(shipped_text(SMOL_TEXT)), np.int32)[:SMOL_TOKENS]
     if len(ids) < SMOL_TOKENS:
@@ -234,9 +240,20 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
     ids_BT = ids[None]
     result = dict(model=source, date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                   tokens=SMOL_TOKENS, heldout=SMOL_SOURCE, chunk=CHUNK, bin=BIN, rows=[], missing=[],
-                  load_avg=list(__import__("os").getloadavg()), budget_s=budget_s)
+                  load_avg=list(__import__("os").getloadavg()), budget_s=budget_s, runs=[])
+    if earlier is not None:
+        runs = earlier.get("runs") or [dict(started=earlier["date"], wall_s=earlier["wall_s"],  # one earlier run
+                                            measured=[r["label"] for r in earlier["rows"]],
+                                            load_avg=earlier.get("load_avg"))]
+        result.update(rows=earlier["rows"], runs=runs, kivi_block=earlier.get("kivi_block"), date=earlier["date"])
+    done = {r["label"] for r in result["rows"]}
+    this_run = dict(started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), measured=[],
+                    load_avg=list(__import__("os").getloadavg()))
+    result["runs"].append(this_run)
     ref_logp = None
     for label, family, how, changes in smol_configs(cfg.n_layers):
+        if label in done and (family != "baseline" or ref_logp is not None):
+            continue
         if time.time() - started > budget_s:
             result["missing"].append(dict(label=label, why=f"not started: the run's {budget_s:.0f} s budget was spent"))
             continue
@@ -271,13 +288,18 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
         bins = [float(np.exp(nll[a:a + BIN].mean())) for a in range(0, len(nll), BIN)]
         row.update(perplexity=float(np.exp(nll.mean())), agreement=float(agree.mean()), mean_kl=float(kl.mean()),
                    perplexity_by_position=bins, seconds=round(time.time() - t0, 1))
+        this_run["wall_s"] = round(time.time() - started, 1)
+        result["wall_s"] = round(sum(r.get("wall_s", 0) for r in result["runs"]), 1)
+        if label in done:  # the reference, recomputed for a resumed run: the stored row stays
+            continue
         result["rows"].append(row)
-        result["wall_s"] = round(time.time() - started, 1)
+        this_run["measured"].append(label)
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"measured {label}: perplexity {row['perplexity']:.3f}, agreement {row['agreement']:.2%}, "
               f"KL {row['mean_kl']:.4f}, {row['bytes_per_token']:,.0f} B/token ({row['seconds']} s)",
               file=sys.stderr, flush=True)
-    result["wall_s"] = round(time.time() - started, 1)
+    this_run["wall_s"] = round(time.time() - started, 1)
+    result["wall_s"] = round(sum(r.get("wall_s", 0) for r in result["runs"]), 1)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -302,12 +324,13 @@ if __name__ == "__main__":
     parser.add_argument("--check", action="store_true", help="exit 1 unless every configuration was measured")
     parser.add_argument("--part", choices=("tiny", "smollm2"), default="tiny", help="which models to measure")
     parser.add_argument("--budget-s", type=float, default=1150.0, help="smollm2: start no configuration after this")
+    parser.add_argument("--resume", action="store_true", help="smollm2: keep the stored rows, measure the rest")
     parser.add_argument("--out", default=None, help=f"JSON file to write (default {OUT.relative_to(ROOT)}, "
                         f"or {SMOL_OUT.relative_to(ROOT)} for --part smollm2)")
     args = parser.parse_args()
     if args.part == "smollm2":
         dantinox.enable_compilation_cache()
-        result = run_smollm2(Path(args.out or SMOL_OUT), args.budget_s)
+        result = run_smollm2(Path(args.out or SMOL_OUT), args.budget_s, resume=args.resume)
         print(smol_table(result))
         print(f"\nwall time {result['wall_s']:.0f} s; wrote {args.out or SMOL_OUT}")
         bad = [r["label"] for r in result["rows"] if not r["bytes"] == r["formula_bytes"] == r["kv_cache_bytes"]]
