@@ -226,10 +226,11 @@ def smol_bytes(cfg: dantinox.ModelConfig, tokens: int) -> dict:
 
 
 def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "smollm2-135m",
-                resume: bool = False) -> dict:
+                resume: bool = False, only: list[str] | None = None) -> dict:
     """Measure every SmolLM2 configuration in order, writing `out` after each; stop starting new ones at budget_s.
 
-    `resume` keeps the rows already in `out` and measures the others (the reference is computed again for KL).
+    `resume` keeps the rows already in `out` and measures the others (the reference is computed again for KL);
+    `only` measures just those labels, in that order, after the reference.
     """
     started = time.time()
     earlier = json.loads(out.read_text()) if resume and out.is_file() else None
@@ -251,7 +252,15 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
                     load_avg=list(__import__("os").getloadavg()))
     result["runs"].append(this_run)
     ref_logp = None
-    for label, family, how, changes in smol_configs(cfg.n_layers):
+    configs = smol_configs(cfg.n_layers)
+    if only is not None:
+        known = {c[0]: c for c in configs}
+        unknown = [label for label in only if label not in known]
+        if unknown:
+            raise ValueError(f"only: unknown configuration(s) {', '.join(unknown)}; "
+                             f"expected some of {', '.join(known)}")
+        configs = [configs[0], *(known[label] for label in only if label != configs[0][0])]
+    for label, family, how, changes in configs:
         if label in done and (family != "baseline" or ref_logp is not None):
             continue
         if time.time() - started > budget_s:
@@ -300,6 +309,9 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
               file=sys.stderr, flush=True)
     this_run["wall_s"] = round(time.time() - started, 1)
     result["wall_s"] = round(sum(r.get("wall_s", 0) for r in result["runs"]), 1)
+    listed = {r["label"] for r in result["rows"]} | {m["label"] for m in result["missing"]}
+    result["missing"] += [dict(label=c[0], why="not started: no run reached it within its time budget")
+                          for c in smol_configs(cfg.n_layers) if c[0] not in listed]
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -325,12 +337,14 @@ if __name__ == "__main__":
     parser.add_argument("--part", choices=("tiny", "smollm2"), default="tiny", help="which models to measure")
     parser.add_argument("--budget-s", type=float, default=1150.0, help="smollm2: start no configuration after this")
     parser.add_argument("--resume", action="store_true", help="smollm2: keep the stored rows, measure the rest")
+    parser.add_argument("--only", default=None, help="smollm2: comma-separated labels to measure, in this order")
     parser.add_argument("--out", default=None, help=f"JSON file to write (default {OUT.relative_to(ROOT)}, "
                         f"or {SMOL_OUT.relative_to(ROOT)} for --part smollm2)")
     args = parser.parse_args()
     if args.part == "smollm2":
         dantinox.enable_compilation_cache()
-        result = run_smollm2(Path(args.out or SMOL_OUT), args.budget_s, resume=args.resume)
+        only = None if args.only is None else [label.strip() for label in args.only.split(",")]
+        result = run_smollm2(Path(args.out or SMOL_OUT), args.budget_s, resume=args.resume, only=only)
         print(smol_table(result))
         print(f"\nwall time {result['wall_s']:.0f} s; wrote {args.out or SMOL_OUT}")
         bad = [r["label"] for r in result["rows"] if not r["bytes"] == r["formula_bytes"] == r["kv_cache_bytes"]]

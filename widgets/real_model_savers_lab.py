@@ -90,7 +90,7 @@ def frontier_figure(data: dict, metric: str, tiny: dict | None = None, selected:
                         f"--part smollm2 on {data['date']}, {data['tokens']} held-out tokens, weights unchanged</sup>",
                    x=0, xref="paper", xanchor="left"),
         xaxis=dict(title=f"KV cache bytes per token over {data['tokens']} tokens (log)", type="log"),
-        yaxis=dict(title=title, type="log" if key == "perplexity" else "linear"),
+        yaxis=dict(title=title),
         height=520, width=820, margin=dict(l=80, r=40, t=90, b=120),
         legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"))
     return fig
@@ -116,7 +116,7 @@ def streaming_figure(data: dict, window: int) -> go.Figure:
     fig.update_layout(
         title=dict(text=f"StreamingLLM on SmolLM2-135M, W = {window}<br><sup>perplexity per {data['bin']} positions, "
                         f"measured; dotted: the window's length</sup>", x=0, xref="paper", xanchor="left"),
-        xaxis=dict(title="position in the held-out text"), yaxis=dict(title="perplexity (log)", type="log"),
+        xaxis=dict(title="position in the held-out text"), yaxis=dict(title="perplexity", rangemode="tozero"),
         height=420, width=820, margin=dict(l=70, r=30, t=80, b=60), legend=dict(x=0.01, y=0.99))
     return fig
 
