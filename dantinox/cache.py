@@ -236,6 +236,10 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
 
     if cfg.kivi_bits is not None:
         return (KiviLayout(Linear(), KiviCache, cfg),) * cfg.n_layers
+    if cfg.eviction is not None:
+        from dantinox.eviction import Budget, BudgetCache, EvictionLayout
+
+        return (EvictionLayout(Budget(cfg.cache_budget), BudgetCache, cfg),) * cfg.n_layers
     payload = LatentCache if cfg.attention == "latent" else LayerCache
     out = []
     for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):

@@ -24,6 +24,7 @@ QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
+EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
 
 
 def local_layers(n_layers: int, size: int, local_per_global: int | None = None) -> tuple[int | None, ...]:
@@ -100,6 +101,9 @@ class ModelConfig:
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
     attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
+    # Score-based eviction (dantinox/eviction.py): every layer keeps at most cache_budget slots.
+    cache_budget: int | None = None  # N: slots per layer; the most recent N // 2 tokens plus the heavy hitters
+    eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
     # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
     cache_layout: str = "contiguous"
     block_size: int = 16  # token slots per page of a paged cache
@@ -132,6 +136,27 @@ class ModelConfig:
         self._check_mla()
         self._check_local_layers()
         self._check_kivi()
+        self._check_eviction()
+
+    def _check_eviction(self) -> None:
+        if (self.cache_budget is None) != (self.eviction is None):
+            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
+                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
+        if self.eviction is None:
+            return
+        if self.eviction not in EVICTIONS:
+            raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
+        positive_int("cache_budget", self.cache_budget, minimum=2)
+        for name, value, plain in (("attention", self.attention, self.attention == "heads"),
+                                   ("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
+                                   ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
+                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                   ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
+            if not plain:
+                raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
+                                 f"contiguous autoregressive cache (no latent, quantized, paged, window or chunk "
+                                 f"layout), got {value!r}")
 
     def _check_kivi(self) -> None:
         g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
@@ -282,6 +307,11 @@ class ModelConfig:
     def kivi_bits(self) -> int | None:
         """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
         return KIVI_CACHE_DTYPES.get(self.cache_dtype)
+
+    @property
+    def recent_budget(self) -> int | None:
+        """Of an eviction budget N, the slots kept for the most recent tokens (N // 2, H2O's even split)."""
+        return None if self.cache_budget is None else self.cache_budget // 2
 
     @property
     def n_kv_heads(self) -> int:

@@ -13,6 +13,7 @@ from flax import nnx
 from dantinox.cache import cache_shapes, init_cache, tree_nbytes
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.eviction import budget_cache_bytes
 from dantinox.kivi import kivi_cache_bytes
 from dantinox.quant import SCALE_BYTES
 
@@ -66,7 +67,8 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
     slots = T, or min(T, W + S) for a sliding-window layer's ring buffer and its S attention sinks (min(T, C)
-    for a chunked one); a KIVI cache (cache_dtype kivi4 / kivi2) is counted by `kivi_cache_bytes`;
+    for a chunked one); a KIVI cache (cache_dtype kivi4 / kivi2) is counted by `kivi_cache_bytes`, an
+    eviction cache (cache_budget N) by `budget_cache_bytes` (min(T, N) slots, each with a score and a position);
     elements per token = 2 · K · H, or
     C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
     MLA's latent).
@@ -78,6 +80,8 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
             raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
     if cfg.kivi_bits is not None:
         return kivi_cache_bytes(cfg, int(batch_size), int(tokens))
+    if cfg.eviction is not None:
+        return budget_cache_bytes(cfg, int(batch_size), int(tokens))
     scales_per_slot = 1 if cfg.attention == "latent" else 2 * cfg.n_kv_heads  # one per latent; one per K/V head
     scales = scales_per_slot * SCALE_BYTES if cfg.quantized_cache else 0
     per_slot = cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize + scales

@@ -66,19 +66,20 @@ def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
 def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: jax.Array,
            scale: float | None = None, k_scale_BKS: jax.Array | None = None,
            v_scale_BKS: jax.Array | None = None, sink_q_BTKGH: jax.Array | None = None,
-           sink_BS: jax.Array | None = None) -> jax.Array:
+           sink_BS: jax.Array | None = None, with_weights: bool = False) -> Any:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
     `mask_BTS` says which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query
     width); V may be narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes
     with per-slot scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
     The slots marked in `sink_BS` (attention sinks) are scored with `sink_q_BTKGH`, the query rotated to its
-    position within the cache.
+    position within the cache. `with_weights` also returns the softmax weights [B, K, G, T, S] (eviction
+    scores them).
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
     k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
-    if uses_one_token_arrangement(B, T, K, G) and sink_BS is None:
+    if uses_one_token_arrangement(B, T, K, G) and sink_BS is None and not with_weights:
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_BTS[:, 0], scale,
                                  k_scale_BKS, v_scale_BKS)[:, None]
     scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
@@ -89,9 +90,11 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: j
         scores_BKGTS = scores_BKGTS * k_scale_BKS[:, :, None, None, :]
     scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, NEG_INF)  # mask before the softmax
     probs = jax.nn.softmax(scores_BKGTS, axis=-1)
+    weights = probs
     if v_scale_BKS is not None:
         probs = probs * v_scale_BKS[:, :, None, None, :]
-    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
+    out = jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
+    return (out, weights) if with_weights else out
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
@@ -169,8 +172,14 @@ class Attention(nnx.Module):
         with jax.named_scope("attend"):
             kv = view.payload
             sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < self.layout.addressing.sinks)
+            scored = cache is not None and hasattr(self.layout, "keep")  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
-                               sink_q, sinks)
+                               sink_q, sinks, with_weights=scored)
+        if scored:
+            with jax.named_scope("cache_write"):
+                out_BTKGH, weights_BKGTS = out_BTKGH
+                weights_BS = jnp.einsum("BKGTS,BT->BS", weights_BKGTS, fill.live_BT.astype(jnp.float32))
+                cache = self.layout.keep(cache, view, weights_BS, fill.after_B)
         with jax.named_scope("out_proj"):
             return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 

@@ -20,8 +20,12 @@ from dantinox import tokenizer
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.eviction import BOOKKEEPING_BYTES
+from dantinox.kivi import SCALE_DTYPE as KIVI_SCALE_DTYPE
 from dantinox.model import Transformer
 from dantinox.quant import SCALE_BYTES
+
+KIVI_SCALE_BYTES = np.dtype(KIVI_SCALE_DTYPE).itemsize
 
 
 def heldout_chunks(text: str, length: int) -> np.ndarray:
@@ -84,18 +88,27 @@ def with_changes(model: Transformer, **changes) -> Transformer:
 def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, dict[str, float]]:
     """(content entry id, science title, variables) of the formula that sizes this config's cache.
 
-    Windows: sliding-window-attention's per-layer sum; quantized: kv-cache-quantization's size with one
-    float32 scale per head of H elements; MLA: its latent size; otherwise the kv-cache formula.
+    Windows: sliding-window-attention's per-layer sum; sinks: attention-sinks' W + S slots; KIVI and the
+    quantized caches: kv-cache-quantization's sizes (int8/fp8 with one float32 scale per head of H elements);
+    MLA: its latent size; otherwise the kv-cache formula.
     """
-    if cfg.kivi_bits is not None or cfg.attention_sinks:
-        field = "cache_dtype" if cfg.kivi_bits is not None else "attention_sinks"
-        raise ValueError(f"{field}: no concept-entry formula sizes {getattr(cfg, field)!r} yet; "
-                         f"dantinox.kv_cache_bytes counts it")
+    head = dict(B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
+    if cfg.kivi_bits is not None:
+        return ("kv-cache-quantization", "KIVI cache size",
+                dict(L=cfg.n_layers, **head, q=cfg.kivi_bits, s=KIVI_SCALE_BYTES, G=cfg.kivi_group,
+                     R=cfg.kivi_residual, bytes=np.dtype(cfg.jnp_dtype).itemsize))
+    if cfg.eviction is not None:
+        return ("kv-cache-eviction", "Eviction cache size",
+                dict(L=cfg.n_layers, **head, N=cfg.cache_budget, bytes=cfg.cache_itemsize, a=BOOKKEEPING_BYTES))
+    if cfg.attention_sinks:
+        if set(cfg.layer_windows) != {cfg.sliding_window}:
+            raise ValueError(f"sliding_windows: the sink formula has one W in every layer, got {cfg.sliding_windows}")
+        return ("attention-sinks", "Cache with attention sinks",
+                dict(L=cfg.n_layers, **head, W=cfg.sliding_window, S=cfg.attention_sinks, bytes=cfg.cache_itemsize))
     if cfg.attention == "latent":
         return ("multi-head-latent-attention", "MLA latent cache size",
                 dict(L=cfg.n_layers, B=batch, T=tokens, C=cfg.kv_latent_dim, R=cfg.rope_head_dim,
                      bytes=cfg.cache_itemsize))
-    head = dict(B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
     if cfg.quantized_cache:
         return ("kv-cache-quantization", "Quantized KV cache size",
                 dict(L=cfg.n_layers, **head, q=8 * cfg.cache_itemsize, z=SCALE_BYTES, G=cfg.head_size))

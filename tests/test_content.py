@@ -100,7 +100,7 @@ PRIMARY_HOSTS = {"arxiv.org", "jax-ml.github.io", "docs.vllm.ai", "docs.sglang.i
 PRIMARY_REPOS = ("huggingface.co/meta-llama/", "huggingface.co/deepseek-ai/", "huggingface.co/google/",
                  "huggingface.co/mistralai/", "huggingface.co/Qwen/", "huggingface.co/openai/",
                  "github.com/vllm-project/vllm", "github.com/NVlabs/",
-                 "github.com/jy-yuan/KIVI")
+                 "github.com/jy-yuan/KIVI", "github.com/mit-han-lab/streaming-llm")
 
 
 def test_no_entry_cites_a_mirror_host_anywhere_in_its_text():
@@ -280,6 +280,17 @@ INDEPENDENT = {
     "Quantized KV cache size": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"]
     * (v["q"] / 8 + v["z"] / v["G"]),
     "Compression relative to 16-bit": lambda v: 16 * v["G"] / (v["q"] * v["G"] + 8 * v["z"]),
+    "KIVI cache size": lambda v: v["B"] * v["L"] * v["H_kv"] * (  # codes, key scales+zeros, value scales+zeros, window
+        2 * v["T"] * v["d_h"] * v["q"] / 8 + 2 * v["s"] * -(-v["T"] // v["G"]) * v["d_h"]
+        + 2 * v["s"] * v["T"] * v["d_h"] / v["G"] + 2 * min(v["T"], v["R"]) * v["d_h"] * v["bytes"]),
+    "Cache with attention sinks": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"] + v["S"]) * v["H_kv"] * v["d_h"]
+    * v["bytes"],
+    "Cache reduction from sinks and a window": lambda v: v["T"] / min(v["T"], v["W"] + v["S"]),
+    "Sink share of the cache": lambda v: v["S"] / (v["W"] + v["S"]),
+    "Learned sink parameters": lambda v: v["L"] * v["N"],
+    "Eviction cache size": lambda v: sum(  # slot by slot: keys and values of every KV head, then the bookkeeping
+        2 * v["H_kv"] * v["d_h"] * v["bytes"] + v["a"] for _ in range(int(min(v["T"], v["N"])))) * v["L"] * v["B"],
+    "Share of the text kept": lambda v: min(v["T"], v["N"]) / v["T"],
     "Cache with a full-precision window": lambda v: 2 * v["L"] * v["H_kv"] * v["d_h"]
     * (v["n_fp"] * v["bytes"] + (v["T"] - v["n_fp"]) * (v["q"] / 8 + v["z"] / v["G"])),
 }

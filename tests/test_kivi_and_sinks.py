@@ -1,4 +1,5 @@
-"""KIVI low-bit storage and StreamingLLM attention sinks: bytes equal the formula, attention equals numpy references."""
+"""KIVI low-bit storage, StreamingLLM attention sinks and H2O eviction: bytes equal the formula, attention equals
+numpy references."""
 
 import functools
 
@@ -9,6 +10,7 @@ import pytest
 from flax import nnx
 from invariants import token_ids
 
+import content
 import dantinox
 from dantinox import quality
 from dantinox.cache import cache_length
@@ -16,6 +18,9 @@ from dantinox.config import local_layers
 from dantinox.kivi import KiviCache, pack, unpack
 
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
+
+
+entry = functools.cache(content.load_entry)  # validating an entry costs about a second
 
 
 @functools.cache
@@ -160,13 +165,14 @@ def test_kivi_attention_equals_attention_over_numpy_dequantized_values(bits, pre
     assert np.abs(k_read[:, :, :21] - k_f.transpose(0, 2, 1, 3)).max() > 1e-3  # something was quantized
 
 
-def test_kivi_decodes_end_to_end_and_is_exact_while_every_token_is_in_the_window():
-    cfg = kivi(2, kivi_residual=32, kivi_group=8)
-    tokens = np.asarray(dantinox.generate(model_for(cfg), token_ids(2, 6), 40))
-    assert tokens.shape == (2, 46)
-    # the first 32 tokens never leave the full-precision window: greedy picks equal the float model's
-    float_logits = np.asarray(model_for(cfg.replace(cache_dtype="float32"))(tokens)[0])
-    np.testing.assert_array_equal(float_logits[:, 5:31].argmax(-1), tokens[:, 6:32])
+def test_kivi_is_exact_while_every_token_is_in_the_full_precision_window():
+    cfg = kivi(4)
+    x = token_ids(2, 21)
+    cached, _ = decode(model_for(cfg), cfg, x, 1, 24)  # the compiled step of the test above
+    float_logits = np.asarray(model_for(cfg.replace(cache_dtype="float32"))(x)[0])
+    R = cfg.kivi_residual
+    np.testing.assert_allclose(cached[:, :R], float_logits[:, :R], atol=2e-5, rtol=2e-5)
+    assert np.abs(cached[:, R:] - float_logits[:, R:]).max() > 1e-4  # and not after
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -246,8 +252,94 @@ def test_sinks_need_a_window():
         dantinox.ModelConfig.preset("test", attention_sinks=4)
 
 
-@pytest.mark.parametrize("cfg", [kivi(4), dantinox.ModelConfig.preset("test", sliding_windows=(5, 5),
-                                                                      attention_sinks=2)], ids=["kivi4", "sinks"])
-def test_no_content_formula_is_claimed_for_the_new_layouts(cfg):
-    with pytest.raises(ValueError, match="no concept-entry formula"):
-        quality.formula_for(cfg, 1, 8)
+@pytest.mark.parametrize("cfg", [kivi(4), kivi(2, dtype="bfloat16"), kivi(2, kivi_group=8, kivi_residual=8),
+                                 dantinox.ModelConfig.preset("test", sliding_windows=(5, 5), attention_sinks=2),
+                                 dantinox.ModelConfig.preset("test", sliding_windows=(9, 9), attention_sinks=3,
+                                                             cache_dtype="bfloat16")],
+                         ids=["kivi4", "kivi2-bf16", "kivi2-g8", "sinks", "sinks-bf16"])
+def test_the_concept_entry_formula_sizes_the_new_layouts_to_the_byte(cfg):
+    for batch, tokens in ((1, 1), (2, 7), (1, 33), (3, 64)):
+        entry_id, title, variables = quality.formula_for(cfg, batch, tokens)
+        formula = content.evaluate(entry(entry_id), title, **variables)
+        assert formula == dantinox.kv_cache_bytes(cfg, batch, tokens) == dantinox.init_cache(cfg, batch, tokens).nbytes
+
+
+# H2O eviction -------------------------------------------------------------------------------------------------------
+
+def h2o(budget=6):
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_budget=budget, eviction="h2o")
+    return cfg, model_for(cfg)
+
+
+def h2o_reference(cfg, prefill, kept_log):
+    """H2O as the paper states it, per layer: each call's queries attend over the kept tokens and the call's own
+    (causally), every candidate's score adds the weights it received (all heads), then the latest N // 2 positions
+    and the N - (recent kept) highest scores stay (ties: the older token). `kept_log[i]` gets the final set."""
+    N, r = cfg.cache_budget, cfg.recent_budget
+
+    def attention(i, q, k, v):
+        T = q.shape[0]
+        q, k = np_rope(q, np.arange(T), cfg.rope_base), np_rope(k, np.arange(T), cfg.rope_base)
+        N_heads, K = q.shape[1], k.shape[1]
+        kept, score, out = [], {}, np.zeros_like(q)
+        for call in [range(prefill)] + [range(p, p + 1) for p in range(prefill, T)]:
+            cand = kept + list(call)
+            for c in call:
+                score[c] = 0.0
+            for p in call:
+                seen = [c for c in cand if c <= p]
+                for n in range(N_heads):
+                    s_ = k[seen, n // (N_heads // K)] @ q[p, n] / np.sqrt(q.shape[-1])
+                    w = np.exp(s_ - s_.max())
+                    w /= w.sum()
+                    out[p, n] = w @ v[seen, n // (N_heads // K)]
+                    for c, wc in zip(seen, w, strict=True):
+                        score[c] += wc
+            end = call[-1] + 1
+            recent = [c for c in cand if c >= end - r]
+            rest = sorted((c for c in cand if c < end - r), key=lambda c: (-score[c], c))
+            kept = sorted(recent + rest[:max(0, N - len(recent))])
+        kept_log[i] = kept
+        return out
+    return attention
+
+
+@pytest.mark.parametrize("prefill", [1, 9])  # token by token; a prompt longer than the budget, compressed once
+def test_h2o_keeps_recent_tokens_and_heavy_hitters_as_the_reference_does(prefill):
+    cfg, model = h2o(6)
+    x = token_ids(2, 20)
+    cached, cache = decode(model, cfg, x, prefill, 20)
+    assert cache.nbytes == dantinox.kv_cache_bytes(cfg, 2, 20)  # after decoding too
+    for b in range(2):
+        kept = {}
+        np.testing.assert_allclose(cached[b], np_forward(model, x[b], h2o_reference(cfg, prefill, kept)),
+                                   atol=2e-4, rtol=2e-4)
+        for i, layer in enumerate(cache.layers):
+            assert sorted(np.asarray(layer.pos)[b].tolist()) == kept[i]
+    assert any(0 < p < 17 for layer in cache.layers for p in np.asarray(layer.pos).ravel())  # a heavy hitter kept
+    full = np.asarray(model_for(cfg.replace(cache_budget=None, eviction=None))(x)[0])
+    if prefill == 1:  # while the text fits in the budget, nothing is evicted: the full cache's logits
+        np.testing.assert_allclose(cached[:, :6], full[:, :6], atol=2e-5, rtol=2e-5)
+    assert np.abs(cached[:, 7:] - full[:, 7:]).max() > 1e-3  # and after it, eviction changes what is seen
+
+
+@pytest.mark.parametrize("batch,tokens", [(1, 1), (2, 5), (3, 6), (2, 40)])
+def test_h2o_bytes_equal_the_formula_with_scores_and_positions(batch, tokens):
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_budget=6, eviction="h2o", cache_dtype="bfloat16")
+    slots = min(tokens, 6)
+    formula = batch * cfg.n_layers * slots * (2 * 2 * 8 * 2 + 4 + 4)  # K, V of 2 heads x 8 in bf16, score, position
+    assert dantinox.kv_cache_bytes(cfg, batch, tokens) == formula == dantinox.init_cache(cfg, batch, tokens).nbytes
+    entry_id, title, variables = quality.formula_for(cfg, batch, tokens)
+    assert content.evaluate(entry(entry_id), title, **variables) == formula
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(cache_budget=8), "eviction: a budget and a policy go together"),
+    (dict(cache_budget=8, eviction="lru"), "eviction: expected one of h2o"),
+    (dict(cache_budget=1, eviction="h2o"), "cache_budget: expected an integer >= 2"),
+    (dict(cache_budget=8, eviction="h2o", cache_dtype="int8"), "cache_dtype: eviction='h2o' keeps float"),
+    (dict(cache_budget=8, eviction="h2o", sliding_windows=(4, 4)), "sliding_windows: eviction='h2o'"),
+])
+def test_eviction_config_errors_name_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dantinox.ModelConfig.preset("test", **kw)

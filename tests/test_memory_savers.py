@@ -1,4 +1,4 @@
-"""The memory-savers measurements, the quality metrics and the lab widget (headless)."""
+"""The memory-savers measurements (tiny runs and SmolLM2), the quality metrics and the lab widgets (headless)."""
 
 import json
 import math
@@ -11,6 +11,7 @@ import dantinox
 from dantinox import quality
 from dantinox_labs import shipped
 from widgets.memory_savers_lab import MEASUREMENTS, MemorySaversLab, load_measurements, quantize_key, ring_table
+from widgets.real_model_savers_lab import RealModelSaversLab, kept_spans, kivi_quantize, load_smol_measurements
 
 DATA = load_measurements()
 
@@ -99,3 +100,72 @@ def test_load_measurements_errors_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"bad.json: rows\[0\] lacks family"):
         load_measurements(bad)
     assert MEASUREMENTS.is_file()
+
+
+# SmolLM2-135M (benchmarks/memory_savers.py --part smollm2) ------------------------------------------------------------
+
+SMOL = load_smol_measurements()
+
+
+def smol_config(row):
+    """The stored row's cache config: SmolLM2's geometry (the preset, K = 3) with the row's changes."""
+    return dantinox.ModelConfig.preset("smollm2-135m", kv_heads=3, **(row["config"] or {}))
+
+
+@pytest.mark.parametrize("row", SMOL["rows"], ids=lambda r: r["label"])
+def test_smollm2_bytes_are_the_arrays_and_the_formula_of_todays_code(row):
+    cfg = smol_config(row)
+    tokens = SMOL["tokens"] if row["family"] != "recompute" else 2 * row["window"]
+    measured = dantinox.cache_shapes(cfg, 1, tokens).nbytes
+    entry_id, title, variables = quality.formula_for(cfg, 1, tokens)
+    assert row["bytes"] == measured == dantinox.kv_cache_bytes(cfg, 1, tokens) == content.evaluate(
+        content.load_entry(entry_id), title, **variables)
+    assert row["bytes_per_token"] == measured / SMOL["tokens"]
+
+
+def test_smollm2_quality_numbers_are_consistent():
+    base = next(r for r in SMOL["rows"] if r["family"] == "baseline")
+    assert base["agreement"] == 1.0 and abs(base["mean_kl"]) < 1e-6
+    for r in SMOL["rows"]:
+        bins = r["perplexity_by_position"]
+        assert len(bins) == -(-(SMOL["tokens"] - 1) // SMOL["bin"]) and all(b > 1 for b in bins)
+        assert 0 < r["agreement"] <= 1 and r["mean_kl"] > -1e-6 and r["perplexity"] > 1
+    assert SMOL["wall_s"] > 0 and {m["label"] for m in SMOL["missing"]}.isdisjoint(r["label"] for r in SMOL["rows"])
+
+
+def test_kivi_view_rounds_as_an_independent_numpy_kivi():
+    block = SMOL["kivi_block"]
+    keys, values, G = np.asarray(block["keys"]), np.asarray(block["values"]), block["group"]
+    for bits in (2, 4):
+        top = 2**bits - 1
+        f16 = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+        lo, hi = keys.min(0), keys.max(0)  # one group of G tokens: a scale per channel
+        s, z = f16((hi - lo) / top), f16(lo)
+        want = np.clip(np.round((keys - z) / np.where(s > 0, s, 1)), 0, top) * s + z
+        got = kivi_quantize(keys, bits, G, per_channel=True)
+        np.testing.assert_allclose(got.restored, want, atol=1e-5)
+        v = kivi_quantize(values, bits, G, per_channel=False)
+        assert v.scale.shape == (values.shape[0], values.shape[1] // G)
+        assert np.all(np.abs(v.error) <= v.scale.repeat(G, 1) / 2 + 1e-3)
+
+
+def test_real_model_lab_follows_its_controls():
+    lab = RealModelSaversLab(tiny=DATA, selection=SMOL["rows"][0]["label"])
+    assert lab.error == ""
+    for (metric, key), row in zip((("top-1 agreement", "agreement"), ("mean KL", "mean_kl"),
+                                   ("perplexity", "perplexity")), SMOL["rows"][-3:], strict=False):
+        lab.update(metric=metric, selection=row["label"])
+        ring = lab.figure.data[-1]  # the red ring marks the selection on the chosen metric
+        assert ring.x == (row["bytes_per_token"],) and ring.y == (row[key],)
+        assert f"{row['perplexity']:.3f}" in lab.readout_html.value
+    names = [t.name for t in lab.figure.data]
+    lab.update(metric="top-1 agreement")
+    assert any(t.name.startswith("tiny runs") for t in lab.figure.data) and not any(n.startswith("tiny") for n in names)
+    window = lab.window.options[0]
+    curves = [t.name for t in lab.stream_figure.data]
+    assert curves[:3] == ["fp32 full cache", f"window {window} (not retrained)", f"window {window - 4} + 4 sinks"]
+    assert kept_spans("sinks", 1000, 256) == [(0, 3), (749, 1000)] and kept_spans("window", 10, 256) == [(0, 10)]
+    lab.update(bits=4, block="values per token (KIVI)")
+    assert lab.reading.kivi.original.shape == (32, 64) and "values per token" in lab.kivi_html.value
+    with pytest.raises(ValueError, match="selection: expected one of"):
+        lab.update(selection="kivi1")

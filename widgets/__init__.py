@@ -23,6 +23,7 @@ from widgets.mla_lab import MlaLab, decode_path_agreement
 from widgets.plot import CachePlot, attention_variants
 from widgets.quiz import Quiz, summarise
 from widgets.readings import CacheReading, CacheSize, MlaReading, formula_params, read_kv_cache, read_mla_cache
+from widgets.real_model_savers_lab import RealModelSaversLab, load_smol_measurements
 from widgets.real_models_lab import RealModelsLab, read_real_model
 from widgets.roofline_lab import RooflineLab
 from widgets.serving_lab import ServingLab, ServingReading, block_table_html, read_serving
@@ -32,4 +33,4 @@ __all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExp
            "GeneratePanel", "MlaLab", "MlaReading", "Quiz", "attention_variants", "decode_path_agreement",
            "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise",
            "ServingLab", "ServingReading", "block_table_html", "read_serving", "MemorySaversLab", "load_measurements",
-           "MeshLab", "read_mesh", "RealModelsLab", "read_real_model"]
+           "MeshLab", "read_mesh", "RealModelsLab", "read_real_model", "RealModelSaversLab", "load_smol_measurements"]
