@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import email.parser
 import hashlib
 import io
@@ -302,10 +303,29 @@ def site_notebook(name: str) -> bytes:
     return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
 
 
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    """One download at a time into `cache` (two test workers may build at once)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as handle:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no second worker shares a cache there in practice
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def stage(lite: Path, lock: dict, cache: Path) -> None:
     """The JupyterLite input folder: config, the Pyodide folder with every wheel and its lock, the notebooks."""
-    pyodide_src = fetch_pyodide(lock, cache)
-    wheels = fetch_wheels(lock, cache)
+    with _cache_lock(cache):
+        pyodide_src = fetch_pyodide(lock, cache)
+        wheels = fetch_wheels(lock, cache)
+        sdist = fetch_pyyaml_sdist(lock, cache)
     static = lite / "static" / "pyodide"
     static.mkdir(parents=True)
     for name in PYODIDE_FILES[:-1]:
@@ -315,7 +335,7 @@ def stage(lite: Path, lock: dict, cache: Path) -> None:
     for w in lock["wheels"]:
         shutil.copyfile(wheels[w["name"]], static / w["file"])
         packages[w["name"]] = _lock_entry(static / w["file"], w["name"], w["version"], w["depends"], w["imports"])
-    made = pyyaml_wheel(fetch_pyyaml_sdist(lock, cache), static, lock["pyyaml_sdist"]["version"])
+    made = pyyaml_wheel(sdist, static, lock["pyyaml_sdist"]["version"])
     packages["pyyaml"] = _lock_entry(made, "pyyaml", lock["pyyaml_sdist"]["version"], [], ["yaml"])
     for whl in _kernel_wheels():
         target = static / whl.name
@@ -342,7 +362,7 @@ def stage(lite: Path, lock: dict, cache: Path) -> None:
     (lite / "jupyter-lite.json").write_text(json.dumps(config, indent=1) + "\n")
     extensions = lite / "labextensions"
     build_config = {"LiteBuildConfig": {"ignore_sys_prefix": True},
-                    "FederatedExtensionAddon": {"extra_labextensions_path": [str(extensions)]}}
+                    "FederatedExtensionAddon": {"extra_labextensions_path": [extensions.name]}}  # from lite
     (lite / "jupyter_lite_config.json").write_text(json.dumps(build_config, indent=1) + "\n")
     for ext in EXTENSIONS:
         src = Path(sys.prefix) / "share/jupyter/labextensions" / ext
@@ -386,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the static site")
     b.add_argument("--out", type=Path, default=OUT, help=f"output folder (replaced; default {OUT.relative_to(ROOT)})")
+    b.add_argument("--cache", type=Path, default=CACHE, help="where downloads are kept (default .venv/site-cache)")
     sub.add_parser("lock", help=f"re-pin the browser packages into {LOCK.name}")
     args = parser.parse_args(argv)
     try:
@@ -393,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             lock = make_lock()
             print(f"site: {LOCK} lists {len(lock['wheels'])} wheels, PyYAML's sdist and {lock['pyodide']['npm']}")
         else:
-            out = build(args.out)
+            out = build(args.out, args.cache)
             files = [p for p in out.rglob("*") if p.is_file()]
             size = sum(p.stat().st_size for p in files)
             print(f"site: built {out} ({len(files)} files, {size / 2**20:.1f} MiB); serve the folder with any "
