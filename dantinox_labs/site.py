@@ -62,7 +62,7 @@ PRELOAD_FIRST = ("micropip", "piplite", "ipykernel", "comm", "pyodide-kernel", "
 SITE_WHEEL = "dantinox_labs"  # our code for the browser: content, widgets, classroom, dantinox_labs.shipped
 SITE_PACKAGES = ("content", "widgets", "classroom")
 SITE_DEPENDS = ("pydantic", "pyyaml", "ipywidgets", "plotly", "anywidget", "platformdirs", "nbformat")
-EPOCH = 1767225600  # 2026-01-01: the time stamp of every file in the site and in the wheels it makes
+EPOCH = 1767225600  # 2026-01-01: the files' time stamp where the checkout's last commit time is unknown
 
 
 class SiteError(RuntimeError):
@@ -376,6 +376,15 @@ def stage(lite: Path, lock: dict, cache: Path) -> None:
     shutil.copyfile(ROOT / "README.md", files / "README.md")
 
 
+def source_date() -> int:
+    """The time stamp of every file in the site: the checkout's last commit, so a rebuild changes nothing."""
+    try:
+        res = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True)
+        return int(res.stdout.strip())
+    except (OSError, ValueError):
+        return EPOCH
+
+
 def build(out: Path = OUT, cache: Path = CACHE) -> Path:
     """Build the site into `out` (replaced); returns it."""
     lock = _read_lock()
@@ -387,7 +396,7 @@ def build(out: Path = OUT, cache: Path = CACHE) -> Path:
         cmd = [sys.executable, "-m", "jupyterlite_core", "build", "--lite-dir", str(lite), "--output-dir",
                str(build_dir), "--contents", str(lite / "files"), "--apps", "lab", "--apps", "notebooks",
                "--apps", "tree", "--no-sourcemaps", "--no-unused-shared-packages"]
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(EPOCH)}
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(source_date())}
         res = subprocess.run(cmd, cwd=lite, env=env, capture_output=True, text=True)
         if res.returncode:
             tail = (res.stderr or res.stdout).strip().splitlines()[-15:]
