@@ -1,6 +1,7 @@
 """The course site (`python3 dev.py site`): built, served from one local origin, and run in Chromium on Pyodide.
 
-Every request that leaves the site's origin is recorded and refused (as if no other host resolved). The concept
+Chromium runs with every host but 127.0.0.1 unresolvable (host-resolver rules: requests a service worker makes
+are covered too), and every request the page makes outside the site's origin is recorded and refused. The concept
 map notebook runs every cell in the browser's kernel; the formula explorer's check prints the numbers the desktop
 computes; a slider moved with the keyboard changes the plot's data; a quiz answer is graded as the desktop grades
 it, and after a page reload (a new kernel) the quiz shows it again from the browser's own storage.
@@ -52,6 +53,15 @@ def served(tmp_path_factory):
     server.shutdown()
 
 
+@pytest.fixture(scope="module")
+def isolated_browser(browser, chromium_path):
+    """A second Chromium from the session's Playwright, with no host but 127.0.0.1 resolvable."""
+    offline = browser.browser_type.launch(executable_path=chromium_path, args=[
+        "--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
+    yield offline
+    offline.close()
+
+
 def _wait_for(condition, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -101,10 +111,10 @@ def _reference_numbers() -> tuple[str, str]:
     return f"{reading.science}: {reading.substituted} = {reading.result_text}", "gives the same number: True"
 
 
-def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, browser):
+def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isolated_browser):
     base, out = served
     size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context = isolated_browser.new_context(viewport={"width": 1200, "height": 900})
     outside, fetched = [], []
 
     def route(request_route):
