@@ -127,6 +127,8 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
 
     context.route("**/*", route)
     page = context.new_page()
+    unresolved = []  # a request no route saw (a service worker's, say) fails to resolve and says so here
+    page.on("console", lambda m: unresolved.append(m.text) if "ERR_NAME_NOT_RESOLVED" in m.text else None)
     page.on("response", lambda r: fetched.append(int(r.headers.get("content-length", 0))))
     try:
         page.goto(f"{base}/lab/index.html?path=concepts.ipynb")
@@ -173,6 +175,6 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
         assert verdict in question.first.inner_text()
     finally:
         context.close()
-    assert outside == [], f"requests left the site's origin: {outside[:5]}"
+    assert outside == [] and unresolved == [], f"requests left the site's origin: {outside[:5]} {unresolved[:5]}"
     print(f"site: {size / 2**20:.1f} MiB on disk; the first visit fetched {first_visit / 2**20:.1f} MiB")
     assert first_visit < 50 * 2**20
