@@ -403,6 +403,8 @@ def build(out: Path = OUT, cache: Path = CACHE) -> Path:
             raise SiteError("site: jupyter lite build failed:\n" + "\n".join(tail))
         for junk in (".jupyterlite.doit.db",):
             (build_dir / junk).unlink(missing_ok=True)
+        if (build_dir / "lab" / "favicon.ico").is_file():  # browsers ask the root for one: no 404 in the console
+            shutil.copyfile(build_dir / "lab" / "favicon.ico", build_dir / "favicon.ico")
         if out.exists():
             shutil.rmtree(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -127,8 +127,9 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
 
     context.route("**/*", route)
     page = context.new_page()
-    unresolved = []  # a request no route saw (a service worker's, say) fails to resolve and says so here
-    page.on("console", lambda m: unresolved.append(m.text) if "ERR_NAME_NOT_RESOLVED" in m.text else None)
+    unresolved, console_errors = [], []  # a request no route saw (a service worker's) fails to resolve: console
+    page.on("console", lambda m: (unresolved if "ERR_NAME_NOT_RESOLVED" in m.text else console_errors).append(
+        m.text) if m.type == "error" else None)
     page.on("response", lambda r: fetched.append(int(r.headers.get("content-length", 0))))
     try:
         page.goto(f"{base}/lab/index.html?path=concepts.ipynb")
@@ -176,5 +177,6 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
     finally:
         context.close()
     assert outside == [] and unresolved == [], f"requests left the site's origin: {outside[:5]} {unresolved[:5]}"
+    assert console_errors == [], f"the browser console reported errors: {console_errors[:5]}"
     print(f"site: {size / 2**20:.1f} MiB on disk; the first visit fetched {first_visit / 2**20:.1f} MiB")
     assert first_visit < 50 * 2**20
