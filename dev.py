@@ -114,10 +114,9 @@ def _workers() -> list[str]:
     """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
 
     Much of the suite waits on kernels, browsers and servers, so even two cores run two files at once to profit.
-    (--dist loadgroup would let the labs' browser tests share both workers, but pytest 9 ignores the group names
-    pytest-xdist 3.8 writes into node ids, so every test would go anywhere: a notebook's cells to other kernels.)
+    The files go out in the order tests/conftest.py sorts them (the longest first), not by their number of tests.
     """
-    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile"]
+    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def main() -> None:

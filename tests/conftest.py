@@ -11,13 +11,16 @@ for _name, _value in (("JAX_COMPILATION_CACHE_DIR", os.environ["DANTINOX_JAX_CAC
                       ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")):
     os.environ.setdefault(_name, _value)
 
-# The tests' tiny models spend most of their time being compiled, and XLA's CPU back end compiles about a third
-# faster at optimisation level 0 (measured here: test_mla 92 -> 57 s, test_diffusion 143 -> 91 s of CPU), at the
-# price of slower long loops (a lab's training cell ran 2.6x longer). So only this process, the test worker, uses
-# it: XLA reads XLA_FLAGS once, when JAX first compiles, and the variable is then put back as it was, so that
-# the kernels, servers and subprocesses this worker starts compile as a learner's would.
+# The tests' tiny models spend most of their time being compiled. XLA's CPU back end compiles them faster at
+# optimisation level 0 and with its older (non-"fusion emitter") code generators: measured here as CPU time,
+# test_mla 92 -> 57 s and test_diffusion 143 -> 91 s at level 0, then test_model 123 -> 76 s with both. The price
+# is slower long loops (a lab's training cell ran 2.6x longer). So only this process, the test worker, uses them:
+# XLA reads XLA_FLAGS once, when JAX first compiles, and the variable is then put back as it was, so that the
+# kernels, servers and subprocesses this worker starts compile as a learner's would.
 _flags = os.environ.get("XLA_FLAGS")
-os.environ["XLA_FLAGS"] = f"{_flags or ''} --xla_backend_optimization_level=0".strip()
+from fast_compile import FAST_COMPILE  # noqa: E402
+
+os.environ["XLA_FLAGS"] = f"{_flags or ''} {FAST_COMPILE}".strip()
 import jax  # noqa: E402
 
 jax.jit(lambda x: x + 1)(1).block_until_ready()
@@ -55,44 +58,21 @@ def smollm():
     return _load_published()
 
 
-# --- How `dev.py test` shares the suite between its workers (pytest-xdist, --dist loadgroup) ----------------
-# Each file stays on one worker (its hub, its server, its notebook's kernel), except the browser tests of the
-# labs: they are cut in two shares (tests/browser/lab_specs.py balances them by each lab's time), one per worker,
-# each with its own JupyterLab and Chromium. The work known to take longest is handed out first, so that no
-# worker is left alone with a long file at the end.
-FIRST = ("browser-0", "browser-1", "tests/test_mesh.py", "tests/test_wheel.py", "labs/diffusion.ipynb",
-         "labs/roofline.ipynb", "tests/test_pretrained.py", "labs/kv-cache.ipynb", "labs/memory-savers.ipynb",
-         "tests/test_cli.py", "tests/test_classroom_hub.py", "tests/test_public_api.py")
+# --- The order `dev.py test` hands files to its workers (pytest-xdist --dist loadfile --no-loadscope-reorder) ----
+# A file stays on one worker (its hub, its server, its notebook's kernel). The files known to take longest go
+# first, the two shares of browser tests ahead of all (one per worker, each with its own JupyterLab and
+# Chromium), so that no worker is left alone with a long file at the end; the rest keep pytest's order.
+FIRST = ("tests/browser/test_labs_share0.py", "tests/browser/test_labs_share1.py", "tests/test_model.py",
+         "tests/test_sliding_window.py", "tests/test_pretrained.py", "tests/test_diffusion.py",
+         "tests/test_quantized_cache.py", "tests/test_mla.py", "tests/test_classroom_hub.py", "tests/test_mesh.py",
+         "tests/test_widgets_generate.py", "labs/mla.ipynb", "labs/roofline.ipynb", "labs/memory-savers.ipynb")
 
 
-def _group(item, root: str, browser_share: dict) -> str:
-    path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
-    notebook = getattr(item, "callspec", None) and item.callspec.params.get("notebook")
-    if path == "tests/browser/test_labs.py" and notebook:
-        return f"browser-{browser_share[notebook.stem]}"
-    return path
-
-
-@pytest.hookimpl(wrapper=True)  # a wrapper runs before xdist's own hook, which reads the marks (tryfirst did not)
 def pytest_collection_modifyitems(config, items):
-    # the controller knows --dist; a worker is told through the option xdist sets for it
-    if config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False):
-        _mark_groups(config, items)
-    return (yield)
-
-
-def _mark_groups(config, items) -> None:
-    import sys
-
-    sys.path.insert(0, os.path.join(_HERE, "browser"))
-    from lab_specs import shares
-
     root = str(config.rootpath)
-    labs = sorted({i.callspec.params["notebook"].stem for i in items
-                   if i.path.name == "test_labs.py" and hasattr(i, "callspec")})
-    share = shares(labs)
-    groups = {id(item): _group(item, root, share) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
     rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: the rest keep their order
+
+    def place(item) -> int:
+        return rank.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), len(FIRST))
+
+    items.sort(key=place)  # stable: the tests of a file, and the files not named, keep their order

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import content
-from content import expr
-from content.yamlio import MAX_BYTES
+from content import expr, yamlio
+from content.yamlio import MAX_BYTES, YamlProblem, read_yaml
 
 FIXTURES = Path(__file__).parent / "content_fixtures"
 BASE = FIXTURES / "base" / "fixture-base.yaml"
@@ -287,3 +287,35 @@ def test_mangled_entries_never_raise_and_every_problem_is_one_line(tmp_path):
         entries, problems = content.validate_files([path])
         assert entries or problems
         assert all("\n" not in str(p) and str(p).startswith(f"{path}") for p in problems)
+
+
+def _read_both(path: Path):
+    """read_yaml's answer (data and lines, or the problem) through libyaml and through pure-Python PyYAML."""
+    out = []
+    for libyaml in (True, False):
+        try:
+            out.append(read_yaml(path, libyaml=libyaml))
+        except YamlProblem as err:
+            out.append((err.field, err.message, err.line))
+    return out
+
+
+def test_libyaml_and_pure_python_reading_give_the_same_data_lines_and_problems(tmp_path):
+    assert yamlio.CParser is not None, "PyYAML without libyaml: the entries are read four times slower"
+    files = sorted(content.CONTENT_DIR.glob("*.yaml")) + sorted(FIXTURES.rglob("*.yaml"))
+    for path in files:
+        fast, pure = _read_both(path)
+        assert fast == pure, path
+    rng = random.Random(1)  # the mangled files of the test above, and more junk
+    junk = ["{", "]", ":", "&a", "*a", "!!python/none", '"', "\t", "- ", "|", "1e999", "\x00", "\x85", "\ufeff", "%"]
+    base = BASE.read_text().splitlines()
+    path = tmp_path / "mangled.yaml"
+    for _ in range(150):
+        lines = list(base)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(lines))
+            k = rng.randrange(len(lines[i]) + 1)
+            lines[i] = rng.choice([lines[i][:k] + rng.choice(junk) + lines[i][k:], " " + lines[i], ""])
+        path.write_text("\n".join(lines))
+        fast, pure = _read_both(path)
+        assert fast == pure, "\n".join(lines)

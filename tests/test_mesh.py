@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from fast_compile import FAST_COMPILE
 
 SCRIPT = r"""
 import json
@@ -112,7 +113,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def mesh_runs():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    # compiled as the other tests compile (tests/conftest.py): the programs are checked, not timed
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}"}
     res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -5,6 +5,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fast_compile import LEARNER_COMPILE
 from flax import nnx
 from invariants import token_ids
 
@@ -263,7 +264,7 @@ def test_the_ring_step_writes_in_place_and_copies_no_ring():
     ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].k.shape
     assert W == 5 and state.caches.layers[1].k.shape[2] == 64
     program = decode_program(2, donate=True).lower(graphdef, params, state, None, 40, top_k=None, use_cache=True,
-                                                   bucket=64).compile()
+                                                   bucket=64).compile(compiler_options=LEARNER_COMPILE)
     hlo = program.as_text()
     ring_shape = rf"f32\[{B},{K},{W},{H}\]\{{[^}}]*\}}"
     made = re.findall(rf"= {ring_shape} ([\w-]+)\(([^)]*)\), (?:kind=\w+, )?(?:calls=%(\S+))?", hlo)

@@ -31,7 +31,7 @@ class LabSpec:
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
     scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
     reopen: bool = False  # day two: save the run lab, close it, reopen it twice; no widget may show broken
-    seconds: float = 30.0  # about how long its browser test takes here: the two workers' shares are balanced by it
+    seconds: float = 30.0  # about how long its browser test takes here: the two shares are balanced by it
 
 
 DEFAULT = LabSpec()
@@ -42,26 +42,26 @@ SPECS: dict[str, LabSpec] = {
                         presses=(Press(label="decode with KV cache", expect=r"cache per token.*23,040 B.*tokens/s",
                                        timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
                         scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache",
-                        seconds=60),
+                        seconds=55),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),), reopen=True,
-                   seconds=45),
+                   seconds=50),
     "instructor": LabSpec(interactive=False, seconds=15),  # the class dashboard: plotly figures over stored answers
-    "mesh": LabSpec(slider="batch B", seconds=20),  # the device grid and table follow; the quiz is the GQA entry's
+    "mesh": LabSpec(slider="batch B", seconds=25),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
-                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=80),
+                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=40),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
                         scenarios=("explorer_after_switching_entry",), seconds=30),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
-    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=45),
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=35),
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0)),
-        seconds=50),
+        seconds=40),
     # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
     # a published model's ledger: the T stops are powers of two up to the model's context
-    "real-models": LabSpec(slider="tokens T (log)", seconds=25),
+    "real-models": LabSpec(slider="tokens T (log)", seconds=22),
     "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",), seconds=30),
 }
 
@@ -72,7 +72,8 @@ def spec_for(stem: str) -> LabSpec:
 
 
 def shares(stems: list[str], workers: int = 2) -> dict[str, int]:
-    """Which of `workers` browser sessions runs each lab: the longest first, each to the least loaded one."""
+    """Which of `workers` shares (test files, so workers) runs each lab: the longest first, each to the least
+    loaded share."""
     load, share = [0.0] * workers, {}
     for stem in sorted(stems, key=lambda s: (-spec_for(s).seconds, s)):
         share[stem] = min(range(workers), key=lambda w: (load[w], w))

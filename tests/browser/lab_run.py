@@ -1,10 +1,15 @@
 """Every notebook in labs/, opened in JupyterLab in a real Chromium, run as a learner runs it.
 
+The labs are cut in two shares, balanced by the time each takes (lab_specs.shares), and each share is one
+test file (test_labs_share0.py, test_labs_share1.py): `dev.py test` keeps a file on one worker, so the two
+shares run at once, each on its worker's own JupyterLab and Chromium.
+
 For each lab: Run All from the menu, then no error output, no browser console error, every widget and
 plot on screen, one slider that changes a readout the kernel writes, one button that does what it says,
 and one quiz answer that gets feedback. What to touch in each lab is data, in lab_specs.py.
 
     .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider
+    .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider -k mla           # one lab
     DANTINOX_SCREENSHOTS=1 .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider   # rewrite docs/screenshots
 
 Screenshots are always saved (pytest's temporary directory, printed on failure); with DANTINOX_SCREENSHOTS=1
@@ -20,11 +25,11 @@ import secrets
 import time
 from pathlib import Path
 
-import pytest
-from lab_specs import Press, spec_for
+from lab_specs import Press, shares, spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb"))
+SHARE = shares([p.stem for p in NOTEBOOKS])
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 RUN_ALL_TIMEOUT_S = 420  # the diffusion lab trains its model in a cell
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'  # tracebacks render here
@@ -355,8 +360,13 @@ SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "labels_clear": _labels_clear}
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_lab_runs_and_responds_in_a_real_browser(notebook, jupyter, browser, tmp_path):
+def notebooks(share: int) -> list[Path]:
+    """The labs of one share: pass them to pytest.mark.parametrize (ids: their stems)."""
+    return [p for p in NOTEBOOKS if SHARE[p.stem] == share]
+
+
+def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
+    """The whole check of one lab in a fresh browser context (see the module's docstring)."""
     spec, source = spec_for(notebook.stem), notebook.read_text(encoding="utf-8")
     shipped = notebook.read_bytes()
     context, page = _open(browser, jupyter, notebook)
