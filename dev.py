@@ -4,6 +4,8 @@
     python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
                            (under nbval, and in JupyterLab in a real Chromium: tests/browser)
+    python3 dev.py site    set up .venv if needed, then build the course for the browser (JupyterLite + Pyodide)
+                           into build/site/, a static folder any web server can serve (--out DIR elsewhere)
 
 Set-up is idempotent: packages are reinstalled only when pyproject.toml changes.
 """
@@ -102,6 +104,12 @@ def test(extra: list[str]) -> None:
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
 
 
+def site(extra: list[str]) -> None:
+    """The concept map course in a browser tab, no install: a static JupyterLite site (dantinox_labs/site.py)."""
+    setup()
+    _run([str(PY), "-m", "dantinox_labs.site", "build", *extra])
+
+
 def _workers() -> list[str]:
     """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
 
@@ -112,10 +120,10 @@ def _workers() -> list[str]:
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in {"lab", "test", "setup"}:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"lab", "test", "setup", "site"}:
         print(__doc__.strip())
         sys.exit(2)
-    {"lab": lab, "test": test, "setup": lambda _: (setup(), browser())}[sys.argv[1]](sys.argv[2:])
+    {"lab": lab, "test": test, "site": site, "setup": lambda _: (setup(), browser())}[sys.argv[1]](sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -187,3 +187,15 @@ print(dantinox.DEVICE_PRESETS["this machine (RAM)"].memory_bytes)
     res = python(code, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(16 * 2**30)
+
+
+def test_concept_widgets_run_without_jax_or_numpy(tmp_path):
+    """The browser site's path: the map, the explorer, the card and the quiz, with numpy and JAX made unimportable."""
+    res = python("import sys\nsys.modules.update(numpy=None, jax=None)\n"
+                 "import content\nfrom widgets import ConceptCard, ConceptMap, FormulaExplorer, Quiz\n"
+                 "entries = content.load_all()\nConceptMap(entries, selected='paged-attention')\n"
+                 "FormulaExplorer(entries['kv-cache']).x_axis.value = 'T'\n"
+                 "print(sorted(m for m in ('dantinox', 'flax') if m in sys.modules))",
+                 env={**os.environ, "DANTINOX_ANSWERS_DB": str(tmp_path / "answers.sqlite")})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[]"

@@ -140,3 +140,14 @@ def test_a_new_entry_appears_with_no_code_change(tmp_path):
 def test_map_text_is_escaped(concept_map):
     assert all("<" not in t or "&lt;" in t for t in concept_map.figure.data[-1].text)
     assert "<script" not in concept_map.path_html.value
+
+
+def test_in_the_browser_a_dedicated_lab_is_said_to_need_the_full_install(monkeypatch, tmp_path):
+    """The course site carries no model labs: the header says what opens them instead of 'not in this checkout'."""
+    import sys
+
+    from widgets.concept_map import entry_summary_html
+
+    monkeypatch.setattr(sys, "platform", "emscripten")
+    text = entry_summary_html(ENTRIES["kv-cache"], labs_dir=tmp_path)
+    assert "labs/kv-cache.ipynb" in text and "full install" in text and "python3 dev.py lab" in text

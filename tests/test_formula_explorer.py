@@ -178,3 +178,15 @@ def test_a_typed_value_the_slider_cannot_take_is_refused_visibly(typed, message)
     assert html.escape(explorer.error) in explorer.status_html.value
     explorer.boxes["T"].value = "1000"  # the next good value clears the message
     assert explorer.error == "" and explorer.values["T"] != before and "nearest" in explorer.status_html.value
+
+
+def test_grids_equal_numpys_linspace_and_geomspace_to_the_bit():
+    """The explorer's grids are computed without numpy (the browser has none) and give numpy's floats exactly."""
+    import numpy as np
+
+    from widgets.formula_explorer import geomspace, linspace
+
+    for lo, hi in [(1, 4096), (0.001, 7.5), (3, 3e9), (16, 131072), (0.25, 0.5)]:
+        for n in (2, 3, GRID_STEPS + 1):
+            assert linspace(lo, hi, n) == np.linspace(lo, hi, n).tolist()
+            assert geomspace(lo, hi, n) == np.geomspace(lo, hi, n).tolist()

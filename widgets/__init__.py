@@ -8,29 +8,47 @@
     lab = CacheLab(entry)             # sliders; lab.reading holds the numbers on screen
     CachePlot(lab); GeneratePanel(lab); Quiz(entry, params=lab.formula_params, lab_checks=[0])
     read_kv_cache(entry, cfg, batch, tokens)   # the same numbers without a widget (widgets.readings)
+
+A name is imported from its module on first use, so the content-only widgets (the concept map, the formula
+explorer, the card, the quiz) load without the model library and JAX: that is what the browser site runs.
 """
 
-from widgets.cache_lab import CacheLab
-from widgets.card import ConceptCard
-from widgets.concept_map import ConceptMap, learning_path
-from widgets.decode_runs import DecodeRun
-from widgets.diffusion_lab import DiffusionLab
-from widgets.formula_explorer import ExplorerReading, FormulaExplorer, read_formula
-from widgets.generate import GeneratePanel
-from widgets.memory_savers_lab import MemorySaversLab, load_measurements
-from widgets.mesh_lab import MeshLab, read_mesh
-from widgets.mla_lab import MlaLab, decode_path_agreement
-from widgets.plot import CachePlot, attention_variants
-from widgets.quiz import Quiz, summarise
-from widgets.readings import CacheReading, CacheSize, MlaReading, formula_params, read_kv_cache, read_mla_cache
-from widgets.real_model_savers_lab import RealModelSaversLab, load_smol_measurements
-from widgets.real_models_lab import RealModelsLab, read_real_model
-from widgets.roofline_lab import RooflineLab
-from widgets.serving_lab import ServingLab, ServingReading, block_table_html, read_serving
+from __future__ import annotations
 
-__all__ = ["CacheLab", "CachePlot", "ConceptMap", "ExplorerReading", "FormulaExplorer", "learning_path", "read_formula",
-           "CacheReading", "CacheSize", "ConceptCard", "DecodeRun", "DiffusionLab",
-           "GeneratePanel", "MlaLab", "MlaReading", "Quiz", "attention_variants", "decode_path_agreement",
-           "formula_params", "read_kv_cache", "read_mla_cache", "RooflineLab", "summarise",
-           "ServingLab", "ServingReading", "block_table_html", "read_serving", "MemorySaversLab", "load_measurements",
-           "MeshLab", "read_mesh", "RealModelsLab", "read_real_model", "RealModelSaversLab", "load_smol_measurements"]
+import importlib
+from typing import Any
+
+_MODULES = {  # public name -> the module that defines it
+    "cache_lab": ["CacheLab"],
+    "card": ["ConceptCard"],
+    "concept_map": ["ConceptMap", "learning_path"],
+    "decode_runs": ["DecodeRun"],
+    "diffusion_lab": ["DiffusionLab"],
+    "formula_explorer": ["ExplorerReading", "FormulaExplorer", "read_formula"],
+    "generate": ["GeneratePanel"],
+    "memory_savers_lab": ["MemorySaversLab", "load_measurements"],
+    "mesh_lab": ["MeshLab", "read_mesh"],
+    "mla_lab": ["MlaLab", "decode_path_agreement"],
+    "plot": ["CachePlot", "attention_variants"],
+    "quiz": ["Quiz", "summarise"],
+    "readings": ["CacheReading", "CacheSize", "MlaReading", "formula_params", "read_kv_cache", "read_mla_cache"],
+    "real_model_savers_lab": ["RealModelSaversLab", "load_smol_measurements"],
+    "real_models_lab": ["RealModelsLab", "read_real_model"],
+    "roofline_lab": ["RooflineLab"],
+    "serving_lab": ["ServingLab", "ServingReading", "block_table_html", "read_serving"],
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'widgets' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"widgets.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,6 +13,7 @@ on the map with no code change.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,9 @@ def entry_summary_html(entry: Any, labs_dir: Path = LABS_DIR) -> str:
     lab = lab_notebook(entry, labs_dir)
     if lab:
         where = f"Dedicated lab: <a href='{esc(lab)}' target='_blank'>labs/{esc(lab)}</a>"
+    elif entry.lab_id and sys.platform == "emscripten":  # the browser site carries only the labs without a model
+        where = (f"Dedicated lab <code>labs/{esc(entry.lab_id)}.ipynb</code>: it runs a real model, so it needs the "
+                 f"full install (<code>python3 dev.py lab</code>, see the note at the top of this notebook).")
     elif entry.lab_id:
         where = f"Dedicated lab <code>{esc(entry.lab_id)}</code> is not in this checkout's labs/ folder."
     else:

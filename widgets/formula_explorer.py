@@ -16,11 +16,11 @@ formula uses. The result is derived: `content.evaluate` of the item, nothing com
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
 import ipywidgets as widgets
-import numpy as np
 import plotly.graph_objects as go
 import traitlets
 
@@ -53,6 +53,19 @@ def label(value: float) -> str:
     return param_text(value)
 
 
+def linspace(lo: float, hi: float, n: int) -> list[float]:
+    """`n` evenly spaced values from `lo` to `hi`, both ends exact (numpy's linspace, without numpy: the browser
+    site runs this module where numpy is not installed)."""
+    step = (hi - lo) / (n - 1)
+    return [lo + i * step for i in range(n - 1)] + [hi]
+
+
+def geomspace(lo: float, hi: float, n: int) -> list[float]:
+    """`n` values from `lo` to `hi` spaced evenly in log, both ends exact (numpy's geomspace, without numpy)."""
+    logs = linspace(math.log10(lo), math.log10(hi), n)
+    return [lo] + [10.0 ** x for x in logs[1:-1]] + [hi]
+
+
 def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
     """The values a control offers: allowed values, or a grid over the range plus min, max, default and `extra`."""
     if var.values is not None:
@@ -62,9 +75,9 @@ def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
     if integer and var.scale != "log" and hi - lo <= 2 * GRID_STEPS:
         points = list(range(int(lo), int(hi) + 1))
     elif var.scale == "log":
-        points = np.geomspace(lo, hi, GRID_STEPS + 1).tolist()
+        points = geomspace(lo, hi, GRID_STEPS + 1)
     else:
-        points = np.linspace(lo, hi, GRID_STEPS + 1).tolist()
+        points = linspace(lo, hi, GRID_STEPS + 1)
     must = [lo, hi, var.default, *(x for x in extra if ranges.contains(var, x))]
     values = {ranges.as_number(var, x) for x in [*points, *must]}
     # neighbours that read the same on the slider are merged; min, max, default and spec inputs are kept
@@ -80,7 +93,7 @@ def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
 def nearest(var: Any, options: list[float], value: float) -> int | float:
     """The option closest to `value`: by ratio for log-scale variables, by difference otherwise."""
     if var.scale == "log" and value > 0:
-        return min(options, key=lambda v: abs(np.log(v / value)))
+        return min(options, key=lambda v: abs(math.log(v / value)))
     return min(options, key=lambda v: abs(v - value))
 
 
@@ -113,7 +126,7 @@ def curve(entry: Any, science: str | int, values: dict[str, float], x: str) -> t
     tree = expr.parse(item.compute, set(item.variables))
     grid = value_grid(item.variables[x])
     if len(grid) > PLOT_POINTS:  # evenly over the slider positions, ends included
-        grid = [grid[i] for i in np.linspace(0, len(grid) - 1, PLOT_POINTS).round().astype(int)]
+        grid = [grid[round(i)] for i in linspace(0, len(grid) - 1, PLOT_POINTS)]
     ys: list[float | None] = []
     for v in grid:
         try:

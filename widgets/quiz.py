@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,7 +77,13 @@ class Quiz(widgets.VBox):
         self.status = widgets.HTML()  # where store and delivery problems show; the quiz keeps working
         self._unsaved: str | None = None  # why the last answer is in no store, while that is so
         self.store = store
-        if store is None:
+        if store is None and sys.platform == "emscripten":  # the browser site: the page's own storage
+            from widgets.browser_store import browser_store
+
+            self.store = browser_store()
+            self.store.on_load(self._stored_arrived)
+            self.store.observe(self._storage_error, names="error")
+        elif store is None:
             try:
                 self.store = AnswerStore()
             except ValueError as err:
@@ -302,6 +309,16 @@ class Quiz(widgets.VBox):
         if in_class:
             self._show_status(self._sender().last)
             self._sender().kick()
+
+    def _stored_arrived(self) -> None:
+        """The browser store has read the page's storage: show the earlier answers it holds."""
+        self.attempts.clear()
+        self.first_try.clear()
+        self._resume()
+
+    def _storage_error(self, change: dict) -> None:
+        self.status.value = error_box(f"{self.store.path}: could not save an answer ({change['new']}); "
+                                      f"it is kept for this session only") if change["new"] else ""
 
     def reset(self) -> int:
         """Start this entry over: earlier attempts leave the screen and the score (the store keeps them)."""
