@@ -128,10 +128,14 @@ def _move_slider(page, name: str, spec):
     slider = sliders.first
     cell = _cell_with(page, slider)
     before, shown = _kernel_text(cell), _slider_shown(slider)
-    slider.locator(".noUi-handle").focus()
-    page.keyboard.press(spec.key)
-    if _slider_shown(slider) == shown:  # already at that end: the other way
-        page.keyboard.press("ArrowLeft" if spec.key == "ArrowRight" else "ArrowRight")
+    handle = slider.locator(".noUi-handle").first
+    end = handle.get_attribute("aria-valuemax" if spec.key == "ArrowRight" else "aria-valuemin")
+    key = spec.key
+    if end is not None and handle.get_attribute("aria-valuenow") == end:  # already at that end: the other way
+        key = "ArrowLeft" if spec.key == "ArrowRight" else "ArrowRight"
+    handle.focus()
+    page.keyboard.press(key)  # one step only: a second key press before the first shows would undo it
+    _wait_for(lambda: _slider_shown(slider) != shown, 10, f"{name}: slider {spec.slider or '(first)'} did not move")
     _wait_for(lambda: _kernel_text(cell) != before, 30,
               f"{name}: moving slider {spec.slider or '(first)'} changed no readout")
     return cell

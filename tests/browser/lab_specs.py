@@ -54,7 +54,7 @@ SPECS: dict[str, LabSpec] = {
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
                         scenarios=("explorer_after_switching_entry",), seconds=30),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
-    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=35),
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=55),
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0)),
