@@ -272,18 +272,25 @@ def test_api_errors_are_one_line_value_errors():
         assert start in str(err.value) and "\n" not in str(err.value)
 
 
-def test_mangled_entries_never_raise_and_every_problem_is_one_line(tmp_path):
-    rng = random.Random(0)
-    junk = ["{", "]", ":", "&a", "*a", "!!python/none", '"', "\t", "- ", "|", "{L}", "1e999", ".nan", "~", "\x00", "é"]
+def _mangled(path: Path, seed: int, junk: list[str], count: int = 150):
+    """Write `count` copies of the base fixture, each with 1-3 lines hit by junk, an indent or a deletion, to
+    `path`, yielding each one's text."""
+    rng = random.Random(seed)
     base = BASE.read_text().replace("id: fixture-base", "id: mangled").splitlines()
-    path = tmp_path / "mangled.yaml"
-    for _ in range(150):
+    for _ in range(count):
         lines = list(base)
         for _ in range(rng.randint(1, 3)):
             i = rng.randrange(len(lines))
             k = rng.randrange(len(lines[i]) + 1)
             lines[i] = rng.choice([lines[i][:k] + rng.choice(junk) + lines[i][k:], " " + lines[i], ""])
         path.write_text("\n".join(lines))
+        yield "\n".join(lines)
+
+
+def test_mangled_entries_never_raise_and_every_problem_is_one_line(tmp_path):
+    junk = ["{", "]", ":", "&a", "*a", "!!python/none", '"', "\t", "- ", "|", "{L}", "1e999", ".nan", "~", "\x00", "é"]
+    path = tmp_path / "mangled.yaml"
+    for _ in _mangled(path, 0, junk):
         entries, problems = content.validate_files([path])
         assert entries or problems
         assert all("\n" not in str(p) and str(p).startswith(f"{path}") for p in problems)
@@ -306,16 +313,8 @@ def test_libyaml_and_pure_python_reading_give_the_same_data_lines_and_problems(t
     for path in files:
         fast, pure = _read_both(path)
         assert fast == pure, path
-    rng = random.Random(1)  # the mangled files of the test above, and more junk
     junk = ["{", "]", ":", "&a", "*a", "!!python/none", '"', "\t", "- ", "|", "1e999", "\x00", "\x85", "\ufeff", "%"]
-    base = BASE.read_text().splitlines()
     path = tmp_path / "mangled.yaml"
-    for _ in range(150):
-        lines = list(base)
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(lines))
-            k = rng.randrange(len(lines[i]) + 1)
-            lines[i] = rng.choice([lines[i][:k] + rng.choice(junk) + lines[i][k:], " " + lines[i], ""])
-        path.write_text("\n".join(lines))
+    for text in _mangled(path, 1, junk):  # mangled as in the test above, with more junk
         fast, pure = _read_both(path)
-        assert fast == pure, "\n".join(lines)
+        assert fast == pure, text

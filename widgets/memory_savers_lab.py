@@ -40,23 +40,30 @@ COLORS = {"baseline": "#424242", "quantized": "#1565c0", "heads": "#2e7d32", "la
           "window": "#ef6c00", "window, not retrained": "#6d4c41", "combined": "#c62828"}
 
 
-def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
-    """The benchmark's JSON, checked: a missing file or field is one line naming it."""
+def read_measurements(path: str | Path, fields: tuple[str, ...], row_fields: tuple[str, ...],
+                      command: str) -> dict[str, Any]:
+    """A benchmark's stored JSON with its `fields` and each row's `row_fields`: a missing file or field is one
+    line naming it (and, for a missing file, the `command` that measures it)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: not found; run `python benchmarks/memory_savers.py` to measure")
+        raise ValueError(f"{path}: not found; run `{command}` to measure")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    for key in ("date", "tokens", "rows"):
+    for key in fields:
         if key not in data:
             raise ValueError(f"{path}: field '{key}' is missing")
     for i, row in enumerate(data["rows"]):
-        missing = [f for f in ROW_FIELDS if f not in row]
+        missing = [f for f in row_fields if f not in row]
         if missing:
             raise ValueError(f"{path}: rows[{i}] lacks {', '.join(missing)}")
     return data
+
+
+def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
+    """The benchmark's JSON, checked: a missing file or field is one line naming it."""
+    return read_measurements(path, ("date", "tokens", "rows"), ROW_FIELDS, "python benchmarks/memory_savers.py")
 
 
 UNTRAINED = "window, not retrained"  # the family whose quality is not comparable (no training with the window)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
+from widgets.memory_savers_lab import read_measurements
 
 SMOL_MEASUREMENTS = shipped.data("memory_savers_smollm2.json")  # benchmarks/memory_savers.py --part smollm2
 METRICS = {"perplexity": ("perplexity", "perplexity on the held-out text (lower is better)"),
@@ -45,21 +45,8 @@ ROW_FIELDS = ("label", "family", "decoded", "bytes_per_token", "bytes", "perplex
 
 def load_smol_measurements(path: str | Path = SMOL_MEASUREMENTS) -> dict[str, Any]:
     """The SmolLM2 benchmark's JSON, checked: a missing file or field is one line naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: not found; run `python benchmarks/memory_savers.py --part smollm2` to measure")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    for key in ("date", "tokens", "bin", "rows", "missing", "wall_s", "kivi_block"):
-        if key not in data:
-            raise ValueError(f"{path}: field '{key}' is missing")
-    for i, row in enumerate(data["rows"]):
-        lacking = [f for f in ROW_FIELDS if f not in row]
-        if lacking:
-            raise ValueError(f"{path}: rows[{i}] lacks {', '.join(lacking)}")
-    return data
+    return read_measurements(path, ("date", "tokens", "bin", "rows", "missing", "wall_s", "kivi_block"), ROW_FIELDS,
+                             "python benchmarks/memory_savers.py --part smollm2")
 
 
 def frontier_figure(data: dict, metric: str, tiny: dict | None = None, selected: str | None = None) -> go.Figure:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lab_run import _wait_for
 
 import content
 from dantinox_labs import site
@@ -60,14 +61,6 @@ def isolated_browser(browser, chromium_path):
         "--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
     yield offline
     offline.close()
-
-
-def _wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s:.0f} s: {what}")
-        time.sleep(0.2)
 
 
 def _kernel_ready(page, timeout_s: float = 120) -> None:
