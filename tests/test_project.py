@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,3 +99,21 @@ def test_no_script_folder_shadows_a_project_package():
     for folder in ("benchmarks", "runs", "labs", "tests"):
         clashes = sorted(p.name for p in (ROOT / folder).glob("*.py") if p.stem in packages)
         assert not clashes, f"{folder}/ holds {clashes}, which shadow the project's packages"
+
+
+def test_the_slow_optional_iri_checker_is_dropped_from_the_venv():
+    """`dev.py` uninstalls jsonschema's optional IRI checker (dev.SLOW_OPTIONAL): every kernel pays seconds for it."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        import dev
+    finally:
+        sys.path.remove(str(ROOT))
+    for name in dev.SLOW_OPTIONAL:
+        assert importlib.util.find_spec(name.replace("-", "_")) is None, f"{name} is installed: run dev.py setup"
+    import jsonschema  # still validates; only the "iri" format goes unchecked
+
+    jsonschema.validate({"a": 1}, {"type": "object", "properties": {"a": {"type": "integer"}}})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"a": "x"}, {"type": "object", "properties": {"a": {"type": "integer"}}})
