@@ -55,3 +55,20 @@ def test_a_write_the_page_refuses_is_shown_under_the_quiz(page):
     quiz = Quiz(ENTRY)
     quiz.store.error = "QuotaExceededError"
     assert "QuotaExceededError" in quiz.status.value and "this session only" in quiz.status.value
+
+
+def test_show_my_answers_points_to_what_the_browser_has_not_to_a_command_line(page):
+    quiz = Quiz(ENTRY)
+    quiz.answer(CHOICE, 0)
+    table = quiz.answers_html()
+    assert "dantinox answers export" not in table  # no command line on the site
+    assert "browser's storage" in table and "to_json()" in table
+    assert quiz.to_json().count('"entry_id": "attention"') == 1
+
+
+def test_show_my_answers_on_the_desktop_names_the_export_command(tmp_path):
+    from classroom.store import AnswerStore
+
+    quiz = Quiz(ENTRY, store=AnswerStore(tmp_path / "answers.sqlite"))
+    quiz.answer(CHOICE, 0)
+    assert "dantinox answers export" in quiz.answers_html()

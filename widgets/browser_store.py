@@ -60,6 +60,9 @@ class BrowserAnswerStore(anywidget.AnyWidget):
     loaded = traitlets.Bool(False).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)  # the last write the page could not make
     path = f"this browser's storage for this site (localStorage {STORAGE_KEY!r})"
+    # what the quiz's "show my answers" says about getting them out: the site has no command line
+    export_hint = ("they are kept in this browser's storage for this site (clearing the site's data deletes "
+                   "them); <code>to_json()</code> on this quiz, in a cell, gives them as JSON")
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)

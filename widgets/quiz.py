@@ -34,6 +34,8 @@ from content.units import tolerance_text
 from widgets._html import error_box, esc
 
 RIGHT, WRONG = "#1b5e20", "#b71c1c"
+# "show my answers" on the desktop; a store that keeps answers elsewhere (the browser site's) has its own
+DESKTOP_EXPORT_HINT = "<code>dantinox answers export</code> writes them as JSON"
 # ipywidgets gives each radio label one line's fixed height and floats its input, so a long option overlaps
 # the next one: let the label grow, keep the input first (it follows the text in the DOM) and wrap beside it.
 WRAP_OPTIONS_CSS = ("<style>.dx-quiz .widget-radio-box label{height:auto;display:flex;flex-direction:row-reverse;"
@@ -376,7 +378,7 @@ class Quiz(widgets.VBox):
                 for k, c in enumerate(cells)) + "</tr>")
         return (f"<table style='border-collapse:collapse;font-size:90%'><tr>{head}</tr>{''.join(rows)}</table>"
                 f"<div style='color:#555;font-size:90%'>{len(self.attempts)} answer(s) to {esc(self.entry.name)}; "
-                f"<code>dantinox answers export</code> writes them as JSON.</div>")
+                f"{getattr(self.store, 'export_hint', DESKTOP_EXPORT_HINT)}.</div>")
 
     def _show_export(self) -> None:
         self.export_area.value = self.answers_html()
