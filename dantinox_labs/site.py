@@ -374,6 +374,20 @@ def stage(lite: Path, lock: dict, cache: Path) -> None:
     for name in NOTEBOOKS:
         (files / name).write_bytes(site_notebook(name))
     shutil.copyfile(ROOT / "README.md", files / "README.md")
+    for target in readme_files():  # the screenshots and pages it links to, so no link in the site is broken
+        (files / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / target, files / target)
+
+
+def readme_files() -> list[str]:
+    """The repository files README.md links to by a relative path (a link's #fragment dropped), in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = dict.fromkeys(m.split("#", 1)[0] for m in re.findall(r"\]\(([^)\s]+)\)", text)
+                            if not re.match(r"[a-z][a-z0-9+.-]*:|#", m))
+    for target in targets:
+        if not (ROOT / target).is_file() or ".." in Path(target).parts:
+            raise SiteError(f"site: README.md links to {target!r}: expected a file inside the checkout")
+    return list(targets)
 
 
 def source_date() -> int:

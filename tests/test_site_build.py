@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dantinox_labs import site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,11 @@ def test_the_staged_site_is_the_same_on_a_second_build(tmp_path):
     kernel = config["litePluginSettings"][site.KERNEL_PLUGIN]
     assert kernel["pyodideUrl"] == "./static/pyodide/pyodide.mjs" and kernel["disablePyPIFallback"] is True
     assert set(kernel["loadPyodideOptions"]["packages"]) == set(pyodide_lock["packages"])
+    readme = (tmp_path / "a/files/README.md").read_text(encoding="utf-8")
+    links = {m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", readme) if not re.match(r"https?:|#", m)}
+    assert "docs/screenshots/kv-cache.png" in links
+    for link in links:  # the README's screenshots and pages are in the site beside it
+        assert first.get(f"files/{link}") == hashlib.sha256((ROOT / link).read_bytes()).hexdigest(), link
 
 
 def test_the_banner_names_every_lab_that_needs_the_full_install_and_the_two_commands():
@@ -73,3 +80,14 @@ def test_a_first_build_without_the_registries_stops_with_one_line(tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert res.stderr.startswith("site: could not download") and "package registries" in res.stderr
     assert not (tmp_path / "site").exists()
+
+
+def test_a_readme_link_to_a_missing_file_stops_the_build_with_one_line(tmp_path, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/here.png").write_bytes(b"png")
+    (tmp_path / "README.md").write_text("![a](docs/here.png) [b](https://example.org) [c](#top) [d](docs/here.png#x)")
+    monkeypatch.setattr(site, "ROOT", tmp_path)
+    assert site.readme_files() == ["docs/here.png"]
+    (tmp_path / "README.md").write_text("![a](docs/gone.png)")
+    with pytest.raises(site.SiteError, match=r"README.md links to 'docs/gone.png': expected a file"):
+        site.readme_files()
