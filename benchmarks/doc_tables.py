@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/doc_tables.py          # rewrite the marked blocks in docs/benchmarks.md and README.md
 
-`benchmarks/decode.py --model smollm2-135m --peer`, `benchmarks/llama_cpp.py` and
-`benchmarks/serving.py --part engine` store their numbers in
+`benchmarks/decode.py --model smollm2-135m --peer`, `benchmarks/llama_cpp.py`, `benchmarks/serving.py --part engine`
+and `benchmarks/memory_savers.py --part smollm2` / `--part smollm2-chat` store their numbers in
 benchmarks/data/; the docs hold what this module renders from them between `<!-- table: NAME -->` and
 `<!-- end table: NAME -->`, and tests/test_benchmark_docs.py fails when a block drifts from its JSON.
 Imports neither jax nor dantinox.
@@ -121,8 +121,44 @@ def serving_engine(r: dict) -> str:
     return "\n".join(lines)
 
 
+def smollm2_savers(r: dict) -> str:
+    """benchmarks/memory_savers.py --part smollm2: bytes against quality per saver, and how the runs went."""
+    lines = ["| configuration | decoded | cache B/token | perplexity | top-1 agree | mean KL |",
+             "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        lines.append(f"| {row['label']} | {row['decoded']} | {row['bytes_per_token']:,.0f} | "
+                     f"{row['perplexity']:.3f} | {row['agreement']:.2%} | {row['mean_kl']:.4f} |")
+    for m in r["missing"]:
+        lines.append(f"| {m['label']} | {m['why']} | | | | |")
+    runs = r.get("runs") or []
+    starts = [run["load_avg"][0] for run in runs if run.get("load_avg")]
+    lines.append("")
+    lines.append(f"{len(runs)} run(s) from {runs[0]['started'] if runs else r['date']}, "
+                 f"{r['wall_s']:,.0f} s of wall time together"
+                 + (f", 1-minute load average {_load_range(starts)} at their starts" if starts else "")
+                 + (f"; not measured: {', '.join(m['label'] for m in r['missing'])}." if r["missing"] else
+                    "; every configuration measured."))
+    return "\n".join(lines)
+
+
+def smollm2_chat(r: dict) -> str:
+    """benchmarks/memory_savers.py --part smollm2-chat: the greedy answer to one long-passage question per saver."""
+    lines = [f"{r['model']}, the first {r['context_tokens']:,} tokens of the held-out text and "
+             f"\"{r['question']}\" ({r['prompt_tokens']:,} prompt tokens in the chat template), {r['new']} greedy "
+             f"answer tokens decoded through each saver's cache; measured {r['date']} "
+             f"({r['wall_s']:,.0f} s, 1-minute load average {r['load_avg'][0]:.1f} at the start):", "",
+             f"| configuration | answer tokens that differ (of {r['new']}) | first that differs | the answer |",
+             "|---|---|---|---|"]
+    for row in r["rows"]:
+        text = row["text"].replace("|", "\\|").replace("\n", " ").strip()
+        first = "" if row["first_change"] is None else row["first_change"]
+        lines.append(f"| {row['label']} | {row['changed']} | {first} | {text} |")
+    return "\n".join(lines)
+
+
 RENDERERS = {"decode-smollm2-135m": decode_pretrained, "llama-cpp-smollm2-135m": llama_cpp,
-             "serving-engine": serving_engine}
+             "serving-engine": serving_engine, "memory_savers_smollm2": smollm2_savers,
+             "memory_savers_smollm2_chat": smollm2_chat}
 
 
 def render(name: str) -> str:

@@ -51,6 +51,7 @@ import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -316,31 +317,81 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
     return result
 
 
+CHAT_CONTEXT = 1200  # tokens of the held-out text the question is about: past every window and budget here
+# the 135M model's answer loops on the other wordings and passage lengths tried (700 and 1,536 tokens)
+CHAT_QUESTION = "Summarize the text above in one sentence."
+CHAT_NEW = 64
+
+
+CHAT_OUT = ROOT / "benchmarks" / "data" / "memory_savers_smollm2_chat.json"
+
+
+def run_smollm2_chat(out: Path = CHAT_OUT, source: str = "smollm2-135m") -> dict:
+    """The chat model answering one question about a long passage, greedily, through each saver's real layout.
+
+    The passage is the first CHAT_CONTEXT tokens of the held-out text (longer than every window, KIVI's residual
+    and H2O's budget, so each saver changes what the answer attends to). Per configuration: how many of the
+    CHAT_NEW answer tokens differ from the float32 full cache's, and the first that does. The recomputation rows
+    are left out: they re-run the model per window stride, which is not a cache layout to decode through.
+    Written to `out` after each configuration.
+    """
+    cfg, model, tok = dantinox.load_pretrained(source)
+    passage = tok.decode(tok.encode(shipped_text(SMOL_TEXT))[:CHAT_CONTEXT])
+    prompt = tok.chat([{"role": "user", "content": f"{passage}\n\n{CHAT_QUESTION}"}])
+    started = time.time()
+    chat = dict(model=source, heldout=SMOL_SOURCE, question=CHAT_QUESTION, context_tokens=CHAT_CONTEXT,
+                prompt_tokens=len(prompt), new=CHAT_NEW, rows=[], load_avg=list(__import__("os").getloadavg()),
+                date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    reference = None
+    for label, _family, how, changes in smol_configs(cfg.n_layers):
+        if how == "recompute":
+            continue
+        t0 = time.time()
+        m = quality.with_changes(model, **changes)
+        ids = np.asarray(dantinox.generate(m, np.asarray([prompt], np.int32), CHAT_NEW, eos_id=tok.eos_id))
+        answer = ids[0, len(prompt):].tolist()
+        if reference is None:
+            reference = answer
+        changed = [i for i, (a, b) in enumerate(zip(answer, reference, strict=True)) if a != b]
+        chat["rows"].append(dict(label=label, changed=len(changed), first_change=changed[0] if changed else None,
+                                 text=tok.decode([t for t in answer if t != tok.eos_id]),
+                                 seconds=round(time.time() - t0, 1)))
+        chat["wall_s"] = round(time.time() - started, 1)
+        out.write_text(json.dumps(chat, indent=1) + "\n")
+        print(f"chat {label}: {len(changed)} of {CHAT_NEW} answer tokens changed ({chat['rows'][-1]['seconds']} s)",
+              file=sys.stderr, flush=True)
+    return chat
+
+
+def chat_table(chat: dict) -> str:
+    return doc_tables.smollm2_chat(chat)
+
+
 def shipped_text(name: str) -> str:
     return (ROOT / "benchmarks" / "data" / name).read_text(encoding="utf-8")
 
 
 def smol_table(result: dict) -> str:
-    lines = ["| configuration | decoded | cache B/token | perplexity | top-1 agree | mean KL |",
-             "|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['label']} | {r['decoded']} | {r['bytes_per_token']:,.0f} | {r['perplexity']:.3f} "
-                     f"| {r['agreement']:.2%} | {r['mean_kl']:.4f} |")
-    for m in result["missing"]:
-        lines.append(f"| {m['label']} | {m['why']} | | | | |")
-    return "\n".join(lines)
+    return doc_tables.smollm2_savers(result)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 unless every configuration was measured")
-    parser.add_argument("--part", choices=("tiny", "smollm2"), default="tiny", help="which models to measure")
+    parser.add_argument("--part", choices=("tiny", "smollm2", "smollm2-chat"), default="tiny",
+                        help="which models to measure (smollm2-chat: the long-passage chat answer per saver)")
     parser.add_argument("--budget-s", type=float, default=1150.0, help="smollm2: start no configuration after this")
     parser.add_argument("--resume", action="store_true", help="smollm2: keep the stored rows, measure the rest")
     parser.add_argument("--only", default=None, help="smollm2: comma-separated labels to measure, in this order")
     parser.add_argument("--out", default=None, help=f"JSON file to write (default {OUT.relative_to(ROOT)}, "
                         f"or {SMOL_OUT.relative_to(ROOT)} for --part smollm2)")
     args = parser.parse_args()
+    if args.part == "smollm2-chat":
+        dantinox.enable_compilation_cache()
+        chat = run_smollm2_chat(Path(args.out or CHAT_OUT))
+        print(chat_table(chat))
+        print(f"\nwall time {chat['wall_s']:.0f} s; wrote {args.out or CHAT_OUT}")
+        sys.exit(0)
     if args.part == "smollm2":
         dantinox.enable_compilation_cache()
         only = None if args.only is None else [label.strip() for label in args.only.split(",")]
