@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/doc_tables.py          # rewrite the marked blocks in docs/benchmarks.md and README.md
 
-`benchmarks/decode.py --model smollm2-135m --peer`, `benchmarks/llama_cpp.py`, `benchmarks/serving.py --part engine`
+`benchmarks/decode.py --model smollm2-135m --peer`, `benchmarks/llamacpp.py`, `benchmarks/serving.py --part engine`
 and `benchmarks/memory_savers.py --part smollm2` / `--part smollm2-chat` store their numbers in
 benchmarks/data/; the docs hold what this module renders from them between `<!-- table: NAME -->` and
 `<!-- end table: NAME -->`, and tests/test_benchmark_docs.py fails when a block drifts from its JSON.
@@ -70,7 +70,7 @@ def targets(r: dict) -> list[str]:
 
 
 def llama_cpp(r: dict) -> str:
-    """benchmarks/llama_cpp.py: llama.cpp's batch-1 tok/s per GGUF file and its KV buffer next to dantinox's."""
+    """benchmarks/llamacpp.py: llama.cpp's batch-1 tok/s per GGUF file and its KV buffer next to dantinox's."""
     built = (f"built here in {r['build_minutes']:.0f} min" if r["build_minutes"] == r["build_minutes"]
              else "build time not recorded")  # NaN when the venv was built by hand
     lines = [f"llama.cpp (llama-cpp-python {r['llama_cpp_python']}, {built}), "

@@ -1,4 +1,4 @@
-"""Peer for benchmarks/llama_cpp.py: llama.cpp through llama-cpp-python, in benchmarks/.llama-venv only.
+"""Peer for benchmarks/llamacpp.py: llama.cpp through llama-cpp-python, in benchmarks/.llama-venv only.
 
 `python peer_llama_cpp.py SPEC_JSON` writes an F32 copy of the GGUF file with llama_model_quantize, then for
 each file times greedy decoding at batch 1 (a fresh context per call: the prompt's prefill, then `new`

@@ -96,6 +96,8 @@ def test_no_script_folder_shadows_a_project_package():
     # hid the classroom package from every benchmark
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
     assert {"content", "dantinox", "widgets", "classroom"} <= packages
+    # and what the benchmark peers import in their own venvs: benchmarks/llama_cpp.py once hid llama_cpp
+    packages |= {"llama_cpp", "torch", "transformers", "gguf", "numpy", "jax"}
     for folder in ("benchmarks", "runs", "labs", "tests"):
         clashes = sorted(p.name for p in (ROOT / folder).glob("*.py") if p.stem in packages)
         assert not clashes, f"{folder}/ holds {clashes}, which shadow the project's packages"

@@ -1,6 +1,6 @@
 """llama.cpp on the same model: batch-1 decode speed on the shipped Q4_1 file and an F32 copy, and its KV buffer.
 
-    .venv/bin/python benchmarks/llama_cpp.py            # builds benchmarks/.llama-venv on first use (~4 min here)
+    .venv/bin/python benchmarks/llamacpp.py            # builds benchmarks/.llama-venv on first use (~4 min here)
 
 llama.cpp runs through llama-cpp-python in its own benchmark-only virtual environment (benchmarks/.llama-venv,
 git-ignored; its wheel compiles llama.cpp), never in the project's. The peer script (peer_llama_cpp.py) writes
