@@ -363,16 +363,8 @@ def run_smollm2_chat(out: Path = CHAT_OUT, source: str = "smollm2-135m") -> dict
     return chat
 
 
-def chat_table(chat: dict) -> str:
-    return doc_tables.smollm2_chat(chat)
-
-
 def shipped_text(name: str) -> str:
     return (ROOT / "benchmarks" / "data" / name).read_text(encoding="utf-8")
-
-
-def smol_table(result: dict) -> str:
-    return doc_tables.smollm2_savers(result)
 
 
 if __name__ == "__main__":
@@ -389,14 +381,14 @@ if __name__ == "__main__":
     if args.part == "smollm2-chat":
         dantinox.enable_compilation_cache()
         chat = run_smollm2_chat(Path(args.out or CHAT_OUT))
-        print(chat_table(chat))
+        print(doc_tables.smollm2_chat(chat))
         print(f"\nwall time {chat['wall_s']:.0f} s; wrote {args.out or CHAT_OUT}")
         sys.exit(0)
     if args.part == "smollm2":
         dantinox.enable_compilation_cache()
         only = None if args.only is None else [label.strip() for label in args.only.split(",")]
         result = run_smollm2(Path(args.out or SMOL_OUT), args.budget_s, resume=args.resume, only=only)
-        print(smol_table(result))
+        print(doc_tables.smollm2_savers(result))
         print(f"\nwall time {result['wall_s']:.0f} s; wrote {args.out or SMOL_OUT}")
         bad = [r["label"] for r in result["rows"] if not r["bytes"] == r["formula_bytes"] == r["kv_cache_bytes"]]
         if bad:
