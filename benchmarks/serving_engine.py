@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 import dantinox
-from dantinox.engine import _bucket, _buckets, _power_of_two  # the engine's shape buckets
+from dantinox.engine_step import bucket_of, power_of_two, shape_buckets  # the engine's shape buckets
 from dantinox.paged import pool_bytes
 from dantinox.serving import Request, serve
 
@@ -116,14 +116,14 @@ def predict(cfg, trace, model: dict, policy: str) -> dict:
                 reservation="oracle", max_running=MAX_SEQS)
     if res.recomputed_tokens:
         raise SystemExit("predict: the simulator preempted; the engine's runs here did not, so compare nothing")
-    lengths = _buckets(MAX_LEN, 8)
+    lengths = shape_buckets(MAX_LEN, 8)
     seconds = 0.0
     for step in range(res.steps):
         joining = [r.prompt for r in requests if res.first_token[r.id] == step]
         decoding = int(res.running[step]) - len(joining)
-        calls = [(_power_of_two(decoding, MAX_SEQS), 1)] if decoding else []
+        calls = [(power_of_two(decoding, MAX_SEQS), 1)] if decoding else []
         if joining:
-            calls.append((_power_of_two(len(joining), MAX_SEQS), _bucket(lengths, max(joining))))
+            calls.append((power_of_two(len(joining), MAX_SEQS), bucket_of(lengths, max(joining))))
         seconds += (model["host_ms_per_iteration"] + len(calls) * model["call_ms"]
                     + sum(b * t for b, t in calls) * model["token_ms"]) / 1e3
     return dict(steps=res.steps, seconds=seconds, requests_per_s=len(requests) / seconds)

@@ -1,0 +1,117 @@
+"""The engine's compiled iteration: one ragged batch of rows through the model's paged layout.
+
+`forward_rows` is the one program `dantinox.Engine` runs per iteration: every running request's new tokens
+(a prompt chunk, a sampled token, or drafts to verify) go through the model at once, sliding-window rings are
+read and written at each request's seat, and each row's next tokens are chosen as `dantinox.generate` would
+choose them for that request alone. The shapes it is compiled for are rounded up to a few buckets
+(`shape_buckets`, `power_of_two`), so a long trace compiles a handful of programs.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from dantinox.cache import KVCache, layouts
+
+
+def shape_buckets(limit: int, small: int = 1) -> tuple[int, ...]:
+    """small, ..., 8, 12, 16, 24, 32, 48, ...: powers of two and their 1.5x, capped at (and ending with) limit."""
+    sizes, size = [], small
+    while size < limit:
+        sizes += [s for s in (size, size * 3 // 2) if size < s < limit or s == size]
+        size *= 2
+    return tuple(sorted(set(sizes))) + (limit,)
+
+
+def bucket_of(buckets: tuple[int, ...], n: int) -> int:
+    return next(b for b in buckets if b >= n)
+
+
+def power_of_two(n: int, limit: int) -> int:
+    """The smallest power of two >= n, capped at limit."""
+    return min(1 << (n - 1).bit_length(), limit)
+
+
+def _rows_of(layers: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
+    return tuple(layer.map_slots(lambda a, axis: a[seat_B]) if r else layer
+                 for layer, r in zip(layers, ring, strict=True))
+
+
+def _put_rows(layers: tuple, rows: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
+    def put(full, part):
+        return type(full)(*(None if a is None else a.at[seat_B].set(p) for a, p in zip(full, part, strict=True)))
+    return tuple(put(full, part) if r else part for full, part, r in zip(layers, rows, ring, strict=True))
+
+
+def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
+    """Each row's tokens at its P positions, drawn as `dantinox.generate` draws them for that request alone.
+
+    A request's generator state is split once per token it produces (generate's chain from key(seed)), so
+    position j of a row, its (j - first)-th new token, uses the state after j - first + 1 splits; the top-k
+    mask and the temperature come first, as in `sample`. Returns the tokens and the chain's states after 1..P
+    splits (the host keeps the one after its last new token).
+    """
+    V = logits_BPV.shape[-1]
+    kth_BP1 = jnp.take_along_axis(jnp.sort(logits_BPV, axis=-1), (V - top_k_B)[:, None, None], axis=-1)
+    masked_BPV = jnp.where(logits_BPV < kth_BP1, -jnp.inf, logits_BPV)
+    keys, states, rng_B = [], [], jax.random.wrap_key_data(rng_B2)
+    for _ in range(logits_BPV.shape[1]):
+        pair_B2 = jax.vmap(jax.random.split)(rng_B)
+        rng_B = pair_B2[:, 0]
+        keys.append(pair_B2[:, 1])
+        states.append(jax.random.key_data(rng_B))
+    nth_BP = jnp.clip(jnp.arange(logits_BPV.shape[1])[None, :] - first_B[:, None], 0)
+    keys_BP = jnp.take_along_axis(jnp.stack(keys, axis=1), nth_BP, axis=1)
+    scaled_BPV = masked_BPV / jnp.maximum(temp_B, 1e-6)[:, None, None]
+    drawn_BP = jax.vmap(jax.vmap(jax.random.categorical))(keys_BP, scaled_BPV)
+    greedy_BP = jnp.argmax(logits_BPV, axis=-1)
+    return jnp.where(temp_B[:, None] > 0, drawn_BP, greedy_BP).astype(jnp.int32), jnp.stack(states, axis=1)
+
+
+def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP,
+                  temp_B, top_k_B, rng_B2, first_B, sampling: bool):
+    """One ragged batch through the model: write every row's live tokens, return its tokens at `at_BP`
+    (greedy, or drawn per row where `sampling`) and, where sampling, each row's generator state after each.
+
+    Ring layers are read at each row's seat and written back; where a row verifies drafts, the ring slots
+    its rejected drafts overwrote get their old contents back.
+    """
+    model = nnx.merge(graphdef, params)
+    addressing = tuple(lay.addressing for lay in layouts(model.cfg))
+    ring = tuple(not hasattr(addr, "block_size") for addr in addressing)
+    T = ids_BT.shape[1]
+    live_BT = jnp.arange(T)[None, :] < live_B[:, None]
+    before = _rows_of(layers, seat_B, ring)
+    cache = KVCache(before, lengths_B, table_BM)
+    logits_BPV, cache = model.forward(ids_BT, cache, live_BT, logits_at_BP=at_BP)
+    if sampling:
+        chosen_BP, rng_BP2 = _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B)
+    else:
+        chosen_BP, rng_BP2 = jnp.argmax(logits_BPV, axis=-1).astype(jnp.int32), None
+    after = cache.layers
+    if T > 1 and any(ring):  # restore what rejected drafts overwrote
+        j = jnp.arange(T - 1)[None, :]
+        agree = (ids_BT[:, 1:] == chosen_BP[:, :T - 1]) & (j < drafts_B[:, None])
+        accepted_B = jnp.sum(jnp.cumprod(agree, axis=1), axis=1)
+        kept_B = jnp.where(drafts_B > 0, 1 + accepted_B, live_B)
+        t = jnp.arange(T)[None, :]
+        rejected_BT = (t >= kept_B[:, None]) & live_BT
+        pos_BT = lengths_B[:, None] + t
+
+        def restore(old, new, addr):
+            S = old.slots  # the slots the rejected tokens were written to, by the ring's own addressing rule
+            _, slots_BT = addr.locate(pos_BT, rejected_BT, lengths_B + live_B, S, None)
+            hit_BS = jnp.any(slots_BT[:, :, None] == jnp.arange(S), axis=1)
+
+            def pick(o, n, axis=old.SEQ_AXIS):
+                shape = [o.shape[0]] + [1] * (o.ndim - 1)
+                shape[axis] = S
+                return jnp.where(hit_BS.reshape(shape), o, n)
+            return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
+        after = tuple(restore(o, n, a) if r else n for o, n, a, r in zip(before, after, addressing, ring, strict=True))
+    return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
+
+
+forward_rows_jit = jax.jit(forward_rows, static_argnums=(0,), static_argnames=("sampling",), donate_argnums=(2,))
