@@ -60,7 +60,8 @@ from flax import nnx
 import content
 import dantinox
 from dantinox import quality
-from dantinox.config import PRESETS, local_layers
+from dantinox.config import PRESETS
+from dantinox.windows import local_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "memory_savers.json"

@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from dantinox.checks import positive_int
+from dantinox.windows import local_layers
 
 ATTENTION_KINDS = ("heads", "latent")
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")  # derived labels (ModelConfig.variant), not stored
@@ -25,33 +26,6 @@ KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
-
-
-def local_layers(n_layers: int, size: int, local_per_global: int | None = None) -> tuple[int | None, ...]:
-    """Per layer, `size` (a local layer) or None (a global one): every layer local, or `local_per_global`
-    local layers before each global one.
-
-    Layer i is global when (i + 1) % (local_per_global + 1) == 0. Gemma 2 alternates (local_per_global=1:
-    layers 0, 2, ... local; 1, 3, ... global) and Gemma 3 places one global layer after five local ones
-    (local_per_global=5), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
-    (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
-    """
-    positive_int("n_layers", n_layers)
-    positive_int("size", size)
-    if local_per_global is None:
-        return (size,) * n_layers
-    positive_int("local_per_global", local_per_global)
-    return tuple(None if (i + 1) % (local_per_global + 1) == 0 else size for i in range(n_layers))
-
-
-def gemma2_windows(n_layers: int, window: int) -> tuple[int | None, ...]:
-    """Gemma 2's placement: local and global layers alternate, local first."""
-    return local_layers(n_layers, window, local_per_global=1)
-
-
-def gemma3_windows(n_layers: int, window: int) -> tuple[int | None, ...]:
-    """Gemma 3's placement: five local layers, then one global, repeated."""
-    return local_layers(n_layers, window, local_per_global=5)
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -220,7 +194,7 @@ class ModelConfig:
                 object.__setattr__(self, name, sizes := tuple(sizes))
             if not isinstance(sizes, tuple) or len(sizes) != self.n_layers:
                 raise ValueError(f"{name}: expected one entry per layer ({self.n_layers}), each a positive integer "
-                                 f"or None (see dantinox.config.local_layers), got {sizes!r}")
+                                 f"or None (see dantinox.windows.local_layers), got {sizes!r}")
             for i, size in enumerate(sizes):
                 if size is not None:
                     positive_int(f"{name}[{i}]", size)

@@ -46,8 +46,9 @@ def _train(args: argparse.Namespace) -> int:
     _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
-    from dantinox.config import ModelConfig, local_layers
+    from dantinox.config import ModelConfig
     from dantinox.train import train
+    from dantinox.windows import local_layers
 
     if args.corpus is None:
         import content

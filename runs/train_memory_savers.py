@@ -6,14 +6,15 @@
 Same recipe as runs/tiny (MHA): the tiny preset, 1,500 steps, batch 16, 128-token windows, seed 0, on the text
 of content/entries. `--corpus FILE` pins the training text so every run of one batch sees the same bytes.
 Sliding-window placements: "local" puts every layer in a window, "1to1" alternates local and global layers with
-layer 0 local, as Gemma 2 does (dantinox.config.local_layers).
+layer 0 local, as Gemma 2 does (dantinox.windows.local_layers).
 """
 
 import argparse
 from pathlib import Path
 
 import content
-from dantinox.config import PRESETS, local_layers
+from dantinox.config import PRESETS
+from dantinox.windows import local_layers
 from dantinox.train import train
 
 HERE = Path(__file__).resolve().parent

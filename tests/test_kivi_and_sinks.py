@@ -14,8 +14,8 @@ import content
 import dantinox
 from dantinox import quality
 from dantinox.cache import cache_length
-from dantinox.config import local_layers
 from dantinox.kivi import KiviCache, pack, unpack
+from dantinox.windows import local_layers
 
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
 

@@ -13,10 +13,10 @@ import content
 import dantinox
 from dantinox import quality
 from dantinox.cache import LayerCache, View
-from dantinox.config import gemma2_windows, gemma3_windows, local_layers
 from dantinox.generate import _prefill_jit, decode_program
 from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
+from dantinox.windows import gemma2_windows, gemma3_windows, local_layers
 from dantinox_labs import shipped
 
 PER_GLOBAL = {"local": None, "1:1": 1, "2:1": 2, "5:1": 5}  # local layers per global one (None: all local)
