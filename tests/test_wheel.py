@@ -30,7 +30,7 @@ import content, dantinox, dantinox_labs, widgets
 from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
 from dantinox_labs import shipped
 from widgets.concept_map import lab_notebook
-from widgets.generate import find_run
+from widgets.decode_models import find_run
 from widgets.memory_savers_lab import load_measurements
 
 entries = content.load_all()

@@ -16,8 +16,9 @@ import dantinox
 from dantinox import pretrained, tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
+from widgets.decode_models import PUBLISHED, find_run, same_model
 from widgets.decode_runs import DecodeRun, DecodeSettings, progress_text, seconds_left, step_ratio
-from widgets.generate import CHAT_PROMPT, MAX_REDRAWS_PER_S, PUBLISHED, find_run, same_model
+from widgets.generate import CHAT_PROMPT, MAX_REDRAWS_PER_S
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 SHIPPED = {"tiny": dict(), "tiny-gqa": dict(kv_heads=2),

@@ -19,8 +19,6 @@ length, new tokens), with its spread over every repeat of those settings: one ru
 
 from __future__ import annotations
 
-import functools
-import json
 import threading
 import time
 from pathlib import Path
@@ -40,51 +38,17 @@ from dantinox_labs import shipped
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
+from widgets.decode_models import PUBLISHED, RUNS_DIR, find_run, load_published, same_model
 from widgets.decode_runs import DecodeRun, DecodeSettings, StepRatio, describe, progress_text, step_ratio
 
-RUNS_DIR = shipped.RUNS
 MIB = 2**20
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
 MAX_HISTORY = 40  # runs kept for the ratio's spread
 
 
-def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
-    """Whether weights trained for `a` fit `b`: every field equal but the cache dtype (K compared as counted)."""
-    def key(cfg: dantinox.ModelConfig) -> dict[str, Any]:
-        return {**cfg.to_dict(), "cache_dtype": None}
-    return key(a) == key(b)
-
-
-def find_run(cfg: dantinox.ModelConfig, runs_dir: str | Path = RUNS_DIR) -> tuple[Path | None, list[str]]:
-    """The run directory under `runs_dir` whose model matches `cfg` (None if none), and what each run holds."""
-    found, seen = None, []
-    for config in sorted(Path(runs_dir).glob("*/config.json")):
-        try:
-            run_cfg = dantinox.ModelConfig.from_dict(json.loads(config.read_text()))
-        except (ValueError, TypeError) as err:
-            seen.append(f"{config.parent.name}: unreadable ({err})")
-            continue
-        if run_cfg.paradigm != "autoregressive":
-            continue
-        seen.append(f"{config.parent.name}: {describe(run_cfg)}")
-        if found is None and same_model(run_cfg, cfg):
-            found = config.parent
-    return found, seen
-
-
-PUBLISHED = "smollm2-135m"  # the published model the panel decodes by default (dantinox.load_pretrained)
 CHAT_PROMPT = "What is a KV cache?"  # greedy SmolLM2 answers this one in sensible English
 PUBLISHED_NEW_TOKENS = 96
-
-
-_published_lock = threading.Lock()
-
-
-@functools.cache
-def _load_published() -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
-    with _published_lock:  # a click's thread and the notebook may both ask first
-        return pretrained.load_pretrained(PUBLISHED)
 
 
 class GeneratePanel(widgets.VBox):
@@ -192,7 +156,7 @@ class GeneratePanel(widgets.VBox):
 
     def published(self) -> tuple[dantinox.ModelConfig, dantinox.Transformer, Any]:
         """The published model (config, model, tokenizer), loaded once per process (from the weight cache)."""
-        return _load_published()
+        return load_published()
 
     def is_published(self, cfg: dantinox.ModelConfig) -> bool:
         return self.preset.value == PUBLISHED and same_model(cfg, self.published()[0])
