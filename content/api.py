@@ -9,10 +9,11 @@ from pathlib import Path
 
 from content import expr
 from content.devices import DeviceMemory
+from content.entry_checks import inputs_problem
 from content.problems import ContentError, Record
 from content.schema import ID_PATTERN, ChoiceCheck, Entry, NumericCheck, Science, Spec, round_significant
 from content.units import format_value, number_text, param_text, unit_factor
-from content.validate import CONTENT_DIR, entry_files, inputs_problem, read_entry, validate
+from content.validate import CONTENT_DIR, entry_files, read_entry, validate
 
 
 def _root(root: str | Path | None) -> Path:
