@@ -131,14 +131,12 @@ def site(extra: list[str]) -> None:
 
 
 def _workers() -> list[str]:
-    """Three or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
+    """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
 
-    Much of the suite waits on kernels, browsers and servers, so a worker more than the cores keeps them busy.
-    Measured here on 2 cores (2026-12-01, cold JAX cache, the same tree): pytest took 712-755 s with two
-    workers, 690 s with three and 776 s with four. The files go out in the order tests/conftest.py sorts them
-    (the longest first), not by their number of tests.
+    Much of the suite waits on kernels, browsers and servers, so even two cores run two files at once to profit.
+    The files go out in the order tests/conftest.py sorts them (the longest first), not by their number of tests.
     """
-    return ["-n", str(max(3, min((os.cpu_count() or 1) + 1, 4))), "--dist", "loadfile", "--no-loadscope-reorder"]
+    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def main() -> None:
