@@ -22,11 +22,10 @@ from dantinox.cache import (
     LayerCache,
     Layout,
     View,
-    check_cache,
-    check_write,
     init_cache,
     layouts,
 )
+from dantinox.cache_checks import check_cache, check_write
 from dantinox.checks import check_ids, concrete_index
 from dantinox.config import ModelConfig
 
