@@ -46,12 +46,27 @@ def test_generation_crosses_key_buckets():
     np.testing.assert_array_equal(dantinox.generate(model, prompt, 295), dantinox.generate(model, prompt, 295, False))
 
 
-def test_jit_and_eager_forward_agree():
+def test_the_checked_call_equals_the_forward_inside_a_callers_jit():
     _, model = make(kv_heads=2)
     x = ids(2, 9)
-    eager, _, _ = model(x)
-    jitted = nnx.jit(lambda m, t: m(t)[0])(model, jnp.asarray(x))
-    np.testing.assert_allclose(eager, jitted, atol=1e-5)
+    checked, _, _ = model(x)
+    jitted = nnx.jit(lambda m, t: m(t)[0])(model, jnp.asarray(x))  # the checked call nested in a caller's trace
+    np.testing.assert_allclose(checked, jitted, atol=1e-5)
+
+
+def test_the_checked_call_is_one_compiled_program_per_shape():
+    """`model(ids, ...)` compiles its forward once per shape, not each operation on its own (op by op, one step
+    of the four-layer test model dispatched hundreds of operations); a step at the next position compiles nothing."""
+    cfg, model = make(kv_heads=2)
+    prompt = ids(1, 9)
+    with count_compiles() as first:
+        _, cache, _ = model(prompt[:, :8], use_cache=True, kv_caches=dantinox.init_cache(cfg, 1, 32))
+        _, cache, _ = model(prompt[:, 8:], use_cache=True, kv_caches=cache, cache_index=8)
+    forwards = [name for name in first if "_compiled_forward" in name]
+    assert len(forwards) == 2 and len(first) <= 8, first  # the prompt's shape and the one-token step's
+    with count_compiles() as again:
+        _, cache, _ = model(prompt[:, 8:], use_cache=True, kv_caches=cache, cache_index=9)
+    assert again == [], again
 
 
 def test_causality_future_tokens_never_change_past_logits():
