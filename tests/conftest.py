@@ -15,9 +15,11 @@ for _name, _value in (("JAX_COMPILATION_CACHE_DIR", os.environ["DANTINOX_JAX_CAC
 # optimisation level 0 and with its older (non-"fusion emitter") code generators: measured here as CPU time,
 # test_mla 92 -> 57 s and test_diffusion 143 -> 91 s at level 0, then test_model 123 -> 76 s with both. The
 # price is slower long loops, which the tests do not time (speed is measured in benchmarks/, at XLA's
-# defaults). The kernels, servers and subprocesses a worker starts inherit the flags too: every lab run under
-# nbval from a cold compilation cache took 70 s instead of 96 s (two workers), and the browser tests run each
-# lab once more. A test that reads a compiled program as a learner's process builds it passes LEARNER_COMPILE.
+# defaults). The kernels, servers and subprocesses a worker starts inherit the flags too. Measured from a cold
+# compilation cache, one run of each after the other: the two browser shares 269 and 274 -> 209 and 187 s, the
+# whole pytest run 681 -> 572 s; the labs under nbval alone did not change beyond noise (96 -> 70 s once, 76 ->
+# 79 s the second time): their heavy cells run slower by what their compiles save. A test that reads a compiled
+# program as a learner's process builds it passes LEARNER_COMPILE.
 from fast_compile import FAST_COMPILE  # noqa: E402
 
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
