@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as widgets
-import jax
 import jax.numpy as jnp
 import numpy as np
 import traitlets
@@ -136,13 +135,6 @@ class MlaLab(Lab):
             f"size {H}</b> ({N} query heads either way).</div>{table}")
 
 
-def _compiled_forward(model: dantinox.Transformer):
-    """`model.forward(ids, cache)` as one compiled program per shape (op by op, each step compiled its pieces)."""
-    graphdef, state = nnx.split(model)
-    run = jax.jit(lambda state, ids, cache: nnx.merge(graphdef, state).forward(ids, cache))
-    return lambda ids, cache: run(state, jnp.asarray(ids), cache)
-
-
 def decode_path_agreement(latent: int, rope: int, *, tokens: int = 24, preset: str = "test",
                           seed: int = 0) -> list[dict[str, Any]]:
     """Max |logit difference| between the absorbed and materialized paths, both RoPE placements, measured.
@@ -159,13 +151,13 @@ def decode_path_agreement(latent: int, rope: int, *, tokens: int = 24, preset: s
                                               mla_decode=path, mla_rope_on_latent=on_latent)
             if tokens > cfg.max_context:
                 raise ValueError(f"tokens: expected at most max_context={cfg.max_context}, got {tokens}")
-            forward = _compiled_forward(dantinox.Transformer(cfg, rngs=nnx.Rngs(seed)))
-            full, _ = forward(ids, None)
+            model = dantinox.Transformer(cfg, rngs=nnx.Rngs(seed))  # its call compiles one program per shape
+            full, _, _ = model(ids)
             half = tokens // 2
-            steps, cache = forward(ids[:, :half], dantinox.init_cache(cfg, 2))
+            steps, cache, _ = model(ids[:, :half], use_cache=True, kv_caches=dantinox.init_cache(cfg, 2))
             pieces = [steps]
             for t in range(half, tokens):  # one token at a time; the cache's fill says where it goes
-                step, cache = forward(ids[:, t:t + 1], cache)
+                step, cache, _ = model(ids[:, t:t + 1], use_cache=True, kv_caches=cache)
                 pieces.append(step)
             logits[path] = (full, jnp.concatenate(pieces, axis=1))
         (a_full, a_cached), (m_full, m_cached) = logits["absorbed"], logits["materialized"]
