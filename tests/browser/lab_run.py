@@ -12,8 +12,8 @@ and one quiz answer that gets feedback. What to touch in each lab is data, in la
     .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider -k mla           # one lab
     DANTINOX_SCREENSHOTS=1 .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider   # rewrite docs/screenshots
 
-Screenshots are always saved (pytest's temporary directory, printed on failure); with DANTINOX_SCREENSHOTS=1
-they replace the committed ones in docs/screenshots/ (1200 px wide, reduced to 256 colours).
+A failing lab leaves a screenshot of the whole page (its path is printed); with DANTINOX_SCREENSHOTS=1 every
+lab's is taken and replaces the committed one in docs/screenshots/ (1200 px wide, reduced to 256 colours).
 """
 
 from __future__ import annotations
@@ -52,15 +52,26 @@ def _menu(page, menu: str, item: str) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
 
 
-def _accept_dialogs(page, seconds: float) -> None:
-    """A fresh JupyterLab may ask which kernel to start: take the one it proposes."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+KERNEL_READY = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  const name = panel && panel.querySelector('.jp-KernelName');
+  const status = panel && panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  // before the session starts the indicator already reads "idle" beside "No Kernel": both must have moved on
+  return !!(name && status && name.textContent.trim() !== 'No Kernel' && status.dataset.status === 'idle');
+}"""
+
+
+def _wait_for_kernel(page, timeout_s: float = 60.0) -> None:
+    """Until the notebook's kernel is up and idle in the page. A fresh JupyterLab may first ask which kernel to
+    start: take the one it proposes. (Measured here: the kernel is idle about 2 s after the first cell shows.)"""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(KERNEL_READY):
         dialog = page.locator(".jp-Dialog")
         if dialog.count():
             dialog.locator(".jp-mod-accept").first.click()
-            return
-        page.wait_for_timeout(200)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:.0f} s: the notebook's kernel never became idle")
+        page.wait_for_timeout(100)
 
 
 def _run_all(page, name: str) -> None:
@@ -171,6 +182,8 @@ def _answer_quiz(page, name: str) -> None:
 def _press(page, name: str, press) -> None:
     """Click a button; its cell's kernel-written text must change, or match the spec's pattern."""
     what = press.label or press.selector
+    for description, value in press.typed:
+        _type_into_slider(page, description, value)
     button = (page.locator(press.selector) if press.selector else _button(page, press.label)).first
     cell = _cell_with(page, button)
     before = _kernel_text(cell)
@@ -181,6 +194,29 @@ def _press(page, name: str, press) -> None:
         _wait_for(lambda: re.search(press.expect, _kernel_text(cell), re.S), press.timeout_s,
                   f"{name}: after {what}, no text matching {press.expect!r}; shown:\n{_kernel_text(cell)[:1500]}")
     _wait_for(button.is_enabled, press.timeout_s, f"{name}: {what} stayed disabled (its work never ended)")
+
+
+def _slider_box(scope, description: str):
+    """The editable readout beside a slider (on screen, by its description)."""
+    return _label(scope, description).locator("xpath=ancestor::*[contains(@class,'widget-slider')][1]").filter(
+        visible=True).first.locator("xpath=following-sibling::*[1]").locator("input")
+
+
+def _type_into_slider(scope, description: str, value: str) -> None:
+    """Type a value into a slider's readout (or the number box beside it), as a learner may; wait until the
+    slider shows it."""
+    slider = scope.locator(".widget-slider").filter(has=_label(scope, description)).filter(visible=True).first
+    readout = slider.locator(".widget-readout")
+    if readout.count() and readout.first.is_visible():  # an ipywidgets slider's readout is editable text
+        readout.first.click()
+        slider.page.keyboard.press("Control+A")
+        slider.page.keyboard.type(value)
+        slider.page.keyboard.press("Enter")
+    else:
+        box = _slider_box(scope, description)
+        box.fill(value)
+        box.press("Enter")
+    _wait_for(lambda: _slider_shown(slider) == value, 10, f"slider {description} did not take the typed {value}")
 
 
 def _label(scope, description: str):
@@ -259,8 +295,7 @@ def _explorer_after_switching_entry(page, name: str) -> None:
 
     _wait_for(agrees, 30, fail("moving"))
     # the box beside the slider: a typed value applies, the readout and the plot follow it
-    box = _label(cell, description).locator("xpath=ancestor::*[contains(@class,'widget-slider')][1]").locator(
-        "xpath=following-sibling::*[1]").locator("input")
+    box = _slider_box(cell, description)
     value = value + 7
     box.fill(f"{value:g}")
     box.press("Enter")
@@ -339,8 +374,7 @@ def _open(browser, jupyter, notebook: Path):
     workspace = f"{notebook.stem}-{secrets.token_hex(4)}"  # fresh: no tabs restored from another test
     page.goto(f"{jupyter.url}/lab/workspaces/{workspace}/tree/{notebook.name}?reset&token={jupyter.token}")
     page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for()
-    _accept_dialogs(page, 3)
-    page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=60_000)
+    _wait_for_kernel(page)
     return context, page
 
 
@@ -434,8 +468,8 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
 
         shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True).first) if spec.screenshot
                 else slider_cell)
-        folder = SCREENSHOTS if os.environ.get("DANTINOX_SCREENSHOTS") == "1" else tmp_path
-        _save_screenshot(shot, notebook.stem, folder)
+        if os.environ.get("DANTINOX_SCREENSHOTS") == "1":  # about 1 s a lab: only when the docs' are rewritten
+            _save_screenshot(shot, notebook.stem, SCREENSHOTS)
         assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
         if spec.reopen:
             _reopens_after_save(page, notebook, jupyter, browser)

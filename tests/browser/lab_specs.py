@@ -18,6 +18,7 @@ class Press:
     selector: str = ""  # when the button has no text (the Play widget's icons)
     expect: str = "changes"  # a regex the cell's kernel-written text must match afterwards, or "changes"
     timeout_s: float = 120.0  # decoding compiles first; the rest answers in well under a second
+    typed: tuple[tuple[str, str], ...] = ()  # (slider description, value) typed into slider boxes before the click
     # A button the kernel disables while it works (decode) is waited for until it is enabled again.
 
 
@@ -38,8 +39,10 @@ DEFAULT = LabSpec()
 
 SPECS: dict[str, LabSpec] = {
     # decodes SmolLM2 with the cache at B=1, then the tiny run without it at B=2: the panel must refuse to compare
+    # (16 new tokens, not the panel's 96: test_widgets_generate decodes the default; here the press must work)
     "kv-cache": LabSpec(slider="tokens T",
                         presses=(Press(label="decode with KV cache", expect=r"cache per token.*23,040 B.*tokens/s",
+                                       typed=(("new tokens", "16"),),
                                        timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
                         scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache",
                         seconds=55),
