@@ -8,6 +8,7 @@ content is ever passed to eval or exec.
 from __future__ import annotations
 
 import ast
+import collections
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -100,10 +101,34 @@ def parse(expression: str, variables: set[str] | frozenset[str]) -> ast.Expressi
         raise ExpressionError(f"expected at most {MAX_NODES} syntax nodes, got {len(nodes)}")
     for node in nodes:
         _vet(node, variables, expression.strip())
-    for node in nodes:  # evaluate constant parts now, so 9**9**9 fails here and not when a value is given
-        if isinstance(node, ast.BinOp | ast.UnaryOp | ast.Call) and not free_names(ast.Expression(node)):
-            _eval(node, {})
+    _evaluate_constant_parts(tree)
     return tree
+
+
+def _evaluate_constant_parts(tree: ast.Expression) -> None:
+    """Evaluate every operation that reads no variable now, so 9**9**9 fails when the expression is read and not
+    when a value is given. Each largest such part is evaluated once (its inner parts with it), in breadth-first
+    order: the first error is the one an evaluation of every constant operation in ast.walk's order meets."""
+    reads: dict[int, bool] = {}  # id(node) -> whether its value depends on a variable
+
+    def mark(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            found = True
+        else:  # a call's callee is a function name, not a variable
+            found = False
+            for child in (node.args if isinstance(node, ast.Call) else ast.iter_child_nodes(node)):
+                found = mark(child) or found
+        reads[id(node)] = found
+        return found
+
+    mark(tree)
+    queue = collections.deque([tree])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, ast.BinOp | ast.UnaryOp | ast.Call) and not reads[id(node)]:
+            _eval(node, {})
+        else:
+            queue.extend(ast.iter_child_nodes(node))
 
 
 def _vet(node: ast.AST, variables: set[str] | frozenset[str], source: str) -> None:
@@ -140,8 +165,12 @@ def _vet(node: ast.AST, variables: set[str] | frozenset[str], source: str) -> No
 
 def free_names(tree: ast.Expression) -> set[str]:
     """Variable names the expression reads (function names excluded)."""
-    callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in callees}
+    known = getattr(tree, "_dantinox_free_names", None)  # a parsed tree is evaluated many times (content/ranges.py)
+    if known is None:
+        callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        known = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in callees)
+        tree._dantinox_free_names = known
+    return set(known)
 
 
 def evaluate(expression: str | ast.Expression, values: Mapping[str, Number]) -> Number:
