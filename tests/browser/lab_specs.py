@@ -45,26 +45,26 @@ SPECS: dict[str, LabSpec] = {
                                        typed=(("new tokens", "16"),),
                                        timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
                         scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache",
-                        seconds=55),
+                        seconds=44),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),), reopen=True,
-                   seconds=50),
-    "instructor": LabSpec(interactive=False, seconds=15),  # the class dashboard: plotly figures over stored answers
-    "mesh": LabSpec(slider="batch B", seconds=25),  # the device grid and table follow; the quiz is the GQA entry's
+                   seconds=43),
+    "instructor": LabSpec(interactive=False, seconds=11),  # the class dashboard: plotly figures over stored answers
+    "mesh": LabSpec(slider="batch B", seconds=17),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
-                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=40),
+                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=33),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
-                        scenarios=("explorer_after_switching_entry",), seconds=30),
+                        scenarios=("explorer_after_switching_entry",), seconds=25),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
-    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=55),
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0)),
-        seconds=40),
+        seconds=59),
     # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
     # a published model's ledger: the T stops are powers of two up to the model's context
-    "real-models": LabSpec(slider="tokens T (log)", seconds=22),
+    "real-models": LabSpec(slider="tokens T (log)", seconds=19),
     "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",), seconds=30),
 }
 
