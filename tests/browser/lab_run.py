@@ -141,7 +141,7 @@ def _slider_shown(slider) -> str:
     readout = slider.locator(".widget-readout")
     if readout.count() and readout.first.is_visible():
         return readout.first.inner_text()
-    return slider.locator("xpath=following-sibling::*[1]").locator("input").input_value()
+    return _number_box(slider).input_value()
 
 
 def _move_slider(page, name: str, spec):
@@ -196,16 +196,20 @@ def _press(page, name: str, press) -> None:
     _wait_for(button.is_enabled, press.timeout_s, f"{name}: {what} stayed disabled (its work never ended)")
 
 
-def _slider_box(scope, description: str):
-    """The editable readout beside a slider (on screen, by its description)."""
-    return _label(scope, description).locator("xpath=ancestor::*[contains(@class,'widget-slider')][1]").filter(
-        visible=True).first.locator("xpath=following-sibling::*[1]").locator("input")
+def _slider(scope, description: str):
+    """A slider on screen, by its description."""
+    return scope.locator(".widget-slider").filter(has=_label(scope, description)).filter(visible=True).first
+
+
+def _number_box(slider):
+    """The number box beside a slider (the formula explorer's), where a value is typed."""
+    return slider.locator("xpath=following-sibling::*[1]").locator("input")
 
 
 def _type_into_slider(scope, description: str, value: str) -> None:
     """Type a value into a slider's readout (or the number box beside it), as a learner may; wait until the
     slider shows it."""
-    slider = scope.locator(".widget-slider").filter(has=_label(scope, description)).filter(visible=True).first
+    slider = _slider(scope, description)
     readout = slider.locator(".widget-readout")
     if readout.count() and readout.first.is_visible():  # an ipywidgets slider's readout is editable text
         readout.first.click()
@@ -213,7 +217,7 @@ def _type_into_slider(scope, description: str, value: str) -> None:
         slider.page.keyboard.type(value)
         slider.page.keyboard.press("Enter")
     else:
-        box = _slider_box(scope, description)
+        box = _number_box(slider)
         box.fill(value)
         box.press("Enter")
     _wait_for(lambda: _slider_shown(slider) == value, 10, f"slider {description} did not take the typed {value}")
@@ -233,8 +237,7 @@ def _dropdown(scope, description: str):
 
 def _slider_step(scope, description: str, key: str = "ArrowRight") -> str:
     """Move a slider (on screen, by its description) one step with the keyboard; its new readout."""
-    label = _label(scope, description)
-    slider = scope.locator(".widget-slider").filter(has=label).filter(visible=True).first
+    slider = _slider(scope, description)
     cell = _cell_with(slider.page, slider)
     shown, before = _slider_shown(slider), _kernel_text(cell)
     slider.locator(".noUi-handle").focus()
@@ -295,7 +298,7 @@ def _explorer_after_switching_entry(page, name: str) -> None:
 
     _wait_for(agrees, 30, fail("moving"))
     # the box beside the slider: a typed value applies, the readout and the plot follow it
-    box = _slider_box(cell, description)
+    box = _number_box(_slider(cell, description))
     value = value + 7
     box.fill(f"{value:g}")
     box.press("Enter")
@@ -306,8 +309,7 @@ def _decode_ratio_needs_equal_settings(page, name: str) -> None:
     """Decode with the cache at one batch (a press before this), without it at the next: no ratio is shown."""
     assert _slider_step(page, "concurrency B") == "2", f"{name}: the lab's batch did not start at B=1"
     # one new token: recomputing the prefix of the published model at B=2 for every token would take minutes
-    label = _label(page, "new tokens")
-    tokens = page.locator(".widget-slider").filter(has=label).filter(visible=True).first
+    tokens = _slider(page, "new tokens")
     tokens.locator(".noUi-handle").focus()
     page.keyboard.press("Home")
     _wait_for(lambda: _slider_shown(tokens) == "1", 10, f"{name}: the new-tokens slider did not go to 1")
@@ -466,9 +468,9 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 
-        shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True).first) if spec.screenshot
-                else slider_cell)
         if os.environ.get("DANTINOX_SCREENSHOTS") == "1":  # about 1 s a lab: only when the docs' are rewritten
+            shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True).first) if spec.screenshot
+                    else slider_cell)
             _save_screenshot(shot, notebook.stem, SCREENSHOTS)
         assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
         if spec.reopen:
