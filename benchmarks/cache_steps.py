@@ -36,7 +36,7 @@ DOC = ROOT / "docs" / "benchmarks.md"
 CONTEXT, SHORT, LONG, ROUNDS = 1024, 4, 20, 5
 PAIRS = {  # name: (baseline side, other side), each side (config changes, write as a slice at batch 1)
     "int8 vs float32 cache": ((dict(), True), (dict(cache_dtype="int8"), True)),
-    "paged (16-slot pages) vs contiguous": ((dict(), True), (dict(cache_layout="paged", block_size=16), True)),
+    "paged (16-slot pages) vs contiguous": ((dict(), True), (dict(cache_layout="paged", page_size=16), True)),
     "one-token write: scatter vs slice": ((dict(), True), (dict(), False)),
 }
 BATCHES = {"int8 vs float32 cache": (1, 8), "paged (16-slot pages) vs contiguous": (1, 8),

@@ -169,7 +169,7 @@ print(first, more)
 def compile_times() -> dict[str, float]:
     """generate() calls in a fresh process, with an empty then a filled persistent compilation cache.
 
-    `first` is the first call (prefill + the first key window's decode loop); `rest` is a following
+    `first` is the first call (prefill + the first key bucket's decode loop); `rest` is a following
     256-token call, which compiles the decode loops of the three further windows it passes through.
     """
     out = {}

@@ -4,7 +4,7 @@
 
 The panel decodes as the notebook builds it (reference lab, GQA, bf16 cache; the panel's default tiny
 preset, so the trained runs/tiny-gqa weights). The peer is what benchmarks/decode.py times: the fastest
-of a few `dantinox.generate` calls (one compiled while_loop per key window), per decode step as the
+of a few `dantinox.generate` calls (one compiled while_loop per key bucket), per decode step as the
 difference of two lengths (all new tokens, and SHORT), so the prefill and per-call costs cancel as they
 are left out of the panel's model time. Ratios: the panel's model rate over generate's (the cost of
 stopping every CHUNK_TOKENS steps), and its wall-clock rate over generate's (drawing and streaming on top).

@@ -95,7 +95,7 @@ def serving_engine(r: dict) -> str:
              if r["tokens_equal_generate_alone"] else "NOT every request's tokens equal `dantinox.generate` alone")
     lines = [f"SmolLM2-135M-Instruct served by `dantinox.Engine` on {r['device']}: {r['requests']} requests sharing "
              f"a system prompt ({min(r['prompt_tokens'])}–{max(r['prompt_tokens'])} prompt tokens, seed {r['seed']}, "
-             f"{r['rate']} arrivals per iteration), {r['num_blocks']} blocks of {r['block_size']}, at most "
+             f"{r['rate']} arrivals per iteration), {r['num_pages']} pages of {r['page_size']}, at most "
              f"{r['max_seqs']} running; fastest of {r['rounds']} interleaved rounds after a compile run; "
              f"measured {r['date']} (1-minute load average {_load_range(r['load_avg_1min'])} during the run: the "
              f"machine is shared); {exact}.", "",

@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/doc_tables.py                 # part 3's table into docs/ and the README
 
 1. Decode tokens/s of `dantinox.generate` with the contiguous cache and with `cache_layout="paged"`
-   (block 16) on the shipped run (runs/tiny), at batches 1..32, 32-token prompts, 192 new tokens, best of
+   (page 16) on the shipped run (runs/tiny), at batches 1..32, 32-token prompts, 192 new tokens, best of
    `repeats` after a warm-up compile, round-robin over layouts and batches so background load hits both;
    the prefill (the same call with 0 new tokens) is timed separately and subtracted. The ratio is paged over
    contiguous, measured in this run (the PagedAttention paper reports its kernel 20-26 % slower than
@@ -38,7 +38,7 @@ from dantinox.serving import make_trace, serve
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 BATCHES = (1, 2, 4, 8, 16, 32)
-PROMPT, NEW, BLOCK = 32, 192, 16
+PROMPT, NEW, PAGE = 32, 192, 16
 POLICIES = {"static, max reservation": ("static", "max"), "Orca-style, max": ("contiguous", "max"),
             "Orca-style, pow2": ("contiguous", "pow2"), "Orca-style, oracle": ("contiguous", "oracle"),
             "paged + continuous": ("paged", "max")}
@@ -46,7 +46,7 @@ POLICIES = {"static, max reservation": ("static", "max"), "Orca-style, max": ("c
 
 def decode_rates(model, repeats: int) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
     """Decode and prefill tokens/s per layout and batch: best of `repeats` rounds, each round timing every call once."""
-    layouts = {"contiguous": {}, "paged": {"cache_layout": "paged", "block_size": BLOCK}}
+    layouts = {"contiguous": {}, "paged": {"cache_layout": "paged", "page_size": PAGE}}
     calls = {}
     for batch in BATCHES:
         ids = np.random.RandomState(batch).randint(0, 256, (batch, PROMPT)).astype(np.int32)
@@ -93,7 +93,7 @@ def main() -> None:
     cfg, model = dantinox.load_run(HERE.parent / "runs" / "tiny")
     rates, prefill = decode_rates(model, args.repeats)
     print(f"## Decode tokens/s, runs/tiny ({cfg.n_layers} layers, {cfg.n_kv_heads} KV heads of {cfg.head_size}, "
-          f"{cfg.cache_dtype}), prompt {PROMPT}, {NEW} new tokens, block {BLOCK}, best of {args.repeats}\n")
+          f"{cfg.cache_dtype}), prompt {PROMPT}, {NEW} new tokens, page {PAGE}, best of {args.repeats}\n")
     print("| batch | contiguous tok/s | paged tok/s | paged / contiguous |\n|---|---|---|---|")
     for b in BATCHES:
         c, p = rates["contiguous"][b], rates["paged"][b]
@@ -104,7 +104,7 @@ def main() -> None:
     prompt_tokens = sum(r.prompt for r in trace)
     rows = {}
     for label, (policy, reservation) in POLICIES.items():
-        res = serve(trace, policy, budget, cfg, block_size=BLOCK, reservation=reservation)
+        res = serve(trace, policy, budget, cfg, page_size=PAGE, reservation=reservation)
         layout = "paged" if policy == "paged" else "contiguous"
         seconds = schedule_seconds(res, rates[layout], prefill[layout][1], prompt_tokens)
         rows[label] = dict(steps=res.steps, max_running=int(res.running.max()), seconds=seconds,
@@ -112,7 +112,7 @@ def main() -> None:
                            token_state_share=res.shares()["token states"], preemptions=res.preemptions)
     base = rows["Orca-style, max"]["requests_per_s"]
     print(f"\n## One trace, {len(trace)} requests (ShareGPT-shaped, seed 0, 0.5 per step), {args.budget_mib} MiB "
-          f"of KV memory, block {BLOCK}: seconds derived from the measured step times above\n")
+          f"of KV memory, page {PAGE}: seconds derived from the measured step times above\n")
     print("| policy | token states | max running | steps | seconds | requests/s | vs Orca-style max |\n"
           "|---|---|---|---|---|---|---|")
     for label, r in rows.items():
@@ -120,7 +120,7 @@ def main() -> None:
               f"{r['requests_per_s']:.1f} | {r['requests_per_s'] / base:.2f}× |")
     RESULTS.mkdir(exist_ok=True)
     out = dict(decode_tokens_per_s=rates, prefill_tokens_per_s=prefill, policies=rows, budget_bytes=budget,
-               block_size=BLOCK, prompt=PROMPT, new_tokens=NEW, repeats=args.repeats,
+               page_size=PAGE, prompt=PROMPT, new_tokens=NEW, repeats=args.repeats,
                device=str(jax.devices()[0]), date=time.strftime("%Y-%m-%d"))
     (RESULTS / "serving.json").write_text(json.dumps(out, indent=1))
     print(f"\nwrote {RESULTS / 'serving.json'}")

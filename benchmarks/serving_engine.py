@@ -41,11 +41,11 @@ from dantinox.serving import Request, serve
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "data" / "serving-engine.json"  # committed: benchmarks/doc_tables.py renders the docs from it
 N_REQUESTS, RATE, SEED, ROUNDS = 16, 0.5, 0, 2
-BLOCK, NUM_BLOCKS, MAX_SEQS, MAX_LEN, CHUNK, SPECULATE = 16, 56, 8, 128, 32, 4
+PAGE, NUM_PAGES, MAX_SEQS, MAX_LEN, CHUNK, SPECULATE = 16, 56, 8, 128, 32, 4
 QUESTIONS = ["What is the capital of France?", "Name a primary colour.", "What is two plus two?",
              "Which planet is closest to the sun?", "What do bees make?", "How many legs does a spider have?"]
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "A cache stores keys and values for every token.",
-             "Paged attention keeps the cache in fixed-size blocks.", "Speculation drafts tokens and verifies them."]
+             "Paged attention keeps the cache in fixed-size pages.", "Speculation drafts tokens and verifies them."]
 SYSTEM = "You are a helpful assistant. Answer briefly and exactly."
 CONFIGS = {  # each adds one technique to the one before
     "static batching": dict(batching="static", chunk_tokens=None, prefix_caching=False),
@@ -70,7 +70,7 @@ def make_trace(tok) -> list[tuple[list[int], int, int]]:
 
 
 def serve_once(model, trace, kw):
-    engine = dantinox.Engine(model, num_blocks=NUM_BLOCKS, block_size=BLOCK, max_seqs=MAX_SEQS, max_len=MAX_LEN,
+    engine = dantinox.Engine(model, num_pages=NUM_PAGES, page_size=PAGE, max_seqs=MAX_SEQS, max_len=MAX_LEN,
                              **{"prefix_caching": True, "speculate": 0, **kw})
     for prompt, new, arrival in trace:
         engine.add(prompt, new, arrival_step=arrival)
@@ -89,7 +89,7 @@ def summarise(engine, seconds: float) -> dict:
     return dict(seconds=seconds, requests_per_s=len(lat) / seconds, output_tokens_per_s=generated / seconds,
                 ttft_p50_ms=1e3 * float(np.percentile(ttft, 50)), ttft_p99_ms=1e3 * float(np.percentile(ttft, 99)),
                 tpot_p50_ms=1e3 * float(np.percentile(tpot, 50)), tpot_p99_ms=1e3 * float(np.percentile(tpot, 99)),
-                iterations=stats["steps"], hit_rate=stats["hit_rate"], blocks_saved=stats["blocks_saved"],
+                iterations=stats["steps"], hit_rate=stats["hit_rate"], pages_saved=stats["pages_saved"],
                 acceptance_rate=stats["acceptance_rate"], preemptions=stats["preemptions"],
                 compiled_shapes=stats["compiled_shapes"])
 
@@ -111,8 +111,8 @@ def predict(cfg, trace, model: dict, policy: str) -> dict:
     (prefilled whole as they join), each rounded up to the engine's shape buckets.
     """
     requests = tuple(Request(i, a, len(p), n) for i, (p, n, a) in enumerate(trace))
-    budget = NUM_BLOCKS * pool_bytes(cfg, 1, BLOCK)
-    res = serve(requests, policy, budget, cfg.replace(max_context=MAX_LEN), block_size=BLOCK,
+    budget = NUM_PAGES * pool_bytes(cfg, 1, PAGE)
+    res = serve(requests, policy, budget, cfg.replace(max_context=MAX_LEN), page_size=PAGE,
                 reservation="oracle", max_running=MAX_SEQS)
     if res.recomputed_tokens:
         raise SystemExit("predict: the simulator preempted; the engine's runs here did not, so compare nothing")
@@ -160,7 +160,7 @@ def run() -> dict:
         simulator[name] = dict(sim, ratio=sim["requests_per_s"] / results[name]["requests_per_s"])
     out = dict(configs=results, simulator=dict(step_model=step_model, predictions=simulator),
                tokens_equal_generate_alone=same,
-               requests=N_REQUESTS, rate=RATE, seed=SEED, rounds=ROUNDS, block_size=BLOCK, num_blocks=NUM_BLOCKS,
+               requests=N_REQUESTS, rate=RATE, seed=SEED, rounds=ROUNDS, page_size=PAGE, num_pages=NUM_PAGES,
                max_seqs=MAX_SEQS, max_len=MAX_LEN, chunk_tokens=CHUNK, speculate=SPECULATE,
                prompt_tokens=[len(p) for p, _, _ in trace], warmup_seconds=warmup,
                device=f"{jax.default_backend()} ({os.cpu_count()} cores)",

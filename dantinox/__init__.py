@@ -5,7 +5,7 @@
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
-    engine = dantinox.Engine(model, num_blocks=256)  # a serving engine over one paged pool, see engine.py
+    engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool, see engine.py
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call

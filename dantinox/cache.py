@@ -4,7 +4,7 @@
 
     layers       one payload value per layer (the arrays: keys and values, or MLA latents, with scales)
     lengths      [B] int32, tokens each sequence holds, shared by every layer
-    block_table  [B, M] int32 for a paged cache (logical block m of sequence b is physical block
+    page_table  [B, M] int32 for a paged cache (logical page m of sequence b is physical page
                  table[b, m] of every layer's pool), held once; None for a contiguous cache
 
 `model.forward` writes at `lengths` and advances it, and attention masks with it, so no caller passes a
@@ -12,7 +12,7 @@ length beside the cache and nothing re-reads it from the data.
 
 A layer's layout is three independent choices, fixed per layer by the config (`layouts`):
   addressing  where position p lives: `Linear` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
-              `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the block table, dantinox/paged.py)
+              `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the page table, dantinox/paged.py)
   storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
               token and head (dantinox/quant.py); scales are folded into attention's contractions
   payload     `LayerCache` (K/V heads) or `LatentCache` (MLA's latent and RoPE key)
@@ -78,16 +78,16 @@ class _Payload:
                             for a, n in zip(self, new, strict=True)))
 
     def gather(self, table_BM: jax.Array) -> Any:
-        """Rows of blocks ([R, ..., bs, ...] pools) read through a block table: [B, ..., M · bs, ...]."""
+        """Rows of pages ([R, ..., bs, ...] pools) read through a page table: [B, ..., M · bs, ...]."""
         def one(pool: jax.Array, axis: int) -> jax.Array:
-            blocks = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, bs, ...]
-            shape = blocks.shape
-            return blocks.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+            pages = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, bs, ...]
+            shape = pages.shape
+            return pages.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
         return self.map_slots(one)
 
 
 class _HeadsFields(NamedTuple):
-    k: jax.Array  # [R, K, S, H], keys after RoPE (R: sequences, or blocks of a paged pool)
+    k: jax.Array  # [R, K, S, H], keys after RoPE (R: sequences, or pages of a paged pool)
     v: jax.Array  # [R, K, S, H]
     k_scale: jax.Array | None = None  # [R, K, S] float32, for int8 / fp8 codes
     v_scale: jax.Array | None = None  # [R, K, S] float32
@@ -250,7 +250,7 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
         elif chunk is not None:
             addr = Chunked(chunk)
         elif cfg.cache_layout == "paged":
-            addr = Paged(cfg.block_size)
+            addr = Paged(cfg.page_size)
         else:
             addr = Linear()
         out.append(Layout(addr, payload))
@@ -258,11 +258,11 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
 
 
 class KVCache(NamedTuple):
-    """The whole cache: per-layer payloads, the fill of each sequence, and (paged) the block table."""
+    """The whole cache: per-layer payloads, the fill of each sequence, and (paged) the page table."""
 
     layers: tuple  # one payload per layer
     lengths: jax.Array  # [B] int32, tokens held by each sequence
-    block_table: jax.Array | None = None  # [B, M] int32, paged layers only
+    page_table: jax.Array | None = None  # [B, M] int32, paged layers only
 
     @property
     def batch(self) -> int:
@@ -272,7 +272,7 @@ class KVCache(NamedTuple):
     def nbytes(self) -> int:
         """Bytes of the stored keys and values (or latents) and their scales: what the cache formulas count.
 
-        The bookkeeping (`lengths`, the block table) is B + B·M int32s and is not part of the formulas.
+        The bookkeeping (`lengths`, the page table) is B + B·M int32s and is not part of the formulas.
         """
         return tree_nbytes(self.layers)
 
@@ -280,7 +280,7 @@ class KVCache(NamedTuple):
 def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
     """Pre-allocate an empty cache for `batch_size` sequences of up to `length` tokens (default max_context).
 
-    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns blocks b·M .. b·M + M - 1.
+    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns pages b·M .. b·M + M - 1.
     """
     batch_size = positive_int("batch_size", batch_size)
     length = cfg.max_context if length is None else positive_int("length", length)
@@ -288,22 +288,22 @@ def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> 
         raise ValueError(f"length: a cache holds at most max_context={cfg.max_context} tokens, got {length}")
     if cfg.cache_layout != "paged":
         return empty_cache(cfg, batch_size, length)
-    from dantinox.blocks import blocks_for
+    from dantinox.page_manager import pages_for
 
-    M = blocks_for(length, cfg.block_size)
+    M = pages_for(length, cfg.page_size)
     return empty_cache(cfg, batch_size, length, np.arange(batch_size * M, dtype=np.int32).reshape(batch_size, M),
                        batch_size * M)
 
 
-def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, num_blocks: int | None = None):
+def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, num_pages: int | None = None):
     """An empty KVCache: contiguous layers of `length` slots (rings: min(length, W)); paged layers get pools
-    of `num_blocks` blocks (default: every block `table` names) read through `table`."""
+    of `num_pages` pages (default: every page `table` names) read through `table`."""
     layers = []
     for layout in layouts(cfg):
         addr = layout.addressing
-        if hasattr(addr, "block_size"):
-            n = int(np.max(np.asarray(table))) + 1 if num_blocks is None else num_blocks
-            layers.append(layout.payload.zeros(cfg, n, addr.block_size))
+        if hasattr(addr, "page_size"):
+            n = int(np.max(np.asarray(table))) + 1 if num_pages is None else num_pages
+            layers.append(layout.payload.zeros(cfg, n, addr.page_size))
         else:
             layers.append(layout.payload.zeros(cfg, batch, addr.slots(length)))
     table = None if table is None else jnp.asarray(table, jnp.int32)
@@ -318,7 +318,7 @@ def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -
 def tree_nbytes(tree) -> int:
     """Bytes held by every array (or ShapeDtypeStruct) leaf of a pytree, measured from shapes and dtypes.
 
-    A KVCache inside counts its stored layers (`KVCache.nbytes`): its lengths and block table are bookkeeping.
+    A KVCache inside counts its stored layers (`KVCache.nbytes`): its lengths and page table are bookkeeping.
     """
     leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, KVCache))
     return int(sum(x.nbytes if isinstance(x, KVCache) else int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
@@ -332,9 +332,9 @@ def filled_slots(cache: KVCache) -> np.ndarray:
 
 def cache_length(cfg: ModelConfig, cache: KVCache) -> int:
     """S: how many positions the cache has room for (its key bucket): the slots of its linear layers and of
-    rings not yet at their full size (a full ring takes any), or table width x block."""
-    if cache.block_table is not None:
-        return cache.block_table.shape[1] * cfg.block_size
+    rings not yet at their full size (a full ring takes any), or table width x page."""
+    if cache.page_table is not None:
+        return cache.page_table.shape[1] * cfg.page_size
     growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
                if type(lay.addressing) is Linear or layer.slots < lay.addressing.slots(cfg.max_context)]
     return min(growing) if growing else cfg.max_context

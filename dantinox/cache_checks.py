@@ -22,14 +22,14 @@ def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
         raise ValueError(f"kv_caches: expected {cfg.n_layers} layers, got {len(cache.layers)}")
     if cache.lengths.shape != (batch,):
         raise ValueError(f"kv_caches: cache holds batch {cache.lengths.shape[0]} but ids have batch {batch}")
-    if (cache.block_table is None) != (cfg.cache_layout != "paged"):
-        raise ValueError(f"kv_caches: a block table goes with cache_layout='paged', the config has "
+    if (cache.page_table is None) != (cfg.cache_layout != "paged"):
+        raise ValueError(f"kv_caches: a page table goes with cache_layout='paged', the config has "
                          f"cache_layout={cfg.cache_layout!r}")
     for i, (got, lay) in enumerate(zip(cache.layers, layouts(cfg), strict=True)):
         if type(got) is not lay.payload:
             raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for attention={cfg.attention!r}, "
                              f"got {type(got).__name__}")
-        rows = got[0].shape[0] if hasattr(lay.addressing, "block_size") else batch  # a pool's rows are blocks
+        rows = got[0].shape[0] if hasattr(lay.addressing, "page_size") else batch  # a pool's rows are pages
         want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.payload.zeros(cfg, rows, got.slots))
         for name, g, w in zip(got._fields, got, want, strict=True):
             if (g is None) != (w is None):

@@ -80,7 +80,7 @@ class ModelConfig:
     eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
     # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
     cache_layout: str = "contiguous"
-    block_size: int = 16  # token slots per page of a paged cache
+    page_size: int = 16  # token slots per page of a paged cache
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
 
@@ -185,7 +185,7 @@ class ModelConfig:
     def _check_local_layers(self) -> None:
         if self.cache_layout not in CACHE_LAYOUTS:
             raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
-        positive_int("block_size", self.block_size)
+        positive_int("page_size", self.page_size)
         for name in ("sliding_windows", "attention_chunks"):
             sizes = getattr(self, name)
             if sizes is None:
@@ -362,9 +362,13 @@ class ModelConfig:
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """Fields as earlier dantinox versions wrote them, in today's form: mlp_width None (3 * d_model), attention as a
-    variant label (mha/gqa/mqa/mla) beside kv_heads, and one window or chunk size placed by a window_pattern
-    ("local" or "n:1")."""
+    variant label (mha/gqa/mqa/mla) beside kv_heads, one window or chunk size placed by a window_pattern
+    ("local" or "n:1"), and block_size for what is now page_size (the paged cache's tokens per page)."""
     data = dict(data)
+    if "block_size" in data:
+        if "page_size" in data:
+            raise ValueError("config: block_size is the old name of page_size; give one of them, not both")
+        data["page_size"] = data.pop("block_size")
     if "mlp_width" in data and data["mlp_width"] is None:
         data["mlp_width"] = 3 * data.get("d_model", ModelConfig.d_model)
     if data.get("attention") in ATTENTION_VARIANTS:

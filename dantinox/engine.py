@@ -1,27 +1,27 @@
 """A serving engine you can read: continuous batching of a real model over one paged KV-cache pool.
 
-    engine = dantinox.Engine(model, num_blocks=64, block_size=16, prefix_caching=True, chunk_tokens=64)
+    engine = dantinox.Engine(model, num_pages=64, page_size=16, prefix_caching=True, chunk_tokens=64)
     rid = engine.add(prompt_ids, max_new_tokens=32, arrival_step=0)
     report = engine.step()          # one iteration: what was scheduled, emitted, hit, preempted
     outputs = engine.run()          # {rid: generated token ids}
 
 Each `step()` is one iteration over the running set (iteration-level batching, Orca, OSDI '22): every
 running request feeds the tokens it has not yet cached (a prompt chunk, or the one token it sampled last),
-new requests join when the pool and the token budget allow, finished ones leave and free their blocks.
-The feeds of one iteration run as a ragged batch ([B, T] ids, a fill per row, one block table) through the
+new requests join when the pool and the token budget allow, finished ones leave and free their pages.
+The feeds of one iteration run as a ragged batch ([B, T] ids, a fill per row, one page table) through the
 model's own paged layout, in one compiled program per shape bucket (B, T and the table width M are
 rounded up to a few sizes, so a long trace compiles a handful of programs).
 
 The four techniques, each a few lines below and each proven exact by tests/test_engine.py (every request's
 tokens equal `dantinox.generate` of that request alone, greedy or seeded sampling):
-  memory        a pool of `num_blocks` blocks (`BlockPool`: free list in LRU order, reference counts). When a
-                running request needs a block and none is free, the most recently admitted request is
-                preempted: its blocks are freed and it is recomputed later from its tokens, or (preempt="swap")
-                its blocks are copied to host memory and copied back when it resumes (vLLM, arXiv:2309.06180
+  memory        a pool of `num_pages` pages (`PagePool`: free list in LRU order, reference counts). When a
+                running request needs a page and none is free, the most recently admitted request is
+                preempted: its pages are freed and it is recomputed later from its tokens, or (preempt="swap")
+                its pages are copied to host memory and copied back when it resumes (vLLM, arXiv:2309.06180
                 §4.5). No request is lost; one that could never fit is refused when it is added.
-  prefix cache  a full block is named by a hash chained over its parent's hash and its tokens (vLLM's
-                automatic prefix caching, docs `design/prefix_caching`); a new request takes the cached blocks
-                of its longest cached prefix and starts computing after them. Freed blocks keep their hash and
+  prefix cache  a full page is named by a hash chained over its parent's hash and its tokens (vLLM's
+                automatic prefix caching, docs `design/prefix_caching`); a new request takes the cached pages
+                of its longest cached prefix and starts computing after them. Freed pages keep their hash and
                 are reused in least-recently-freed order until the space is needed. A prompt that hits in full
                 still computes its last token: its logits give the first output token.
   chunked fill  at most `chunk_tokens` tokens are fed per iteration, decodes first, so a long prompt is
@@ -33,12 +33,12 @@ tokens equal `dantinox.generate` of that request alone, greedy or seeded samplin
                 the rejected tokens overwrote are restored from a copy taken before the write.
 
 Sliding-window (ring) layers keep one ring per running request (a "seat"), beside the pool. Their prefix is
-cached by copying the ring, not by sharing blocks: the keys a ring holds at block boundary P (positions
+cached by copying the ring, not by sharing pages: the keys a ring holds at page boundary P (positions
 [P - W, P)) depend only on the tokens before P, so a copy of a seat's rings taken when its request had computed
 through P is exactly the rings a request with the same first P tokens would build. A seat holds `reach` (the
 most tokens one iteration feeds a request: chunk_tokens) slots beyond its window, so at the end of every
-iteration each boundary it crossed is still covered; a copy is kept per named block while the pool keeps that
-block, and a hit ends at the longest cached boundary that has one. Recomputing the ring layers at a hit would
+iteration each boundary it crossed is still covered; a copy is kept per named page while the pool keeps that
+page, and a hit ends at the longest cached boundary that has one. Recomputing the ring layers at a hit would
 save little: their keys at [P - W, P) need the hidden states below them there, which need each ring layer
 below within its window, one more window back per ring layer, so most of the prompt on a deep model.
 """
@@ -55,12 +55,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.block_pool import BlockPool, block_digest
-from dantinox.blocks import blocks_for
 from dantinox.cache import empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, shape_buckets
 from dantinox.model import Transformer
+from dantinox.page_manager import pages_for
+from dantinox.page_pool import PagePool, page_digest
 
 BATCHING = ("continuous", "static")
 PREEMPT = ("recompute", "swap")
@@ -93,11 +93,11 @@ class _Request:
     rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
     state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
     computed: int = 0
-    blocks: list[int] = dataclasses.field(default_factory=list)
-    digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full blocks of `tokens`
-    registered: int = 0  # full blocks of this request named in the pool
+    pages: list[int] = dataclasses.field(default_factory=list)
+    digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full pages of `tokens`
+    registered: int = 0  # full pages of this request named in the pool
     seat: int | None = None
-    swapped: Any = None  # host copy of its blocks and ring rows while swapped out
+    swapped: Any = None  # host copy of its pages and ring rows while swapped out
     hit_tokens: int = 0
     preemptions: int = 0
     arrived_at: float | None = None
@@ -137,10 +137,10 @@ class StepReport:
     hits: dict[int, int]  # prompt tokens found in the prefix cache, per admitted request
     budget: int | None  # token budget of the iteration (chunk_tokens)
     fed: int  # tokens fed this iteration
-    tables: dict[int, tuple[int, ...]]  # block table of every running request after the iteration
-    shared: frozenset[int]  # blocks held by more than one request
-    free: int  # free blocks (cached ones included)
-    cached_free: int  # free blocks still holding a cached full block
+    tables: dict[int, tuple[int, ...]]  # page table of every running request after the iteration
+    shared: frozenset[int]  # pages held by more than one request
+    free: int  # free pages (cached ones included)
+    cached_free: int  # free pages still holding a cached full page
     waiting: tuple[int, ...]
     seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
     calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included
@@ -149,7 +149,7 @@ class StepReport:
 class Engine:
     """Continuous batching over a paged pool, with prefix caching, chunked prefill and prompt-lookup speculation.
 
-    `num_blocks` blocks of `block_size` tokens per paged layer; `chunk_tokens` tokens fed per iteration (None:
+    `num_pages` pages of `page_size` tokens per paged layer; `chunk_tokens` tokens fed per iteration (None:
     whole prompts); `speculate` drafts verified per decode (0: off); at most `max_seqs` requests run at once.
     `batching="static"` admits a new batch only when the running one has finished (the baseline).
     `fixed_shapes=True` pads every call to max_seqs rows and the full table width, and a decode to the verify's
@@ -162,13 +162,13 @@ class Engine:
     A call with a sampling row is a program of its own (greedy calls draw no random numbers).
     """
 
-    def __init__(self, model: Transformer, num_blocks: int, block_size: int = 16, prefix_caching: bool = True,
+    def __init__(self, model: Transformer, num_pages: int, page_size: int = 16, prefix_caching: bool = True,
                  chunk_tokens: int | None = 64, speculate: int = 0, max_seqs: int = 8, batching: str = "continuous",
                  preempt: str = "recompute", ngram: int = 3, fixed_shapes: bool = False, max_len: int | None = None):
         cfg = model.cfg
         if cfg.paradigm != "autoregressive":
             raise ValueError(f"model: the engine serves autoregressive models; this one has paradigm={cfg.paradigm!r}")
-        self.block_size = positive_int("block_size", block_size)
+        self.page_size = positive_int("page_size", page_size)
         self.chunk_tokens = None if chunk_tokens is None else positive_int("chunk_tokens", chunk_tokens)
         self.speculate = positive_int("speculate", speculate, minimum=0)
         self.max_seqs = positive_int("max_seqs", max_seqs)
@@ -178,42 +178,42 @@ class Engine:
         if preempt not in PREEMPT:
             raise ValueError(f"preempt: expected one of {', '.join(PREEMPT)}, got {preempt!r}")
         self.batching, self.preempt, self.fixed_shapes = batching, preempt, fixed_shapes
-        if cfg.cache_layout != "paged" or cfg.block_size != self.block_size:
+        if cfg.cache_layout != "paged" or cfg.page_size != self.page_size:
             from dantinox.quality import with_changes
 
-            model = with_changes(model, cache_layout="paged", block_size=self.block_size)
+            model = with_changes(model, cache_layout="paged", page_size=self.page_size)
         self.cfg = model.cfg
-        self.ring = tuple(not hasattr(lay.addressing, "block_size") for lay in layouts(self.cfg))
+        self.ring = tuple(not hasattr(lay.addressing, "page_size") for lay in layouts(self.cfg))
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and self.speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {self.speculate} tokens per verify must fit the smallest ring "
                              f"({min(rings)} slots)")
         self.prefix_caching = prefix_caching
         self.graphdef, self.params = nnx.split(model)
-        self.pool = BlockPool(num_blocks)
+        self.pool = PagePool(num_pages)
         self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
         if self.max_len > cfg.max_context:
             raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
         table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
-        layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_blocks).layers
+        layers = empty_cache(self.cfg, self.max_seqs + 1, self.cfg.max_context, table, num_pages).layers
         # With prefix caching a seat's ring holds `reach` slots beyond its window: after an iteration feeds a
-        # request at most `reach` tokens, every block boundary P it crossed still has positions [P - W, P) in
+        # request at most `reach` tokens, every page boundary P it crossed still has positions [P - W, P) in
         # the ring, so a copy of the ring then is the ring a request that stops at P would have had.
         self.reach = (self.chunk_tokens or self.max_len) if prefix_caching and any(self.ring) else 0
         self.layers = tuple(
             lay.payload.zeros(self.cfg, self.max_seqs + 1, min(lay.addressing.size + self.reach, self.max_len))
             if r and self.reach and lay.addressing.size + self.reach > layer.slots else layer
             for layer, lay, r in zip(layers, layouts(self.cfg), self.ring, strict=True))
-        self.ring_at: dict[bytes, tuple] = {}  # block name -> ring rows of a request that had computed past it
+        self.ring_at: dict[bytes, tuple] = {}  # page name -> ring rows of a request that had computed past it
         self._evicted = 0
-        self.max_blocks = min(blocks_for(self.max_len, self.block_size), num_blocks)  # table width
+        self.max_pages = min(pages_for(self.max_len, self.page_size), num_pages)  # table width
         self.requests: dict[int, _Request] = {}
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []  # in admission order: the last is preempted first
         self.free_seats = list(range(self.max_seqs))
         self.steps = 0
         self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
-        self.counts = collections.Counter()  # prompt_tokens, hit_tokens, hit_blocks, drafts, accepted, ...
+        self.counts = collections.Counter()  # prompt_tokens, hit_tokens, hit_pages, drafts, accepted, ...
         self.swap_seconds = 0.0
         self.swap_bytes = 0
 
@@ -245,9 +245,9 @@ class Engine:
         if total > self.max_len:
             raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
                              f"max_len={self.max_len}")
-        if blocks_for(total, self.block_size) > self.pool.num_blocks:
-            raise ValueError(f"num_blocks: this request needs up to {blocks_for(total, self.block_size)} blocks of "
-                             f"{self.block_size} tokens, the pool has {self.pool.num_blocks}")
+        if pages_for(total, self.page_size) > self.pool.num_pages:
+            raise ValueError(f"num_pages: this request needs up to {pages_for(total, self.page_size)} pages of "
+                             f"{self.page_size} tokens, the pool has {self.pool.num_pages}")
         rid = len(self.requests)
         tokens = [int(t) for t in prompt]
         rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
@@ -270,32 +270,32 @@ class Engine:
     def outputs(self) -> dict[int, list[int]]:
         return {rid: r.generated for rid, r in self.requests.items()}
 
-    # Blocks.
+    # Pages.
     def _digests(self, req: _Request, upto: int) -> list[bytes]:
-        """Names of the full blocks among the first `upto` tokens (chained, cached on the request)."""
-        bs = self.block_size
+        """Names of the full pages among the first `upto` tokens (chained, cached on the request)."""
+        bs = self.page_size
         while len(req.digests) < upto // bs:
             m = len(req.digests)
-            req.digests.append(block_digest(req.digests[-1] if m else b"", req.tokens[m * bs:(m + 1) * bs]))
+            req.digests.append(page_digest(req.digests[-1] if m else b"", req.tokens[m * bs:(m + 1) * bs]))
         return req.digests[:upto // bs]
 
     def _grow(self, req: _Request, upto: int) -> bool:
-        """Give `req` blocks for its first `upto` tokens; False (nothing taken) if the pool is short."""
-        need = blocks_for(upto, self.block_size) - len(req.blocks)
+        """Give `req` pages for its first `upto` tokens; False (nothing taken) if the pool is short."""
+        need = pages_for(upto, self.page_size) - len(req.pages)
         if need > self.pool.num_free:
             return False
-        req.blocks += [self.pool.take() for _ in range(max(0, need))]
+        req.pages += [self.pool.take() for _ in range(max(0, need))]
         return True
 
     def _register(self, req: _Request) -> None:
-        """Name the request's newly completed blocks, so later requests with the same prefix can share them."""
+        """Name the request's newly completed pages, so later requests with the same prefix can share them."""
         if not self.prefix_caching:
             return
-        full = req.computed // self.block_size
+        full = req.computed // self.page_size
         rows = None
-        for m, digest in enumerate(self._digests(req, full * self.block_size)[req.registered:], req.registered):
-            self.pool.register(req.blocks[m], digest)
-            boundary = (m + 1) * self.block_size
+        for m, digest in enumerate(self._digests(req, full * self.page_size)[req.registered:], req.registered):
+            self.pool.register(req.pages[m], digest)
+            boundary = (m + 1) * self.page_size
             if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
                 if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
                     rows = tuple(layer.map_slots(lambda a, axis: a[req.seat]) if r else None
@@ -304,24 +304,24 @@ class Engine:
         req.registered = max(req.registered, full)
 
     def _free(self, req: _Request) -> None:
-        for block in reversed(req.blocks):  # a prefix's first blocks are freed last, so evicted last
-            self.pool.release(block)
-        req.blocks, req.registered = [], 0
+        for page in reversed(req.pages):  # a prefix's first pages are freed last, so evicted last
+            self.pool.release(page)
+        req.pages, req.registered = [], 0
         if req.seat is not None:
             self.free_seats.append(req.seat)
             req.seat = None
 
     def _preempt(self, req: _Request) -> None:
-        """Take `req` out of the running set, back to the front of the queue, its blocks freed."""
+        """Take `req` out of the running set, back to the front of the queue, its pages freed."""
         self.running.remove(req)
         req.preemptions += 1
         self.counts["preemptions"] += 1
         if self.preempt == "swap":
             start = time.perf_counter()
-            blocks = jnp.asarray(req.blocks, jnp.int32)
-            saved = [jax.device_get(layer.map_slots(lambda a, axis, r=r: a[req.seat] if r else a[blocks]))
+            pages = jnp.asarray(req.pages, jnp.int32)
+            saved = [jax.device_get(layer.map_slots(lambda a, axis, r=r: a[req.seat] if r else a[pages]))
                      for layer, r in zip(self.layers, self.ring, strict=True)]
-            req.swapped = (len(req.blocks), saved)
+            req.swapped = (len(req.pages), saved)
             self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
             self.swap_seconds += time.perf_counter() - start
             self.counts["swaps_out"] += 1
@@ -331,53 +331,53 @@ class Engine:
         req.state = "waiting"
         self.waiting.insert(0, req)
 
-    def _put(self, seat: int, blocks: jax.Array | None, saved: tuple) -> None:
-        """Write host or device copies back: ring layers at the seat's row, paged layers at `blocks`."""
+    def _put(self, seat: int, pages: jax.Array | None, saved: tuple) -> None:
+        """Write host or device copies back: ring layers at the seat's row, paged layers at `pages`."""
         def put(layer, part, r):
-            at = seat if r else blocks
+            at = seat if r else pages
             return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, part, strict=True)))
         self.layers = tuple(layer if part is None else put(layer, part, r)
                             for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
 
     def _swap_in(self, req: _Request) -> None:
         start = time.perf_counter()
-        n_blocks, saved = req.swapped
-        req.blocks = [self.pool.take() for _ in range(n_blocks)]
-        self._put(req.seat, jnp.asarray(req.blocks, jnp.int32), saved)
+        n_pages, saved = req.swapped
+        req.pages = [self.pool.take() for _ in range(n_pages)]
+        self._put(req.seat, jnp.asarray(req.pages, jnp.int32), saved)
         jax.block_until_ready(self.layers)
         req.swapped = None
         self.swap_seconds += time.perf_counter() - start
         self.counts["swaps_in"] += 1
 
     def _admit(self, req: _Request, budget: float) -> int | None:
-        """Start `req` if a seat, blocks and budget allow; returns the tokens it feeds now (None: not admitted)."""
+        """Start `req` if a seat, pages and budget allow; returns the tokens it feeds now (None: not admitted)."""
         if not self.free_seats:
             return None
         if req.swapped is not None:  # back from host memory: its computed tokens come with it
             n = int(min(len(req.tokens) - req.computed, budget))
-            if max(req.swapped[0], blocks_for(req.computed + n, self.block_size)) > self.pool.num_free:
+            if max(req.swapped[0], pages_for(req.computed + n, self.page_size)) > self.pool.num_free:
                 return None
             req.seat = self.free_seats.pop(0)
             self._swap_in(req)
             self._grow(req, req.computed + n)
             return n
         hits = []
-        if self.prefix_caching:  # whole blocks of all but the last token: the last one must give logits
+        if self.prefix_caching:  # whole pages of all but the last token: the last one must give logits
             for digest in self._digests(req, len(req.tokens) - 1):
-                block = self.pool.lookup(digest)
-                if block is None:
+                page = self.pool.lookup(digest)
+                if page is None:
                     break
-                hits.append(block)
-        while self.reach and hits and self._digests(req, len(hits) * self.block_size)[-1] not in self.ring_at:
+                hits.append(page)
+        while self.reach and hits and self._digests(req, len(hits) * self.page_size)[-1] not in self.ring_at:
             hits.pop()  # ring layers: a hit must end at a boundary whose rings were kept
-        start = len(hits) * self.block_size
+        start = len(hits) * self.page_size
         n = int(min(len(req.tokens) - start, budget))
-        reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached blocks a hit takes off the free list
-        if blocks_for(start + n, self.block_size) - len(hits) > self.pool.num_free - reclaimed:
+        reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached pages a hit takes off the free list
+        if pages_for(start + n, self.page_size) - len(hits) > self.pool.num_free - reclaimed:
             return None
-        for block in hits:
-            self.pool.share(block)
-        req.blocks, req.registered, req.computed = list(hits), len(hits), start
+        for page in hits:
+            self.pool.share(page)
+        req.pages, req.registered, req.computed = list(hits), len(hits), start
         req.seat = self.free_seats.pop(0)
         if self.reach and hits:  # the rings as they were when a request had computed through the hit
             self._put(req.seat, None, self.ring_at[self._digests(req, start)[-1]])
@@ -385,7 +385,7 @@ class Engine:
         req.hit_tokens = start
         self.counts["prompt_tokens"] += len(req.tokens)
         self.counts["hit_tokens"] += start
-        self.counts["hit_blocks"] += len(hits)
+        self.counts["hit_pages"] += len(hits)
         return n
 
     # The iteration.
@@ -440,15 +440,15 @@ class Engine:
                 self.running.remove(req)
                 self._free(req)
                 finished.append(req.rid)
-        self.pool.check([r.blocks for r in self.running])
+        self.pool.check([r.pages for r in self.running])
         if len(self.ring_at) > len(self.pool.by_hash) or self.pool.evicted != self._evicted:
-            self._evicted = self.pool.evicted  # rings of evicted blocks are let go with them
+            self._evicted = self.pool.evicted  # rings of evicted pages are let go with them
             self.ring_at = {d: rows for d, rows in self.ring_at.items() if d in self.pool.by_hash}
         self.steps += 1
-        held = collections.Counter(b for r in self.running for b in r.blocks)
+        held = collections.Counter(b for r in self.running for b in r.pages)
         return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),
                           hits, self.chunk_tokens, sum(n for _, n, _ in plan),
-                          {r.rid: tuple(r.blocks) for r in self.running},
+                          {r.rid: tuple(r.pages) for r in self.running},
                           frozenset(b for b, c in held.items() if c > 1), self.pool.num_free,
                           self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds, tuple(calls))
 
@@ -477,10 +477,10 @@ class Engine:
         else:
             T = bucket_of(shape_buckets(self.max_len, 8), n_max)
         if self.fixed_shapes:
-            B, M = self.max_seqs, self.max_blocks
+            B, M = self.max_seqs, self.max_pages
         else:
             B = power_of_two(len(group), self.max_seqs)
-            M = power_of_two(max(len(r.blocks) for r, _, _ in group), self.max_blocks)
+            M = power_of_two(max(len(r.pages) for r, _, _ in group), self.max_pages)
         P = T if every else 1
         ids = np.zeros((B, T), np.int32)
         lengths, live, drafted = np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32)
@@ -495,7 +495,7 @@ class Engine:
             feed = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
             ids[b, :n] = feed
             lengths[b], live[b], drafted[b], seat[b] = req.computed, n, len(drafts), req.seat
-            table[b, :len(req.blocks)] = req.blocks
+            table[b, :len(req.pages)] = req.pages
             at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
         sampling = any(req.rng is not None for req, _, _ in group)
         self.shapes.add((B, T, M, P, sampling))
@@ -540,10 +540,10 @@ class Engine:
 
     # Reports.
     def stats(self) -> dict[str, float]:
-        """Counts over the whole run: prefix hits, blocks saved, drafts accepted, preemptions, swaps.
+        """Counts over the whole run: prefix hits, pages saved, drafts accepted, preemptions, swaps.
 
         hit_rate is the tokens found in the prefix cache over the tokens looked up at every admission (a
-        recomputed request is looked up again); blocks_saved counts the blocks those hits did not compute.
+        recomputed request is looked up again); pages_saved counts the pages those hits did not compute.
         """
         c = self.counts
         return {
@@ -551,7 +551,7 @@ class Engine:
             "prompt_tokens": c["prompt_tokens"],
             "hit_tokens": c["hit_tokens"],
             "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
-            "blocks_saved": c["hit_blocks"],
+            "pages_saved": c["hit_pages"],
             "drafts": c["drafts"],
             "accepted": c["accepted"],
             "acceptance_rate": c["accepted"] / c["drafts"] if c["drafts"] else 0.0,
@@ -559,7 +559,7 @@ class Engine:
             "swaps_out": c["swaps_out"],
             "swap_bytes": self.swap_bytes,
             "swap_seconds": self.swap_seconds,
-            "evicted_blocks": self.pool.evicted,
+            "evicted_pages": self.pool.evicted,
             "compiled_shapes": len(self.shapes),
         }
 

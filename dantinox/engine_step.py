@@ -80,7 +80,7 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
     """
     model = nnx.merge(graphdef, params)
     addressing = tuple(lay.addressing for lay in layouts(model.cfg))
-    ring = tuple(not hasattr(addr, "block_size") for addr in addressing)
+    ring = tuple(not hasattr(addr, "page_size") for addr in addressing)
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)

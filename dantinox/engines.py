@@ -15,10 +15,11 @@ vLLM
                   need not start at a page boundary (kv_cache_interface.py:944); without it, a sliding layer gets
                   the pages of a full layer (kv_cache_interface.py:620-626)
   chunked layer   ceil(min(C, T) / 16) pages, the chunk in progress (kv_cache_interface.py:881)
-  the log line    "GPU KV cache size: N tokens" is int(num_blocks / pages per request at max_model_len ·
-                  max_model_len) (vllm/v1/core/kv_cache_utils.py:1120-1128, 1061-1093), with num_blocks =
-                  available memory // bytes per block (vllm/v1/core/kv_cache_planning.py:681); derived here for
-                  models whose layers are all of one kind (one KV-cache group, bytes per block = L · page bytes)
+  the log line    "GPU KV cache size: N tokens" is int(pages / pages per request at max_model_len ·
+                  max_model_len) (vllm/v1/core/kv_cache_utils.py:1120-1128, 1061-1093), with pages (vLLM's
+                  num_blocks) = available memory // bytes per page across layers (vllm/v1/core/
+                  kv_cache_planning.py:681); derived here for models whose layers are all of one kind (one
+                  KV-cache group, bytes per page across layers = L · page bytes)
 llama.cpp
   context         n_ctx rounded up to a multiple of 256 (src/llama-context.cpp:290)
   tensors         per layer K [n_embd_k_gqa, kv_size] and V [n_embd_v_gqa, kv_size] of type_k / type_v
@@ -92,10 +93,10 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
     kinds = {layer.kind for layer in arch.layers}
     if budget_bytes is not None:
         if len(kinds) == 1 and kinds <= {"full", "latent"}:
-            per_block = sum(page_bytes)
-            blocks = budget_bytes // per_block
+            per_page = sum(page_bytes)  # one page in every layer
+            n_pages = budget_bytes // per_page
             per_request = _ceil(arch.max_context, VLLM_PAGE)
-            log = f"GPU KV cache size: {int(blocks / per_request * arch.max_context):,} tokens"
+            log = f"GPU KV cache size: {int(n_pages / per_request * arch.max_context):,} tokens"
         else:
             notes.append("the log line for a hybrid model depends on how vLLM groups its layers; not derived here")
     return EngineColumn("vLLM", tuple(per_layer), sum(per_layer), log, tuple(notes))

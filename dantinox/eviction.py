@@ -10,7 +10,7 @@ A prompt longer than the budget is compressed the same way after attending to it
 After evictions a slot's position no longer follows from the fill, so it is stored beside the slot, with
 the score: each slot costs 2·K·H elements plus a float32 score and an int32 position, all counted by
 `kv_cache_bytes`. One kept set per layer, shared by its KV heads (scores summed over all heads), where the
-paper chooses per head: a set shared by the heads is what a block table shared by the heads could express.
+paper chooses per head: a set shared by the heads is what a page table shared by the heads could express.
 """
 
 from __future__ import annotations

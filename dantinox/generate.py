@@ -213,27 +213,27 @@ def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, tempe
 
 
 class _Pager:
-    """Hands a paged cache's sequences their blocks from one pool as their key bucket grows (dantinox/blocks.py)."""
+    """Hands a paged cache's sequences their pages from one pool as their key bucket grows (page_manager.py)."""
 
     def __init__(self, cfg: ModelConfig, lengths: np.ndarray, end: np.ndarray):
-        from dantinox.blocks import BlockManager, blocks_for
+        from dantinox.page_manager import PageManager, pages_for
 
-        self.bs, self.blocks_for = cfg.block_size, blocks_for
-        self.manager = BlockManager(int(sum(blocks_for(int(e), self.bs) for e in end)), self.bs)
+        self.bs, self.pages_for = cfg.page_size, pages_for
+        self.manager = PageManager(int(sum(pages_for(int(e), self.bs) for e in end)), self.bs)
         self.seqs, self.end = list(range(len(lengths))), end
         for seq, n in zip(self.seqs, lengths, strict=True):
             self.manager.add(seq, int(n))
 
     def cache(self, cfg: ModelConfig, bucket: int) -> KVCache:
-        return empty_cache(cfg, len(self.seqs), bucket, self.table(bucket), self.manager.num_blocks)
+        return empty_cache(cfg, len(self.seqs), bucket, self.table(bucket), self.manager.num_pages)
 
     def table(self, bucket: int) -> np.ndarray:
-        return self.manager.table_array(self.seqs, self.blocks_for(bucket, self.bs))
+        return self.manager.table_array(self.seqs, self.pages_for(bucket, self.bs))
 
     def grow(self, caches: KVCache, bucket: int) -> KVCache:
         for seq in self.seqs:
             self.manager.append(seq, max(0, min(bucket, int(self.end[seq])) - self.manager.lengths[seq]))
-        return caches._replace(block_table=jnp.asarray(self.table(bucket), jnp.int32))
+        return caches._replace(page_table=jnp.asarray(self.table(bucket), jnp.int32))
 
 
 def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.ndarray, seed: int,
@@ -244,7 +244,7 @@ def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.n
     layout = None if mesh is None else sharding.plan(cfg, mesh, prompt.shape[0])
     if layout is not None:  # weights replicated, prompts over "data"; XLA partitions the programs
         if cfg.cache_layout == "paged":
-            raise ValueError("mesh: the paged cache runs on one device (one pool, one block table); use "
+            raise ValueError("mesh: the paged cache runs on one device (one pool, one page table); use "
                              "cache_layout='contiguous' with a mesh")
         params, prompt = sharding.place_inputs(layout, params, prompt)
     bucket = bucket_for(cfg.max_context, prompt.shape[1])
@@ -279,7 +279,7 @@ def _advance(cfg: ModelConfig, decode, graphdef, params, state: DecodeState, sto
 def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 0.0, top_k: int | None = None, seed: int = 0, mesh: Any = None,
              eos_id: int | None = None, cache_layout: str | None = None,
-             block_size: int | None = None) -> jax.Array | list[list[int]]:
+             page_size: int | None = None) -> jax.Array | list[list[int]]:
     """Continue `prompt_ids` by `max_new_tokens`: [B, T] in, [B, T + max_new_tokens] int32 out.
 
     Prompts of different lengths come as a list of token lists and go out as a list of token lists: each
@@ -287,11 +287,11 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     result repeats eos_id after that). Decoding runs in compiled `lax.while_loop`s, one per key bucket
     (128, 192, 256, 384, ... slots) the generation passes through, with the cache grown between them; no
     Python runs per token. The cache's layout (contiguous or paged, rings, int8) comes from the config;
-    `cache_layout` and `block_size` override those two config fields for this call (the same weights).
+    `cache_layout` and `page_size` override those two config fields for this call (the same weights).
     `mesh` (a jax ("data", "model") Mesh) decodes with sequences and KV heads spread over its devices
     (dantinox/sharding.py).
     """
-    model = _override(model, cache_layout=cache_layout, block_size=block_size)
+    model = _override(model, cache_layout=cache_layout, page_size=page_size)
     prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
     graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
     decode = decode_program(prompt.shape[0])

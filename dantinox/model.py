@@ -127,14 +127,14 @@ class Fill(NamedTuple):
     live_BT: jax.Array  # which new tokens are real (a ragged batch pads)
     before_B: jax.Array  # lengths before the call
     after_B: jax.Array  # lengths after it
-    block_table: jax.Array | None
+    page_table: jax.Array | None
 
 
 def _view(layout: Layout, cache: Any, new: Any, pos_BT: jax.Array, fill: Fill | None) -> tuple[Any, View]:
     """The layer after its write and what attention reads; without a cache, the new tokens alone."""
     if cache is None:
         return None, View(new, pos_BT, layout.addressing)
-    return layout.update(cache, new, pos_BT, fill.live_BT, fill.before_B, fill.after_B, fill.block_table)
+    return layout.update(cache, new, pos_BT, fill.live_BT, fill.before_B, fill.after_B, fill.page_table)
 
 
 class Attention(nnx.Module):
@@ -371,7 +371,7 @@ class Transformer(nnx.Module):
             else:
                 pos_BT = positions_BT
                 after = jnp.maximum(before, jnp.max(jnp.where(live_BT, pos_BT + 1, 0), axis=1))
-            fill = Fill(live_BT, before, after, kv_caches.block_table)
+            fill = Fill(live_BT, before, after, kv_caches.page_table)
         with jax.named_scope("embed"):
             x = self.embed(ids_BT)
         new_layers = []

@@ -1,18 +1,18 @@
-"""Paged KV cache: fixed-size blocks in a shared pool, a block table per sequence (PagedAttention, arXiv:2309.06180).
+"""Paged KV cache: fixed-size pages in a shared pool, a page table per sequence (PagedAttention, arXiv:2309.06180).
 
-Device side, one addressing of dantinox/cache.py's layouts. Each paged layer holds a pool of `num_blocks`
-blocks of `block_size` token slots ([num_blocks, K, block_size, H] keys and values, [num_blocks,
-block_size, C + R] MLA latents; int8 codes and their scales alike); the container holds one block table
-[B, M] for all of them: logical block m of sequence b lives in physical block table[b, m]. A write
-scatters new tokens through the table; attention reads each sequence's blocks gathered into slot order
-(on XLA:CPU a gather into one [B, ..., M·block_size, ...] array per step is the formulation that runs as
+Device side, one addressing of dantinox/cache.py's layouts. Each paged layer holds a pool of `num_pages`
+pages of `page_size` token slots ([num_pages, K, page_size, H] keys and values, [num_pages,
+page_size, C + R] MLA latents; int8 codes and their scales alike); the container holds one page table
+[B, M] for all of them: logical page m of sequence b lives in physical page table[b, m]. A write
+scatters new tokens through the table; attention reads each sequence's pages gathered into slot order
+(on XLA:CPU a gather into one [B, ..., M·page_size, ...] array per step is the formulation that runs as
 library matmuls; the roofline counts those bytes as the attention's cache read). The config chooses it:
-`ModelConfig(..., cache_layout="paged", block_size=16)`. Sliding-window and chunked layers of a paged
+`ModelConfig(..., cache_layout="paged", page_size=16)`. Sliding-window and chunked layers of a paged
 config keep their ring of W slots per sequence: a ring is already bounded, so paging it would save nothing.
 
-Host side, `BlockManager` (dantinox/blocks.py) owns the free list, reference counts, block tables and fill
-counts; the copy-on-write copies its `append` returns are applied here by `copy_blocks`. Asking for more
-blocks than are free raises PoolExhausted; nothing is ever silently overwritten.
+Host side, `PageManager` (dantinox/page_manager.py) owns the free list, reference counts, page tables and fill
+counts; the copy-on-write copies its `append` returns are applied here by `copy_pages`. Asking for more
+pages than are free raises PoolExhausted; nothing is ever silently overwritten.
 """
 
 from __future__ import annotations
@@ -26,40 +26,40 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.blocks import BlockManager, PoolExhausted, blocks_for  # noqa: F401  (the allocator; re-exported)
 from dantinox.cache import KVCache, Linear, empty_cache
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
+from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
 class Paged(Linear):
-    """Position p of sequence b in slot p mod bs of physical block table[b, p // bs]."""
+    """Position p of sequence b in slot p mod bs of physical page table[b, p // bs]."""
 
-    block_size: int
+    page_size: int
 
     def locate(self, pos_BT, live_BT, after_B, S, table):
-        rows_BT = jnp.take_along_axis(table, jnp.clip(pos_BT // self.block_size, 0, table.shape[1] - 1), axis=1)
-        return rows_BT, jnp.where(live_BT, pos_BT % self.block_size, -1)
+        rows_BT = jnp.take_along_axis(table, jnp.clip(pos_BT // self.page_size, 0, table.shape[1] - 1), axis=1)
+        return rows_BT, jnp.where(live_BT, pos_BT % self.page_size, -1)
 
     def read(self, layer, table):
         return layer.gather(table)
 
 
-def init_pool(cfg: ModelConfig, num_blocks: int, table_BM: Any) -> KVCache:
-    """An empty paged cache: per paged layer a pool of `num_blocks` blocks, all read through `table_BM`."""
-    num_blocks = positive_int("num_blocks", num_blocks)
+def init_pool(cfg: ModelConfig, num_pages: int, table_BM: Any) -> KVCache:
+    """An empty paged cache: per paged layer a pool of `num_pages` pages, all read through `table_BM`."""
+    num_pages = positive_int("num_pages", num_pages)
     if cfg.cache_layout != "paged":
         raise ValueError(f"cfg: init_pool builds a paged cache; this config has cache_layout={cfg.cache_layout!r}")
     table = np.asarray(table_BM)
-    return empty_cache(cfg, table.shape[0], table.shape[1] * cfg.block_size, table, num_blocks)
+    return empty_cache(cfg, table.shape[0], table.shape[1] * cfg.page_size, table, num_pages)
 
 
-def pool_bytes(cfg: ModelConfig, num_blocks: int, block_size: int) -> int:
-    """Bytes of the key/value (or latent) pools of every layer, measured from their shapes; block table excluded."""
-    paged = cfg.replace(cache_layout="paged", block_size=block_size, sliding_windows=None,
+def pool_bytes(cfg: ModelConfig, num_pages: int, page_size: int) -> int:
+    """Bytes of the key/value (or latent) pools of every layer, measured from their shapes; page table excluded."""
+    paged = cfg.replace(cache_layout="paged", page_size=page_size, sliding_windows=None,
                         attention_chunks=None)
-    shapes = jax.eval_shape(lambda: init_pool(paged, num_blocks, np.zeros((1, 1), np.int32)))
+    shapes = jax.eval_shape(lambda: init_pool(paged, num_pages, np.zeros((1, 1), np.int32)))
     return shapes.nbytes
 
 
@@ -70,8 +70,8 @@ def _copy(caches: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
     return caches._replace(layers=jax.tree_util.tree_map(copy, caches.layers))
 
 
-def copy_blocks(caches: KVCache, copies: Sequence[tuple[int, int]]) -> KVCache:
-    """Apply copy-on-write copies (src, dst) from BlockManager.append to every layer's pools."""
+def copy_pages(caches: KVCache, copies: Sequence[tuple[int, int]]) -> KVCache:
+    """Apply copy-on-write copies (src, dst) from PageManager.append to every layer's pools."""
     if not copies:
         return caches
     src, dst = (jnp.asarray(c, jnp.int32) for c in zip(*copies, strict=True))
@@ -82,62 +82,62 @@ class SampleRun(NamedTuple):
     """What `sample_n` produced and what its pool held at the end (bytes measured from the pool's arrays)."""
 
     tokens: np.ndarray  # [n, T + max_new_tokens]
-    caches: KVCache  # the paged cache after decoding: the pools, the n samples' block table and lengths
-    manager: BlockManager  # block tables, reference counts and fill after decoding
+    caches: KVCache  # the paged cache after decoding: the pools, the n samples' page table and lengths
+    manager: PageManager  # page tables, reference counts and fill after decoding
     copies: list[tuple[int, int]]  # copy-on-write copies (src, dst) made at the first decode write
-    block_bytes: int  # bytes of one block across all layers (keys and values)
-    used_bytes: int  # bytes of the blocks held by the n samples
-    unshared_bytes: int  # bytes the same n samples need when each stores its own prompt (blocks, same size)
+    page_bytes: int  # bytes of one page across all layers (keys and values)
+    used_bytes: int  # bytes of the pages held by the n samples
+    unshared_bytes: int  # bytes the same n samples need when each stores its own prompt (pages, same size)
 
 
 class _ForkPager:
-    """The pager of generate's decode loop for n samples of one prefilled prompt (their blocks shared)."""
+    """The pager of generate's decode loop for n samples of one prefilled prompt (their pages shared)."""
 
-    def __init__(self, manager: BlockManager, n: int, end: int):
+    def __init__(self, manager: PageManager, n: int, end: int):
         self.manager, self.seqs, self.end = manager, list(range(n)), end
 
     def grow(self, caches: KVCache, bucket: int) -> KVCache:
         for seq in self.seqs:
-            caches = copy_blocks(caches, self.manager.append(seq, max(0, min(bucket, self.end)
+            caches = copy_pages(caches, self.manager.append(seq, max(0, min(bucket, self.end)
                                                                       - self.manager.lengths[seq])))
-        table = self.manager.table_array(self.seqs, blocks_for(bucket, self.manager.block_size))
-        return caches._replace(block_table=jnp.asarray(table, jnp.int32))
+        table = self.manager.table_array(self.seqs, pages_for(bucket, self.manager.page_size))
+        return caches._replace(page_table=jnp.asarray(table, jnp.int32))
 
 
-def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, block_size: int = 16, temperature: float = 1.0,
+def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int = 16, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0) -> SampleRun:
     """n continuations of one prompt [1, T] that store the prompt once: prefill once, fork, copy on first write."""
     from dantinox.generate import _advance, _check_request, _prefill_jit, bucket_for, decode_program
     from dantinox.quality import with_changes
 
-    cfg = model.cfg.replace(cache_layout="paged", block_size=positive_int("block_size", block_size))
+    cfg = model.cfg.replace(cache_layout="paged", page_size=positive_int("page_size", page_size))
     prompt, lengths, ends, _ = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    n, bs = positive_int("n", n), cfg.block_size
+    n, bs = positive_int("n", n), cfg.page_size
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: sample_n continues one prompt, expected shape [1, T], got {prompt.shape}")
     T, end = prompt.shape[1], int(ends[0])
-    manager = BlockManager(blocks_for(T, bs) + n * blocks_for(end, bs), bs)
+    manager = PageManager(pages_for(T, bs) + n * pages_for(end, bs), bs)
     manager.add(0, T)
-    paged_model = model if model.cfg == cfg else with_changes(model, cache_layout="paged", block_size=bs)
+    paged_model = model if model.cfg == cfg else with_changes(model, cache_layout="paged", page_size=bs)
     graphdef, params = nnx.split(paged_model)
-    table = manager.table_array([0], blocks_for(bucket_for(cfg.max_context, T), bs))
-    caches = init_pool(cfg, manager.num_blocks, table)
+    table = manager.table_array([0], pages_for(bucket_for(cfg.max_context, T), bs))
+    caches = init_pool(cfg, manager.num_pages, table)
     state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(ends, jnp.int32),
                          seed, caches)
     for seq in range(1, n):
         manager.fork(0, seq)
     copies = []
-    for seq in range(n):  # the first write into a shared partly filled block copies it; the last holder writes in place
+    for seq in range(n):  # the first write into a shared partly filled page copies it; the last holder writes in place
         new = manager.append(seq, 1) if end > T else []
         copies += new
-        state = state._replace(caches=copy_blocks(state.caches, new))
+        state = state._replace(caches=copy_pages(state.caches, new))
     rows = jnp.zeros((n,), jnp.int32)
     state = state._replace(tokens=state.tokens[rows], logits=state.logits[rows], index=state.index[rows],
                            end=state.end[rows], caches=state.caches._replace(lengths=state.caches.lengths[rows]))
     temp = jnp.float32(temperature) if temperature > 0 else None
     state = _advance(cfg, decode_program(n), graphdef, params, state, end, temp, top_k, True,
                      _ForkPager(manager, n, end))
-    block_bytes = pool_bytes(cfg, 1, bs)
-    return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, block_bytes,
-                     manager.num_used * block_bytes, n * blocks_for(end, bs) * block_bytes)
+    page_bytes = pool_bytes(cfg, 1, bs)
+    return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, page_bytes,
+                     manager.num_used * page_bytes, n * pages_for(end, bs) * page_bytes)
 

@@ -136,7 +136,7 @@ def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
         return 0
     paged_layers = sum(w is None and c is None for w, c in zip(cfg.layer_windows, cfg.layer_chunks, strict=True))
     one = cfg.replace(n_layers=1, cache_layout="contiguous", sliding_windows=None, attention_chunks=None)
-    slots = -(-context // cfg.block_size) * cfg.block_size  # whole pages
+    slots = -(-context // cfg.page_size) * cfg.page_size  # whole pages
     return 2 * paged_layers * kv_cache_bytes(one, batch, slots)
 
 

@@ -12,15 +12,15 @@ iteration that admits it.
   maximum length, "max"; the output rounded up to a power of two, "pow2"; or the true length, "oracle").
 * "contiguous": iteration-level batching (Orca, OSDI '22) with the same contiguous reservations: requests
   join and leave every step, but memory is still reserved per region, first fit.
-* "paged": iteration-level batching over a BlockManager pool (dantinox/paged.py): blocks are taken as
-  tokens arrive, parallel samples share their prompt's blocks, and when the pool runs out the most recently
+* "paged": iteration-level batching over a PageManager pool (dantinox/paged.py): pages are taken as
+  tokens arrive, parallel samples share their prompt's pages, and when the pool runs out the most recently
   admitted request is preempted and later recomputed (vLLM, arXiv:2309.06180 §4.5).
 
 Every step records bytes measured from the allocator's state times the bytes of one cached token measured
 from the cache arrays' shapes (dantinox.paged.pool_bytes): token states (slots holding a token of a running
 sequence), reserved (slots set aside for tokens a running sequence will still produce), internal
 fragmentation (allocated slots that will never hold a running sequence's token: beyond a request's final
-length, regions of finished requests held until their static batch ends, the empty tail of last blocks)
+length, regions of finished requests held until their static batch ends, the empty tail of last pages)
 and external fragmentation (free slots in holes too small for the waiting request, while it waits).
 The model is not run here: the lengths come from the trace; benchmarks/serving.py times real decode steps.
 """
@@ -37,7 +37,7 @@ import numpy as np
 
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
-from dantinox.paged import BlockManager, blocks_for, pool_bytes
+from dantinox.paged import PageManager, pages_for, pool_bytes
 
 POLICIES = ("static", "contiguous", "paged")
 RESERVATIONS = ("max", "pow2", "oracle")
@@ -115,8 +115,8 @@ class ServeResult:
     finish: np.ndarray  # per request: step its last sample finished
     preemptions: int = 0
     recomputed_tokens: int = 0  # prompt and generated tokens prefilled again after a preemption
-    peak_tables: dict = dataclasses.field(default_factory=dict)  # paged: block tables at the busiest step
-    peak_shared: frozenset = frozenset()  # paged: blocks held by more than one sequence at that step
+    peak_tables: dict = dataclasses.field(default_factory=dict)  # paged: page tables at the busiest step
+    peak_shared: frozenset = frozenset()  # paged: pages held by more than one sequence at that step
 
     @property
     def steps(self) -> int:
@@ -192,11 +192,11 @@ class _Arena:
 
 @functools.lru_cache(maxsize=64)
 def _token_bytes(cfg: ModelConfig) -> int:
-    """Bytes of one cached token in every layer, measured from the shapes of a one-block, one-slot pool."""
+    """Bytes of one cached token in every layer, measured from the shapes of a one-page, one-slot pool."""
     return pool_bytes(cfg, 1, 1)
 
 
-def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: ModelConfig, block_size: int = 16,
+def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: ModelConfig, page_size: int = 16,
           n: int = 1, reservation: str = "max", max_steps: int = 200_000,
           max_running: int | None = None) -> ServeResult:
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
@@ -210,13 +210,13 @@ def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: Model
     if reservation not in RESERVATIONS:
         raise ValueError(f"reservation: expected one of {', '.join(RESERVATIONS)}, got {reservation!r}")
     budget_bytes, n = positive_int("budget_bytes", budget_bytes), positive_int("n", n)
-    block_size = positive_int("block_size", block_size)
+    page_size = positive_int("page_size", page_size)
     if not trace:
         raise ValueError("trace: expected at least one request")
     token_bytes = _token_bytes(cfg)
     cap = None if max_running is None else positive_int("max_running", max_running)
     if policy == "paged":
-        return _serve_paged(trace, budget_bytes, cfg, block_size, n, token_bytes, max_steps, cap)
+        return _serve_paged(trace, budget_bytes, cfg, page_size, n, token_bytes, max_steps, cap)
     return _serve_contiguous(trace, policy, budget_bytes, cfg, n, reservation, token_bytes, max_steps, cap)
 
 
@@ -288,20 +288,20 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
     return _result(policy, budget, token_bytes, rows, trace, first, finish)
 
 
-def _paged_blocks(r: Request, n: int, block_size: int, tokens: int) -> int:
-    """Blocks a request's n samples hold with `tokens` tokens each: the full prompt blocks once, the rest per sample."""
-    shared = r.prompt // block_size  # a partly filled prompt block is copied by every sample that writes into it
-    return shared + n * (blocks_for(tokens, block_size) - shared)
+def _paged_pages(r: Request, n: int, page_size: int, tokens: int) -> int:
+    """Pages a request's n samples hold with `tokens` tokens each: the full prompt pages once, the rest per sample."""
+    shared = r.prompt // page_size  # a partly filled prompt page is copied by every sample that writes into it
+    return shared + n * (pages_for(tokens, page_size) - shared)
 
 
-def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps, max_running=None) -> ServeResult:
-    num_blocks = budget // (token_bytes * block_size)
-    worst = max(trace, key=lambda r: _paged_blocks(r, n, block_size, r.prompt + r.output))
-    worst_blocks = _paged_blocks(worst, n, block_size, worst.prompt + worst.output)
-    if num_blocks < worst_blocks:
-        raise ValueError(f"budget_bytes: request {worst.id} needs {worst_blocks} blocks of {block_size} tokens "
-                         f"({worst_blocks * block_size * token_bytes} B), the budget of {budget} B holds {num_blocks}")
-    pool = BlockManager(num_blocks, block_size)
+def _serve_paged(trace, budget, cfg, page_size, n, token_bytes, max_steps, max_running=None) -> ServeResult:
+    num_pages = budget // (token_bytes * page_size)
+    worst = max(trace, key=lambda r: _paged_pages(r, n, page_size, r.prompt + r.output))
+    worst_pages = _paged_pages(worst, n, page_size, worst.prompt + worst.output)
+    if num_pages < worst_pages:
+        raise ValueError(f"budget_bytes: request {worst.id} needs {worst_pages} pages of {page_size} tokens "
+                         f"({worst_pages * page_size * token_bytes} B), the budget of {budget} B holds {num_pages}")
+    pool = PageManager(num_pages, page_size)
     pending, running = list(trace), {}  # running: id -> [request, produced], in admission order
     held: dict[int, int] = {}  # preempted request -> tokens it had produced (prefilled again on readmission)
     first, finish, rows, step = {}, {}, [], 0
@@ -312,8 +312,8 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps, max_
             raise ValueError(f"max_steps: the trace did not finish in {max_steps} steps")
         for rid in list(running):  # every running sample takes one more slot; preempt the newest when short
             while rid in running:
-                # one token takes at most one block per sample (a fresh block or a copy)
-                if pool.num_free >= n or sum(pool.blocks_needed((rid, s), 1) for s in range(n)) <= pool.num_free:
+                # one token takes at most one page per sample (a fresh page or a copy)
+                if pool.num_free >= n or sum(pool.pages_needed((rid, s), 1) for s in range(n)) <= pool.num_free:
                     for s in range(n):
                         pool.append((rid, s), 1)
                     break
@@ -326,12 +326,12 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps, max_
         while pending and pending[0].arrival <= step and (max_running is None or len(running) < max_running):
             r = pending[0]
             produced = held.get(r.id, 0)
-            if _paged_blocks(r, n, block_size, r.prompt + produced + 1) > pool.num_free:
+            if _paged_pages(r, n, page_size, r.prompt + produced + 1) > pool.num_free:
                 break
             pool.add((r.id, 0), r.prompt)
             for s in range(1, n):
                 pool.fork((r.id, 0), (r.id, s))
-            for s in range(n):  # the first write into the shared partly filled block copies it
+            for s in range(n):  # the first write into the shared partly filled page copies it
                 pool.append((r.id, s), produced + 1)
             recomputed += r.prompt + n * produced if r.id in held else 0
             held.pop(r.id, None)
@@ -341,9 +341,9 @@ def _serve_paged(trace, budget, cfg, block_size, n, token_bytes, max_steps, max_
         for state in running.values():
             state[1] += 1
         filled = pool.filled_slots()
-        rows.append((filled, 0, pool.num_used * block_size - filled, 0, len(running) * n, len(running) * n))
+        rows.append((filled, 0, pool.num_used * page_size - filled, 0, len(running) * n, len(running) * n))
         if len(running) > peak:
-            peak, peak_shared = len(running), frozenset(pool.shared_blocks())
+            peak, peak_shared = len(running), frozenset(pool.shared_pages())
             peak_tables = {seq: list(t) for seq, t in pool.tables.items()}
         for rid, (r, k) in list(running.items()):
             if k == r.output:

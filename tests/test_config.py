@@ -69,6 +69,10 @@ def test_run_directories_written_before_this_config_still_load(tmp_path):
         assert dantinox.ModelConfig.from_dict(dict(old, attention=variant, kv_heads=k)).n_kv_heads == want
     with pytest.raises(ValueError, match=r"kv_heads: attention='mha' has 4 KV heads \(n_heads\), got 2"):
         dantinox.ModelConfig.from_dict(dict(old, kv_heads=2))
+    paged = {k: v for k, v in old.items() if k != "page_size"}
+    assert dantinox.ModelConfig.from_dict(dict(paged, block_size=8)).page_size == 8  # the paged cache's old name
+    with pytest.raises(ValueError, match="config: block_size is the old name of page_size; give one of them"):
+        dantinox.ModelConfig.from_dict(dict(old, block_size=8))
 
 
 @pytest.mark.parametrize("kw, match", [

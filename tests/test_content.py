@@ -245,7 +245,7 @@ INDEPENDENT = {
     "MLA latent cache size": lambda v: v["L"] * v["B"] * v["T"] * (v["C"] + v["R"]) * v["bytes"],
     "Equivalent GQA KV heads": lambda v: (v["C"] + v["R"]) / v["d_h"] / 2,
     "MLA cache relative to MHA": lambda v: (v["C"] + v["R"]) / (2 * v["N"] * v["d_h"]),
-    "Blocks per sequence": lambda v: -(-v["T"] // v["P"]),
+    "Pages per sequence": lambda v: -(-v["T"] // v["P"]),
     "Paged cache size": lambda v: -(-v["T"] // v["P"]) * v["P"] * 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
     "Wasted share of the allocation": lambda v: 1 - v["T"] / (-(-v["T"] // v["P"]) * v["P"]),
     "DualCache size": lambda v: 2 * v["L"] * v["B"] * (v["T"] - v["W"]) * v["H_kv"] * v["d_h"] * v["bytes"],
@@ -265,7 +265,7 @@ INDEPENDENT = {
     "End-to-end latency": lambda v: v["ttft"] + v["n"] * v["tpot"],
     "Sequences that fit": lambda v: (v["M"] - v["W"]) // (v["T"] * v["m"]),
     "Requests in flight": lambda v: v["X"] * v["R"],
-    "Blocks saved by a shared prefix": lambda v: sum(v["P"] // v["b"] for _ in range(int(v["n"]) - 1)),
+    "Pages saved by a shared prefix": lambda v: sum(v["P"] // v["b"] for _ in range(int(v["n"]) - 1)),
     "Iterations to prefill a prompt": lambda v: len(range(0, int(v["P"]), int(v["C"] - v["d"]))),
     "Expected tokens per verify": lambda v: sum(v["a"] ** i for i in range(int(v["k"]) + 1)),
     "Sliding-window cache size": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"]) * v["H_kv"] * v["d_h"]

@@ -1,6 +1,6 @@
 """The serving engine: every request's greedy tokens equal dantinox.generate of that request alone, under
 random arrivals, preemption (recompute and swap), prefix hits (partial and 100 %), chunk sizes 1, 7 and 64 and
-speculation on or off; the allocator's invariants hold after every iteration and every block comes back."""
+speculation on or off; the allocator's invariants hold after every iteration and every page comes back."""
 
 from pathlib import Path
 
@@ -9,8 +9,8 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox.block_pool import BlockPool, PoolError, block_digest
 from dantinox.engine import Engine, lookup_drafts
+from dantinox.page_pool import PagePool, PoolError, page_digest
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
@@ -24,7 +24,7 @@ def model():
 
 def shared_prompt_trace(seed: int, n: int = 8, vocab: int = 256):
     """Requests sharing a 12-token system prompt; the last two arrive with the first still running: a repeat
-    of its prompt (a 100 % hit) and the system prompt's first two blocks alone (a hit of all but the last token)."""
+    of its prompt (a 100 % hit) and the system prompt's first two pages alone (a hit of all but the last token)."""
     rng = np.random.RandomState(seed)
     system = rng.randint(0, vocab, 12).tolist()
     prompts = [system + rng.randint(0, vocab, rng.randint(1, 10)).tolist() for _ in range(n - 2)]
@@ -42,18 +42,18 @@ def alone(model, prompts, news):
 
 
 def serve(model, prompts, news, arrivals, **kw):
-    engine = Engine(model, num_blocks=BLOCKS, block_size=BS, max_seqs=4, fixed_shapes=True, **kw)
+    engine = Engine(model, num_pages=PAGES, page_size=BS, max_seqs=4, fixed_shapes=True, **kw)
     rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
     reports = []
     while not engine.finished:
         reports.append(engine.step())
     out = engine.outputs()
-    assert engine.pool.num_free == engine.pool.num_blocks and not any(engine.pool.refs)  # every block came back
+    assert engine.pool.num_free == engine.pool.num_pages and not any(engine.pool.refs)  # every page came back
     return [out[r] for r in rids], engine, reports
 
 
 # One pool size for every case: the pool's shape is part of each compiled program's signature.
-BLOCKS = 16
+PAGES = 16
 CASES = {
     "chunk64-prefix": dict(chunk_tokens=64),
     "chunk1-prefix": dict(chunk_tokens=1),
@@ -79,12 +79,12 @@ def test_every_request_equals_generate_alone(model, trace, case):
     kw = CASES[case]
     first_hit = {rep.hits[r] for rep in reports for r in rep.hits if engine.requests[r].preemptions == 0}
     if kw.get("prefix_caching", True):
-        assert stats["blocks_saved"] > 0 and first_hit
+        assert stats["pages_saved"] > 0 and first_hit
         repeat = len(prompts) - 2
         if engine.requests[repeat].preemptions == 0:  # all but the last token hit
             assert engine.requests[repeat].hit_tokens == (len(prompts[repeat]) - 1) // BS * BS
-        if engine.requests[repeat + 1].preemptions == 0:  # 8 tokens: one block hits, the second one's last token
-            assert engine.requests[repeat + 1].hit_tokens == BS  # is computed, so that block is computed again
+        if engine.requests[repeat + 1].preemptions == 0:  # 8 tokens: one page hits, the second one's last token
+            assert engine.requests[repeat + 1].hit_tokens == BS  # is computed, so that page is computed again
     if kw["chunk_tokens"] in (7, 64):  # (one token per iteration runs one request; a static batch fits)
         assert stats["preemptions"] > 0
     assert (stats["swaps_out"] > 0) == (kw.get("preempt") == "swap")
@@ -106,18 +106,18 @@ def test_chunks_share_iterations_with_decodes(model):
     assert max(r.tokens for rep in reports for r in rep.rows if r.kind == "prefill") <= 7
 
 
-def test_report_shows_shared_prefix_blocks_and_freed_ones_are_reused(model):
-    system = list(range(10, 22))  # three full blocks
+def test_report_shows_shared_prefix_pages_and_freed_ones_are_reused(model):
+    system = list(range(10, 22))  # three full pages
     prompts = [system + [1, 2], system + [3], system + [4]]
     _, engine, reports = serve(model, prompts, [6, 6, 3], [0, 1, 20], chunk_tokens=64)
     second = reports[1]
     assert second.hits == {1: 12}
     assert set(second.tables[0][:3]) == set(second.tables[1][:3]) <= second.shared
-    assert reports[19].free == BLOCKS and reports[19].cached_free >= 3  # all freed, the prefix still cached
-    assert reports[20].hits == {2: 12}  # a request after both finished reuses the freed cached blocks
+    assert reports[19].free == PAGES and reports[19].cached_free >= 3  # all freed, the prefix still cached
+    assert reports[20].hits == {2: 12}  # a request after both finished reuses the freed cached pages
     view = EngineRun(engine, tuple(reports), tuple(prompts), engine.outputs(), {}, engine.stats())
     assert "prefill 1 hit 12" in steps_html(view)  # 13 tokens: 12 found, the last one computed
-    assert tables_html(view, 1).count("#ffe082") == 1 + 6  # the legend, and 3 shared blocks in each of 2 tables
+    assert tables_html(view, 1).count("#ffe082") == 1 + 6  # the legend, and 3 shared pages in each of 2 tables
 
 
 def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
@@ -126,14 +126,14 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
     trace (hits of 100 %); one that preempts by swap, without prefix caching, whose rings hold W slots only
     (with prefix caching they hold chunk_tokens more, and a rejected draft overwrites none a later query sees)."""
     _, model = dantinox.load_run(RUNS / "tiny-swa16-1to1")  # window 16, every other layer
-    system = b"the cat sat on the mat. "  # 24 tokens: six blocks of 4, past the window
+    system = b"the cat sat on the mat. "  # 24 tokens: six pages of 4, past the window
     text = [system + b"the cat sat on the ", system + b"one two one two ", system + b"the cat sat on the ",
             system[:18] + b"abc abd abc abd", b"hello hello hello "]
     prompts = [list(t) for t in text]
     news, arrivals = [20, 16, 12, 14, 10], [0, 0, 30, 32, 3]
     want = alone(model, prompts, news)
-    for num_blocks, preempt, prefix in ((24, "recompute", True), (20, "swap", False)):
-        engine = Engine(model, num_blocks=num_blocks, block_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
+    for num_pages, preempt, prefix in ((24, "recompute", True), (20, "swap", False)):
+        engine = Engine(model, num_pages=num_pages, page_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
                         preempt=preempt, prefix_caching=prefix, fixed_shapes=True)  # chunks <= a verify: 1 program
         rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
         hits = {}
@@ -145,7 +145,7 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
         stats = engine.stats()
         assert 0 < stats["accepted"] < stats["drafts"] and stats["compiled_shapes"] == 1
         if prefix:
-            assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared blocks up to where prompts part
+            assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared pages up to where prompts part
             assert hits[2] == (len(prompts[2]) - 1) // BS * BS and stats["preemptions"] == 0  # a repeated prompt
         else:
             assert stats["swaps_out"] > 0 and not any(hits.values())
@@ -160,7 +160,7 @@ def test_seeded_sampling_equals_seeded_generate_alone():
     seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16  # prompts of one length: generate compiles once
     want = [list(np.asarray(dantinox.generate(model, [p], new, temperature=t, top_k=20, seed=s))[0, len(p):])
             for p, t, s in zip(prompts, temps, seeds, strict=True)]
-    engine = Engine(model, num_blocks=13, block_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
+    engine = Engine(model, num_pages=13, page_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
                     fixed_shapes=True)  # chunks no longer than a verify, every row sampling: one program
     rids = [engine.add(p, new, arrival_step=i, temperature=t, top_k=20, seed=s)
             for i, (p, t, s) in enumerate(zip(prompts, temps, seeds, strict=True))]
@@ -168,25 +168,25 @@ def test_seeded_sampling_equals_seeded_generate_alone():
     assert [out[r] for r in rids] == want
     assert want[0] == want[2] != want[1]  # the same seed draws the same text, another seed another
     stats = engine.stats()
-    assert stats["blocks_saved"] > 0 and stats["preemptions"] > 0 and stats["accepted"] > 0
+    assert stats["pages_saved"] > 0 and stats["preemptions"] > 0 and stats["accepted"] > 0
     assert stats["compiled_shapes"] == 1
 
 
 def test_pool_refuses_double_free_and_evicts_least_recently_freed():
-    pool = BlockPool(3)
+    pool = PagePool(3)
     a, b = pool.take(), pool.take()
-    pool.register(a, block_digest(b"", [1, 2]))
-    pool.register(b, block_digest(b"", [3, 4]))
+    pool.register(a, page_digest(b"", [1, 2]))
+    pool.register(b, page_digest(b"", [3, 4]))
     pool.release(a)
     pool.release(b)
-    with pytest.raises(PoolError, match="double free of block 0"):
+    with pytest.raises(PoolError, match="double free of page 0"):
         pool.release(a)
-    assert pool.lookup(block_digest(b"", [1, 2])) == a
-    assert pool.take() == 2  # never-used block first, then the least recently freed cached one
-    assert pool.take() == a and pool.lookup(block_digest(b"", [1, 2])) is None and pool.evicted == 1
+    assert pool.lookup(page_digest(b"", [1, 2])) == a
+    assert pool.take() == 2  # never-used page first, then the least recently freed cached one
+    assert pool.take() == a and pool.lookup(page_digest(b"", [1, 2])) is None and pool.evicted == 1
     pool.check([[2], [a]])
-    with pytest.raises(PoolError, match="block 0 has 1 reference"):
-        pool.check([[2]])  # a block nobody holds but still counted: lost
+    with pytest.raises(PoolError, match="page 0 has 1 reference"):
+        pool.check([[2]])  # a page nobody holds but still counted: lost
 
 
 def test_prompt_lookup_drafts():
@@ -196,8 +196,8 @@ def test_prompt_lookup_drafts():
 
 
 def test_bad_requests_get_one_line(model):
-    engine = Engine(model, num_blocks=2, block_size=BS)
-    with pytest.raises(ValueError, match="num_blocks: this request needs up to 3 blocks of 4 tokens, the pool has 2"):
+    engine = Engine(model, num_pages=2, page_size=BS)
+    with pytest.raises(ValueError, match="num_pages: this request needs up to 3 pages of 4 tokens, the pool has 2"):
         engine.add(list(range(8)), 4)
     with pytest.raises(ValueError, match="max_len=64"):
         engine.add(list(range(60)), 10)
@@ -212,7 +212,7 @@ def test_bad_requests_get_one_line(model):
 def test_bucketed_shapes_give_the_same_tokens(model, trace):
     """The default path: calls rounded up to a few batch sizes, table widths and chunk lengths."""
     prompts, news, arrivals, want = trace
-    engine = Engine(model, num_blocks=BLOCKS, block_size=BS, max_seqs=2, chunk_tokens=64)
+    engine = Engine(model, num_pages=PAGES, page_size=BS, max_seqs=2, chunk_tokens=64)
     rids = [engine.add(prompts[i], news[i]) for i in (0, 1)]
     out = engine.run()
     assert [out[r] for r in rids] == want[:2]

@@ -122,9 +122,9 @@ def test_values_a_control_cannot_show_are_refused_in_one_line():
 
 def test_read_formula_is_the_pure_reading():
     entry = ENTRIES["paged-attention"]
-    reading = read_formula(entry, "Blocks per sequence", {"T": 1000, "P": 16})
+    reading = read_formula(entry, "Pages per sequence", {"T": 1000, "P": 16})
     assert reading.result == 63 and reading.substituted == "ceil(1,000 / 16)"
-    assert reading.result_text == "63 blocks"
+    assert reading.result_text == "63 pages"
     assert substitute("L * 2 ** x", {"L": 4096, "x": 3}) == "4,096 × 2 ^ 3"
     assert read_formula(ENTRIES["kv-cache"], 0, {"L": 12, "B": 1, "T": 512, "H_kv": 8, "d_h": 32, "bytes": 2}
                         ).result_text == "6,291,456 B = 6 MiB"

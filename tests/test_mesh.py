@@ -24,7 +24,7 @@ out = {"devices": jax.device_count(), "runs": [], "errors": {}}
 # each mesh compiles the model anew: four meshes that between them cut by batch and by heads, evenly (K on the
 # model axis), copied (MHA's 4 heads on 8 devices) and with fewer heads than devices on the axis (GQA on 2 x 4)
 for attention, kv, shapes in (("mha", None, ((2, 4), (1, 8))), ("gqa", 2, ((2, 4), (4, 2)))):
-    # max_context 256: the 12 new tokens cross the 128-slot key window, so the grown cache is checked too
+    # max_context 256: the 12 new tokens cross the 128-slot key bucket, so the grown cache is checked too
     cfg = dantinox.ModelConfig.preset("test", kv_heads=kv, max_context=256)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     prompt = np.random.RandomState(0).randint(0, 256, (4, 122)).astype(np.int32)
@@ -135,7 +135,7 @@ def test_per_device_cache_bytes_follow_the_formula(mesh_runs):
     for run in mesh_runs["runs"]:
         data, model = run["shape"]
         K, S = run["K"], run["slots"]
-        assert S == 192  # grown past the first key window (128) while decoding
+        assert S == 192  # grown past the first key bucket (128) while decoding
         total = B * S * K * H * 2 * L * itemsize
         assert run["total"] == total
         assert run["per_device"] == [total // (data * min(model, K))], run  # every device holds the same share

@@ -336,7 +336,7 @@ def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu():
     assert decode_program(2, donate=True) is decode_program(8, donate=True)
 
 
-RAGGED_LAYOUTS = [dict(), dict(kv_heads=2, cache_layout="paged", block_size=5),
+RAGGED_LAYOUTS = [dict(), dict(kv_heads=2, cache_layout="paged", page_size=5),
                   dict(sliding_windows=(4, None)), dict(cache_dtype="int8"),
                   dict(attention="latent", kv_latent_dim=16, rope_head_dim=4)]
 

@@ -156,7 +156,7 @@ def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
     model = tiny["tiny-llama"]
     prompt = np.asarray([REF["models"]["tiny-llama"][1]["ids"]], np.int32)
     want = np.asarray(dantinox.generate(model, prompt, 24))
-    assert np.array_equal(np.asarray(dantinox.generate(model, prompt, 24, cache_layout="paged", block_size=8)), want)
+    assert np.array_equal(np.asarray(dantinox.generate(model, prompt, 24, cache_layout="paged", page_size=8)), want)
 
 
 def test_bfloat16_storage_is_a_choice():
@@ -243,12 +243,12 @@ def test_the_catalogue_lists_the_model_and_a_missing_wheel_says_how_to_install(m
 def test_engine_serves_smollm2_exactly(smollm):
     """The serving engine on the real model, against the peer's greedy tokens (which `generate` equals, above):
     the chat prompt, the same prompt again (a 100 % hit: all but its last token), and the prompt followed by
-    its first 8 answer tokens (a hit that covers blocks the first request generated); chunks and speculation."""
+    its first 8 answer tokens (a hit that covers pages the first request generated); chunks and speculation."""
     _, model, _ = smollm
     case = REF["models"]["smollm2-135m"][-1]  # the chat prompt
     prompt, answer = case["ids"], case["greedy"]
     prompts, news, arrivals = [prompt, prompt, prompt + answer[:8]], [6, 6, 6], [0, 12, 20]
-    engine = dantinox.Engine(model, num_blocks=12, block_size=8, chunk_tokens=4, speculate=3, max_seqs=2,
+    engine = dantinox.Engine(model, num_pages=12, page_size=8, chunk_tokens=4, speculate=3, max_seqs=2,
                              max_len=64, fixed_shapes=True)  # chunks no longer than a verify: one program
     rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
     hits = {}

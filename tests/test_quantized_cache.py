@@ -70,7 +70,7 @@ def test_scales_folded_into_attention_equal_attention_over_dequantized_values(B,
     np.testing.assert_allclose(folded, attend(q, dequantize(kc, ks), dequantize(vc, vs), mask), atol=1e-5, rtol=1e-5)
 
 
-LAYOUTS = [dict(kv_heads=2), dict(kv_heads=2, cache_layout="paged", block_size=5),
+LAYOUTS = [dict(kv_heads=2), dict(kv_heads=2, cache_layout="paged", page_size=5),
            dict(attention="latent", kv_latent_dim=16, rope_head_dim=4),
            dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized")]
 

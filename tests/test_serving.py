@@ -29,7 +29,7 @@ def test_traces_are_seeded_and_follow_their_distribution():
 def test_every_token_is_served_within_the_budget(policy, reservation):
     trace = make_trace(60, 0.5, "uniform", CFG.max_context, seed=4)
     budget = 3 << 20
-    r = serve(trace, policy, budget, CFG, block_size=8, n=2, reservation=reservation)
+    r = serve(trace, policy, budget, CFG, page_size=8, n=2, reservation=reservation)
     assert r.token_bytes == TOKEN
     assert r.tokens.sum() == 2 * sum(q.output for q in trace)
     held = r.token_states + r.reserved + r.internal
@@ -42,18 +42,18 @@ def test_reservation_and_fragmentation_where_each_policy_has_them():
     trace = make_trace(60, 0.5, "sharegpt", CFG.max_context, seed=5)
     oracle = serve(trace, "contiguous", 2 << 20, CFG, reservation="oracle")
     assert not oracle.internal.any() and oracle.reserved.any()  # exact regions: nothing past the final length
-    paged = serve(trace, "paged", 2 << 20, CFG, block_size=16)
+    paged = serve(trace, "paged", 2 << 20, CFG, page_size=16)
     assert not paged.reserved.any() and not paged.external.any()
-    assert (paged.internal < 16 * TOKEN * np.maximum(paged.running, 1)).all()  # at most a block tail per sequence
+    assert (paged.internal < 16 * TOKEN * np.maximum(paged.running, 1)).all()  # at most a page tail per sequence
     maxed = serve(trace, "contiguous", 2 << 20, CFG, reservation="max")
     assert paged.utilisation > 0.8 > 0.4 > maxed.utilisation  # the shape of the paper's Fig. 2
     assert paged.running.max() > maxed.running.max() and paged.steps < maxed.steps
 
 
-def test_parallel_samples_share_the_prompt_blocks():
+def test_parallel_samples_share_the_prompt_pages():
     trace = (Request(0, 0, prompt=40, output=10),)
-    paged = serve(trace, "paged", 1 << 20, CFG, block_size=16, n=4)
-    # 32 prompt tokens in two full blocks, stored once; the 8-token tail is copied per sample, + 1 new token each
+    paged = serve(trace, "paged", 1 << 20, CFG, page_size=16, n=4)
+    # 32 prompt tokens in two full pages, stored once; the 8-token tail is copied per sample, + 1 new token each
     assert paged.token_states[0] == (32 + 4 * (8 + 1)) * TOKEN
     assert paged.internal[0] == (2 + 4) * 16 * TOKEN - paged.token_states[0]
     oracle = serve(trace, "contiguous", 1 << 20, CFG, n=4, reservation="oracle")
@@ -70,7 +70,7 @@ def test_max_running_caps_every_policy(policy):
 
 def test_paged_preempts_and_recomputes_when_the_pool_runs_out():
     trace = make_trace(40, 2.0, "uniform", CFG.max_context, seed=6)
-    r = serve(trace, "paged", 1 << 20, CFG, block_size=16)
+    r = serve(trace, "paged", 1 << 20, CFG, page_size=16)
     assert r.preemptions > 0 and r.recomputed_tokens > 0
     assert r.tokens.sum() == sum(q.output for q in trace)
 
@@ -81,7 +81,7 @@ def test_bad_arguments_are_named():
         serve(trace, "vllm", 1 << 20, CFG)
     with pytest.raises(ValueError, match=r"budget_bytes: request \d+ reserves 1 x 256 slots of 4096 B"):
         serve(trace, "static", 100_000, CFG)
-    with pytest.raises(ValueError, match=r"budget_bytes: request \d+ needs \d+ blocks of 16 tokens"):
+    with pytest.raises(ValueError, match=r"budget_bytes: request \d+ needs \d+ pages of 16 tokens"):
         serve(trace, "paged", 10_000, CFG)
     with pytest.raises(ValueError, match="lengths: expected one of uniform, sharegpt, alpaca, got 'chat'"):
         make_trace(5, 1.0, "chat", 256)
@@ -90,12 +90,12 @@ def test_bad_arguments_are_named():
 
 
 def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
-    from widgets.serving_lab import ServingLab, block_table_html
+    from widgets.serving_lab import ServingLab, page_table_html
 
     lab = ServingLab(n_requests=40, budget_mib=4)
-    lab.update(block_size=8, n=2)
+    lab.update(page_size=8, n=2)
     r = lab.reading
-    assert lab.error == "" and r.block_size == 8 and r.n == 2 and r.budget_bytes == 4 << 20
+    assert lab.error == "" and r.page_size == 8 and r.n == 2 and r.budget_bytes == 4 << 20
     shares = {label: res.shares() for label, res in r.results.items()}
     bars = {bar.name: dict(zip(bar.x, bar.y, strict=True)) for bar in lab.bars.data}
     for label, share in shares.items():
@@ -103,10 +103,10 @@ def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
         assert bars["token states"][label] == 100 * share["token states"]
     assert shares["paged + continuous"]["token states"] > shares["static batching, max reservation"]["token states"]
     assert lab.formula_params() == {"T": round(r.mean_length), "P": 8}
-    lab.update(block_size=16)
-    lab.update(block_size=8, n=2)  # back to a setting already run: served from the cache
+    lab.update(page_size=16)
+    lab.update(page_size=8, n=2)  # back to a setting already run: served from the cache
     assert lab.reading.seconds == 0 and lab.reading.results is r.results
-    with pytest.raises(ValueError, match="block_size: expected one of 1, 8, 16, 32, 64, got 4"):
-        lab.update(block_size=4)
-    html = block_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
-    assert html.count("background:#ffe082") == 3  # the legend and block 3 in both rows
+    with pytest.raises(ValueError, match="page_size: expected one of 1, 8, 16, 32, 64, got 4"):
+        lab.update(page_size=4)
+    html = page_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
+    assert html.count("background:#ffe082") == 3  # the legend and page 3 in both rows

@@ -235,8 +235,8 @@ def test_mla_latents_in_a_ring(path):
     assert dantinox.init_cache(cfg, 2, 12).nbytes == dantinox.kv_cache_bytes(cfg, 2, 12)
 
 
-@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_layout="paged", block_size=5),
-                                    dict(cache_layout="paged", block_size=3, cache_dtype="int8")],
+@pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_layout="paged", page_size=5),
+                                    dict(cache_layout="paged", page_size=3, cache_dtype="int8")],
                          ids=["ring-int8", "paged-ring", "paged-ring-int8"])
 def test_rings_compose_with_int8_storage_and_paged_global_layers(layout):
     cfg, model = make(window=5, pattern="1:1", kv_heads=2, **layout)

@@ -35,7 +35,7 @@ _MODULES = {  # public name -> the module that defines it
     "real_model_savers_lab": ["RealModelSaversLab", "load_smol_measurements"],
     "real_models_lab": ["RealModelsLab", "read_real_model"],
     "roofline_lab": ["RooflineLab"],
-    "serving_lab": ["ServingLab", "ServingReading", "block_table_html", "read_serving"],
+    "serving_lab": ["ServingLab", "ServingReading", "page_table_html", "read_serving"],
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_HOME)

@@ -1,8 +1,8 @@
-"""The serving engine, iteration by iteration: what each request did, the block tables, hits, drafts.
+"""The serving engine, iteration by iteration: what each request did, the page tables, hits, drafts.
 
-    run = run_engine(model, prompts, news, arrivals, num_blocks=12, chunk_tokens=4, speculate=3)
+    run = run_engine(model, prompts, news, arrivals, num_pages=12, chunk_tokens=4, speculate=3)
     HTML(steps_html(run))                  # one row per iteration: each request's state, budget, hits, drafts
-    HTML(tables_html(run, step=3))         # the block tables after iteration 3, shared prefix blocks marked
+    HTML(tables_html(run, step=3))         # the page tables after iteration 3, shared prefix pages marked
     run.matches_generate                   # every request's tokens equal dantinox.generate of it alone
 
 Everything shown is measured from the engine's own StepReports (dantinox.engine); nothing is simulated.
@@ -16,7 +16,7 @@ import numpy as np
 
 import dantinox
 from widgets._html import esc
-from widgets.serving_lab import block_table_html
+from widgets.serving_lab import page_table_html
 
 KIND_COLOURS = {"prefill": "#bbdefb", "decode": "#c8e6c9", "verify": "#ffe0b2"}
 
@@ -81,19 +81,19 @@ def steps_html(run: EngineRun, first: int = 0, count: int = 40) -> str:
     legend = " ".join(f"<span style='background:{c};padding:0 4px'>{k}</span>" for k, c in KIND_COLOURS.items())
     return (f"<div>Measured, one row per iteration. {legend}: tokens fed; verify a/k: a of k drafts accepted; "
             f"hit n: prompt tokens found in the prefix cache. Budget: tokens fed / chunk_tokens.</div>"
-            f"<table style='border-collapse:collapse'><tr><th>step</th>{head}<th>budget</th><th>free blocks</th>"
+            f"<table style='border-collapse:collapse'><tr><th>step</th>{head}<th>budget</th><th>free pages</th>"
             f"<th>events</th></tr>{''.join(lines)}</table>")
 
 
 def tables_html(run: EngineRun, step: int) -> str:
-    """The running requests' block tables after iteration `step`; blocks shared by a common prefix in yellow."""
+    """The running requests' page tables after iteration `step`; pages shared by a common prefix in yellow."""
     rep = run.reports[step]
     tables = {f"req {r}": list(t) for r, t in rep.tables.items()}
-    return block_table_html(tables, rep.shared, run.engine.block_size, rows=len(tables))
+    return page_table_html(tables, rep.shared, run.engine.page_size, rows=len(tables))
 
 
 def busiest_sharing_step(run: EngineRun) -> int:
-    """The iteration whose running requests share the most blocks (the one worth drawing)."""
+    """The iteration whose running requests share the most pages (the one worth drawing)."""
     return max(range(len(run.reports)), key=lambda i: (len(run.reports[i].shared), -i))
 
 

@@ -368,7 +368,7 @@ class GeneratePanel(widgets.VBox):
                                      name="formula for those tokens (derived)", xaxis="x", yaxis="y"))
             traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.allocated_bytes], mode="lines",
                                      line=dict(dash="dash", color="grey", shape="hv"),
-                                     name="allocated cache, grown per key window (measured)", xaxis="x", yaxis="y"))
+                                     name="allocated cache, grown per key bucket (measured)", xaxis="x", yaxis="y"))
         for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale
             traces.append(go.Scatter(x=[r.held[i] for i in r.steady()], y=r.ms_per_token(), mode="lines+markers",
                                      name=f"{name}, B={r.batch}: ms per decode step (measured)", xaxis="x2",

@@ -1,12 +1,12 @@
 """The serving lab: one trace, one KV-cache budget, static vs Orca-style vs paged batching, measured bytes.
 
     lab = ServingLab()                        # tiny model geometry (runs/tiny), ShareGPT-shaped trace
-    lab.update(block_size=8, budget_mib=4)    # any control, as a learner would move it
+    lab.update(page_size=8, budget_mib=4)    # any control, as a learner would move it
     lab.reading.results["paged"].shares()     # what the stacked bar shows
     read_serving(cfg, "sharegpt", 0.5, 100, 8 << 20, 16, 1)   # the same numbers without a widget
 
 `read_serving` runs dantinox.serving.serve for every policy in POLICY_RUNS and caches the result per
-setting, so returning to a setting is instant. Its bytes are measured from the allocators' state (block
+setting, so returning to a setting is instant. Its bytes are measured from the allocators' state (page
 tables, reserved regions) times the bytes of one cached token taken from the cache arrays' shapes; the
 lengths come from a seeded trace, not from running the model (benchmarks/serving.py times the model).
 """
@@ -38,7 +38,7 @@ POLICY_RUNS = {
 }
 CATEGORIES = {"token states": "#2e7d32", "reservation": "#f9a825", "internal fragmentation": "#e65100",
               "external fragmentation": "#6a1b9a"}
-BLOCK_SIZES = (1, 8, 16, 32, 64)  # the paged-attention entry's block-size values a lab can reach
+PAGE_SIZES = (1, 8, 16, 32, 64)  # the paged-attention entry's page-size values a lab can reach
 PAPER_FIG2 = "arXiv 2309.06180 Fig. 2: token states 20.4–38.2 % in the Orca baselines, 96.3 % in vLLM"
 
 
@@ -51,7 +51,7 @@ class ServingReading:
     rate: float
     n_requests: int
     budget_bytes: int
-    block_size: int
+    page_size: int
     n: int
     mean_length: float  # mean prompt + output tokens of the trace
     results: dict[str, ServeResult]
@@ -59,39 +59,39 @@ class ServingReading:
 
 
 @functools.lru_cache(maxsize=256)
-def _runs(cfg, lengths, rate, n_requests, budget_bytes, block_size, n):
+def _runs(cfg, lengths, rate, n_requests, budget_bytes, page_size, n):
     trace = make_trace(n_requests, rate, lengths, cfg.max_context, seed=0)
-    results = {label: serve(trace, policy, budget_bytes, cfg, block_size=block_size, n=n, reservation=res)
+    results = {label: serve(trace, policy, budget_bytes, cfg, page_size=page_size, n=n, reservation=res)
                for label, (policy, res) in POLICY_RUNS.items()}
     return float(np.mean([r.prompt + r.output for r in trace])), results
 
 
 def read_serving(cfg: dantinox.ModelConfig, lengths: str, rate: float, n_requests: int, budget_bytes: int,
-                 block_size: int, n: int) -> ServingReading:
+                 page_size: int, n: int) -> ServingReading:
     """Serve one seeded trace with every policy of POLICY_RUNS (cached per setting)."""
     start, hits = time.perf_counter(), _runs.cache_info().hits
-    mean_length, results = _runs(cfg, lengths, float(rate), n_requests, budget_bytes, block_size, n)
+    mean_length, results = _runs(cfg, lengths, float(rate), n_requests, budget_bytes, page_size, n)
     seconds = 0.0 if _runs.cache_info().hits > hits else time.perf_counter() - start
-    return ServingReading(cfg, lengths, float(rate), n_requests, budget_bytes, block_size, n, mean_length,
+    return ServingReading(cfg, lengths, float(rate), n_requests, budget_bytes, page_size, n, mean_length,
                           results, seconds)
 
 
-def block_table_html(tables: dict, shared: set | frozenset, block_size: int, fill=None, rows: int = 6) -> str:
-    """A few sequences' block tables: one cell per logical block naming its physical block; shared ones marked."""
+def page_table_html(tables: dict, shared: set | frozenset, page_size: int, fill=None, rows: int = 6) -> str:
+    """A few sequences' page tables: one cell per logical page naming its physical page; shared ones marked."""
     lines = []
     for seq, table in list(tables.items())[:rows]:
         cells = []
-        for m, block in enumerate(table):
-            colour = "#ffe082" if block in shared else "#e3f2fd"
-            held = "" if fill is None else f"{int(fill[block])}/{block_size}"
-            cells.append(f"<td title='logical block {m}: tokens {m * block_size}..{(m + 1) * block_size - 1}' "
+        for m, page in enumerate(table):
+            colour = "#ffe082" if page in shared else "#e3f2fd"
+            held = "" if fill is None else f"{int(fill[page])}/{page_size}"
+            cells.append(f"<td title='logical page {m}: tokens {m * page_size}..{(m + 1) * page_size - 1}' "
                          f"style='background:{colour};border:1px solid #90a4ae;padding:1px 4px;text-align:center;"
-                         f"font-family:monospace'>{block}<div style='font-size:70%;color:#555'>{held}</div></td>")
+                         f"font-family:monospace'>{page}<div style='font-size:70%;color:#555'>{held}</div></td>")
         lines.append(f"<tr><td style='padding-right:6px'>seq {esc(seq)}</td>{''.join(cells)}</tr>")
     more = len(tables) - rows
     tail = f"<div style='color:#666'>… and {more} more sequence(s)</div>" if more > 0 else ""
-    return (f"<div><span style='background:#ffe082;padding:0 4px'>yellow</span>: a physical block held by more "
-            f"than one sequence (reference count &gt; 1). Numbers are physical block ids; below, slots filled."
+    return (f"<div><span style='background:#ffe082;padding:0 4px'>yellow</span>: a physical page held by more "
+            f"than one sequence (reference count &gt; 1). Numbers are physical page ids; below, slots filled."
             f"</div><table style='border-collapse:collapse'>{''.join(lines)}</table>{tail}")
 
 
@@ -116,17 +116,17 @@ def policy_table(r: ServingReading) -> str:
 
 
 class ServingLab(Lab):
-    """Sliders for block size, budget, request rate, length distribution and samples; bars, lines, tables."""
+    """Sliders for page size, budget, request rate, length distribution and samples; bars, lines, tables."""
 
-    CONTROLS = ("block_size", "budget_mib", "rate", "lengths", "n")
+    CONTROLS = ("page_size", "budget_mib", "rate", "lengths", "n")
     reading = traitlets.Instance(ServingReading, allow_none=True)
 
-    def __init__(self, cfg: dantinox.ModelConfig | None = None, *, n_requests: int = 100, block_size: int = 16,
+    def __init__(self, cfg: dantinox.ModelConfig | None = None, *, n_requests: int = 100, page_size: int = 16,
                  budget_mib: int = 8, rate: float = 0.5, lengths: str = "sharegpt", n: int = 1):
         self.cfg = dantinox.ModelConfig.preset("tiny") if cfg is None else cfg
         self.n_requests = n_requests
         style, layout = {"description_width": "170px"}, widgets.Layout(width="520px")
-        self.block_size = widgets.SelectionSlider(options=BLOCK_SIZES, description="block size (tokens)",
+        self.page_size = widgets.SelectionSlider(options=PAGE_SIZES, description="page size (tokens)",
                                                   style=style, layout=layout)
         self.budget_mib = widgets.IntSlider(min=2, max=32, description="KV memory budget (MiB)", style=style,
                                             layout=layout)
@@ -144,19 +144,19 @@ class ServingLab(Lab):
         self.lines.update_layout(height=560, width=760, margin=dict(l=60, r=40, t=50, b=50),
                                  legend=dict(orientation="h", x=0, y=-0.12, xanchor="left", yanchor="top"))
         status = widgets.HTML()
-        super().__init__([self.block_size, self.budget_mib, self.rate, self.lengths, self.n, status,
+        super().__init__([self.page_size, self.budget_mib, self.rate, self.lengths, self.n, status,
                           self.lengths_html, self.readout_html, self.bars, self.lines, self.tables_html], status)
-        self.observe_controls(self.block_size, self.budget_mib, self.rate, self.lengths, self.n)
-        self.update(block_size=block_size, budget_mib=budget_mib, rate=rate, lengths=lengths, n=n)
+        self.observe_controls(self.page_size, self.budget_mib, self.rate, self.lengths, self.n)
+        self.update(page_size=page_size, budget_mib=budget_mib, rate=rate, lengths=lengths, n=n)
 
     def formula_params(self) -> dict[str, float]:
-        """The paged-attention entry's T (the trace's mean sequence length, rounded) and P (block size)."""
-        return {"T": round(self.reading.mean_length), "P": self.block_size.value}
+        """The paged-attention entry's T (the trace's mean sequence length, rounded) and P (page size)."""
+        return {"T": round(self.reading.mean_length), "P": self.page_size.value}
 
     def _read(self) -> ServingReading:
         self.status_html.value = "<i>running the five policies on this setting…</i>"
         return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
-                            self.budget_mib.value << 20, self.block_size.value, self.n.value)
+                            self.budget_mib.value << 20, self.page_size.value, self.n.value)
 
     def _render(self, r: ServingReading) -> None:
         how = "allocator state × bytes per token from the cache arrays"
@@ -175,7 +175,7 @@ class ServingLab(Lab):
                 self.bars.add_bar(x=labels, y=[100 * res.shares()[cat] for res in r.results.values()], name=cat,
                                   marker_color=colour)
             self.bars.layout.title = dict(text=f"Where the KV memory goes, summed over the run<br><sup>measured · "
-                                               f"block {r.block_size}, {r.budget_bytes >> 20} MiB, n={r.n}</sup>",
+                                               f"page {r.page_size}, {r.budget_bytes >> 20} MiB, n={r.n}</sup>",
                                           x=0, xref="paper", xanchor="left")
         most = max(int(res.running.max()) for res in r.results.values())
         with self.lines.batch_update():
@@ -195,6 +195,6 @@ class ServingLab(Lab):
             self.lines.layout.title = dict(text="Utilisation and concurrency over time (measured; click a policy "
                                                 "to hide it)", x=0, xref="paper", xanchor="left")
         paged = r.results["paged + continuous"]
-        self.tables_html.value = (f"<b>Block tables at the busiest step of the paged run</b> "
-                                  f"{badge('measured', 'from the BlockManager')}"
-                                  + block_table_html(paged.peak_tables, paged.peak_shared, r.block_size))
+        self.tables_html.value = (f"<b>Page tables at the busiest step of the paged run</b> "
+                                  f"{badge('measured', 'from the PageManager')}"
+                                  + page_table_html(paged.peak_tables, paged.peak_shared, r.page_size))

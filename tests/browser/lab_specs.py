@@ -62,10 +62,10 @@ SPECS: dict[str, LabSpec] = {
         Press(label="time this model here", timeout_s=240.0),
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0)),
         seconds=59),
-    # re-serves the trace: waste bar and block tables follow; every label readable, no readout cut off
+    # re-serves the trace: waste bar and page tables follow; every label readable, no readout cut off
     # a published model's ledger: the T stops are powers of two up to the model's context
     "real-models": LabSpec(slider="tokens T (log)", seconds=19),
-    "serving": LabSpec(slider="block size (tokens)", scenarios=("labels_clear",), seconds=30),
+    "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
 }
 
 

@@ -1,0 +1,181 @@
+"""The host side of the paged KV cache: free list, reference counts, page tables and fill counts.
+
+`PageManager` decides which physical page holds which tokens of which sequence; dantinox/paged.py applies
+its decisions to the device pools. Sequences that share a prefix point at the same pages (`fork`); the
+first write into a shared, partly filled page copies it first (copy-on-write: `append` returns the copies).
+Asking for more pages than are free raises PoolExhausted and changes nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from dantinox.checks import positive_int
+
+
+def pages_for(tokens: int, page_size: int) -> int:
+    """Pages needed to hold `tokens` slots: a partly filled last page is a whole page."""
+    return -(-tokens // page_size)
+
+
+class PoolExhausted(ValueError):
+    """The pool has fewer free pages than a request needs (a scheduler preempts; a plain call fails)."""
+
+
+class PageManager:
+    """Host bookkeeping of one page pool: free list, reference counts, page tables, filled slots per page.
+
+    Pages are handed out from the front of the free list and returned to its back. A page shared by
+    several sequences (reference count > 1) is read-only: the first `append` into a shared, partly filled
+    last page moves the writer onto a fresh copy.
+    """
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.num_pages = positive_int("num_pages", num_pages)
+        self.page_size = positive_int("page_size", page_size)
+        self.free: collections.deque[int] = collections.deque(range(self.num_pages))
+        # plain lists, not arrays: a scheduler touches single entries every step, where numpy is slow
+        self.refs = [0] * self.num_pages  # sequences pointing at each page
+        self.fill = [0] * self.num_pages  # token slots written in each page
+        self._held = 0  # pages with refs > 0
+        self._filled = 0  # sum of fill over held pages
+        self.tables: dict[Hashable, list[int]] = {}
+        self.lengths: dict[Hashable, int] = {}
+
+    # Queries.
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used(self) -> int:
+        """Physical pages held by at least one sequence."""
+        return self._held
+
+    @property
+    def used_pages(self) -> list[int]:
+        return [b for b, r in enumerate(self.refs) if r]
+
+    def filled_slots(self) -> int:
+        """Token slots written in held pages, a shared page counted once (what the pool physically stores)."""
+        return self._filled
+
+    def shared_pages(self) -> set[int]:
+        return {b for b, r in enumerate(self.refs) if r > 1}
+
+    def _known(self, seq: Hashable) -> None:
+        if seq not in self.tables:
+            raise ValueError(f"seq: no sequence {seq!r} in the pool")
+
+    def pages_needed(self, seq: Hashable | None, n_tokens: int) -> int:
+        """Free pages that adding (seq None or new) or appending `n_tokens` tokens would take, copies included."""
+        if seq is None or seq not in self.tables:
+            return pages_for(n_tokens, self.page_size)
+        length, table = self.lengths[seq], self.tables[seq]
+        cow = bool(table) and length % self.page_size and self.refs[table[-1]] > 1
+        return pages_for(length + n_tokens, self.page_size) - len(table) + int(cow)
+
+    # Changes.
+    def _check_free(self, seq: Hashable, n: int) -> None:
+        if n > len(self.free):
+            raise PoolExhausted(f"pool: sequence {seq!r} needs {n} more page(s) of {self.page_size} tokens, "
+                                f"{len(self.free)} of {self.num_pages} are free")
+
+    def _take(self, seq: Hashable, n: int) -> list[int]:
+        self._check_free(seq, n)
+        taken = [self.free.popleft() for _ in range(n)]
+        for page in taken:  # a free page holds nothing: its fill is already 0
+            self.refs[page] = 1
+        self._held += n
+        return taken
+
+    def add(self, seq: Hashable, n_tokens: int) -> list[int]:
+        """A new sequence holding `n_tokens` (its prompt); returns its page table."""
+        if seq in self.tables:
+            raise ValueError(f"seq: sequence {seq!r} is already in the pool")
+        positive_int("n_tokens", n_tokens, minimum=0)
+        self.tables[seq], self.lengths[seq] = self._take(seq, pages_for(n_tokens, self.page_size)), 0
+        self._fill(seq, n_tokens)
+        return list(self.tables[seq])
+
+    def _fill(self, seq: Hashable, n_tokens: int) -> None:
+        length, table, bs = self.lengths[seq], self.tables[seq], self.page_size
+        new_length = length + n_tokens
+        for m in range(length // bs, pages_for(new_length, bs)):  # only the pages the new tokens touch
+            now = min(bs, new_length - m * bs)
+            self._filled += now - self.fill[table[m]]
+            self.fill[table[m]] = now
+        self.lengths[seq] = new_length
+
+    def fork(self, parent: Hashable, child: Hashable) -> list[int]:
+        """A new sequence `child` sharing every page of `parent` (reference counts + 1); nothing is copied."""
+        self._known(parent)
+        if child in self.tables:
+            raise ValueError(f"seq: sequence {child!r} is already in the pool")
+        self.tables[child], self.lengths[child] = list(self.tables[parent]), self.lengths[parent]
+        for page in self.tables[child]:
+            self.refs[page] += 1
+        return list(self.tables[child])
+
+    def append(self, seq: Hashable, n_tokens: int = 1) -> list[tuple[int, int]]:
+        """Make room for `n_tokens` more tokens of `seq`; returns the (src, dst) page copies to apply first.
+
+        Raises PoolExhausted, changing nothing, when the free list is too short.
+        """
+        table, length = self.tables.get(seq), self.lengths.get(seq, 0)
+        if n_tokens == 1 and table is not None:  # the decode step, a scheduler's hot path
+            if length % self.page_size and self.refs[table[-1]] == 1:  # room in a private last page
+                self.fill[table[-1]] += 1
+                self._filled, self.lengths[seq] = self._filled + 1, length + 1
+                return []
+            if not length % self.page_size and self.free:  # last page full (or none): a fresh one
+                page = self.free.popleft()
+                self.refs[page], self.fill[page] = 1, 1
+                self._held, self._filled, self.lengths[seq] = self._held + 1, self._filled + 1, length + 1
+                table.append(page)
+                return []
+        self._known(seq)
+        if type(n_tokens) is not int or n_tokens < 0:  # the hot path of a scheduler: check cheaply first
+            positive_int("n_tokens", n_tokens, minimum=0)
+        self._check_free(seq, self.pages_needed(seq, n_tokens))  # all or nothing
+        table, copies = self.tables[seq], []
+        if self.lengths[seq] % self.page_size and self.refs[table[-1]] > 1:  # shared and partly filled: copy
+            (fresh,) = self._take(seq, 1)
+            old = table[-1]
+            self.refs[old] -= 1  # still held by the others: stays counted
+            self.fill[fresh] = self.fill[old]
+            self._filled += self.fill[old]
+            table[-1] = fresh
+            copies.append((old, fresh))
+        table += self._take(seq, pages_for(self.lengths[seq] + n_tokens, self.page_size) - len(table))
+        self._fill(seq, n_tokens)
+        return copies
+
+    def release(self, seq: Hashable) -> int:
+        """Drop a sequence; pages nobody else holds go back to the free list. Returns how many were freed."""
+        self._known(seq)
+        freed = 0
+        for page in self.tables.pop(seq):
+            self.refs[page] -= 1
+            if self.refs[page] == 0:
+                self.free.append(page)
+                self._filled -= self.fill[page]
+                self.fill[page] = 0
+                freed += 1
+        self._held -= freed
+        del self.lengths[seq]
+        return freed
+
+    def table_array(self, seqs: Sequence[Hashable], width: int) -> np.ndarray:
+        """[len(seqs), width] int32 page tables; entries past a sequence's pages point at page 0 (masked)."""
+        out = np.zeros((len(seqs), width), np.int32)
+        for row, seq in enumerate(seqs):
+            self._known(seq)
+            table = self.tables[seq]
+            if len(table) > width:
+                raise ValueError(f"width: sequence {seq!r} holds {len(table)} pages, more than width={width}")
+            out[row, :len(table)] = table
+        return out
