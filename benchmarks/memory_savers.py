@@ -287,7 +287,7 @@ def run_smollm2(out: Path = SMOL_OUT, budget_s: float = 1150.0, source: str = "s
                     layer = cache.layers[middle]
                     result["kivi_block"] = dict(
                         layer=middle, head=KIVI_HEAD, tokens=[0, 32], group=m.cfg.kivi_group,
-                        keys=np.asarray(layer.k[0, KIVI_HEAD, :32], np.float32).round(5).tolist(),
+                        keys=np.asarray(layer.k[0, KIVI_HEAD, :, :32].T, np.float32).round(5).tolist(),
                         values=np.asarray(layer.v[0, KIVI_HEAD, :32], np.float32).round(5).tolist())
                 del cache
             else:

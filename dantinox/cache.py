@@ -53,29 +53,28 @@ def writes_as_slice(B: int, T: int) -> bool:
 
 
 class _Payload:
-    """What the payload types share: every field has its slot axis at SEQ_AXIS (scales included)."""
+    """What the payload types share: field i has its slot axis at SEQ_AXES[i]."""
 
     __slots__ = ()
-    SEQ_AXIS = 0
+    SEQ_AXES: tuple[int, ...] = ()
 
     @property
     def slots(self) -> int:
-        return self[0].shape[self.SEQ_AXIS]
+        return self[0].shape[self.SEQ_AXES[0]]
 
     def map_slots(self, fn) -> Any:
-        """Apply `fn(array, axis)` to every field that is set."""
-        return type(self)(*(None if a is None else fn(a, self.SEQ_AXIS) for a in self))
+        """Apply `fn(array, axis)` to every field that is set (axis: that field's slot axis)."""
+        return type(self)(*(None if a is None else fn(a, ax) for a, ax in zip(self, self.SEQ_AXES, strict=True)))
 
     def store(self, new: Any, rows_BT: jax.Array, slots_BT: jax.Array) -> Any:
         """The same arrays with the tokens of `new` (this type, T slots, from `encode`) at (row, slot)."""
-        ax = self.SEQ_AXIS
         return type(self)(*(None if a is None else _scatter(a, ax, rows_BT, slots_BT, jnp.moveaxis(n, ax, 1))
-                            for a, n in zip(self, new, strict=True)))
+                            for a, n, ax in zip(self, new, self.SEQ_AXES, strict=True)))
 
     def concat(self, new: Any) -> Any:
         """These slots followed by the T slots of `new`."""
-        return type(self)(*(None if a is None else jnp.concatenate([a, n], axis=self.SEQ_AXIS)
-                            for a, n in zip(self, new, strict=True)))
+        return type(self)(*(None if a is None else jnp.concatenate([a, n], axis=ax)
+                            for a, n, ax in zip(self, new, self.SEQ_AXES, strict=True)))
 
     def gather(self, table_BM: jax.Array) -> Any:
         """Rows of pages ([R, ..., bs, ...] pools) read through a page table: [B, ..., M · bs, ...]."""
@@ -87,7 +86,7 @@ class _Payload:
 
 
 class _HeadsFields(NamedTuple):
-    k: jax.Array  # [R, K, S, H], keys after RoPE (R: sequences, or pages of a paged pool)
+    k: jax.Array  # [R, K, H, S], keys after RoPE, slot axis last (R: sequences, or pages of a paged pool)
     v: jax.Array  # [R, K, S, H]
     k_scale: jax.Array | None = None  # [R, K, S] float32, for int8 / fp8 codes
     v_scale: jax.Array | None = None  # [R, K, S] float32
@@ -99,36 +98,58 @@ class _LatentFields(NamedTuple):
 
 
 class LayerCache(_Payload, _HeadsFields):
-    """K/V-heads payload (MHA, GQA, MQA): keys and values of K heads; scales only for a quantized cache."""
+    """K/V-heads payload (MHA, GQA, MQA): keys and values of K heads; scales only for a quantized cache.
+
+    Keys are stored [R, K, H, S] (slot axis last) and values [R, K, S, H], so that both decode products,
+    q·K over H and p·V over S, are plain [rows, inner] x [inner, columns] matmuls that XLA:CPU runs without
+    repacking a cache operand (benchmarks/decode.py and benchmarks/cache_steps.py measure the step).
+    """
 
     __slots__ = ()
-    SEQ_AXIS = 2
+    SEQ_AXES = (3, 2, 2, 2)  # k, v, k_scale, v_scale
+    KEYS_SLOT_LAST = True
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
-        def codes():
-            return jnp.zeros((rows, cfg.n_kv_heads, slots, cfg.head_size), cfg.cache_jnp_dtype)
+        K, H = cfg.n_kv_heads, cfg.head_size
 
         def scales():  # a buffer each: decoding donates them
-            return jnp.zeros((rows, cfg.n_kv_heads, slots), jnp.float32) if cfg.quantized_cache else None
-        return cls(codes(), codes(), scales(), scales())
+            return jnp.zeros((rows, K, slots), jnp.float32) if cfg.quantized_cache else None
+        dtype = cfg.cache_jnp_dtype
+        keys = (rows, K, H, slots) if cls.KEYS_SLOT_LAST else (rows, K, slots, H)
+        return cls(jnp.zeros(keys, dtype), jnp.zeros((rows, K, slots, H), dtype), scales(), scales())
 
     @classmethod
     def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
         """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
+        def keys(k):
+            return k.swapaxes(2, 3) if cls.KEYS_SLOT_LAST else k
         if cfg.kivi_bits is not None:  # KIVI quantizes inside its layout's write (key groups span writes)
-            return cls(k_BKTH.astype(jnp.float32), v_BKTH.astype(jnp.float32))
+            return cls(keys(k_BKTH.astype(jnp.float32)), v_BKTH.astype(jnp.float32))
         if not cfg.quantized_cache:
-            return cls(k_BKTH.astype(cfg.cache_jnp_dtype), v_BKTH.astype(cfg.cache_jnp_dtype))
+            return cls(keys(k_BKTH.astype(cfg.cache_jnp_dtype)), v_BKTH.astype(cfg.cache_jnp_dtype))
         (k, ks), (v, vs) = quantize(k_BKTH, cfg.cache_dtype), quantize(v_BKTH, cfg.cache_dtype)
-        return cls(k, v, ks, vs)
+        return cls(keys(k), v, ks, vs)
+
+
+class PagedLayerCache(LayerCache):
+    """The K/V-heads payload of a paged layer's pool: keys [P, K, S, H] like values (S: a page's slots).
+
+    A paged read gathers whole pages into slot order; with the slot axis innermost a page of keys would
+    gather as H runs of S numbers, so the pools keep token-major keys and attention reads them that way
+    (benchmarks/cache_steps.py times the paged step against the contiguous one).
+    """
+
+    __slots__ = ()
+    SEQ_AXES = (2, 2, 2, 2)
+    KEYS_SLOT_LAST = False
 
 
 class LatentCache(_Payload, _LatentFields):
     """MLA payload: the compressed KV latent and the decoupled RoPE key of each token, side by side."""
 
     __slots__ = ()
-    SEQ_AXIS = 1
+    SEQ_AXES = (1, 1)  # ckv, ckv_scale
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LatentCache:
@@ -219,13 +240,13 @@ class KiviLayout(Layout):
     def update(self, layer: Any, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
                after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
         cfg, addr = self.cfg, self.addressing
-        written = layer.write(cfg, new.k, new.v, pos_BT, live_BT, lengths_B, after_B)
+        written = layer.write(cfg, new.k.swapaxes(2, 3), new.v, pos_BT, live_BT, lengths_B, after_B)
         if pos_BT.shape[1] > 1:  # a prompt attends to its own tokens in full precision, as KIVI's prefill does
             k, v = layer.read(cfg, lengths_B)
             k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)], axis=1)
-            return written, View(LayerCache(k, v).concat(new), k_pos, addr)
+            return written, View(LayerCache(k.swapaxes(2, 3), v).concat(new), k_pos, addr)
         k, v = written.read(cfg, after_B)
-        return written, View(LayerCache(k, v), addr.positions(after_B, layer.slots), addr)
+        return written, View(LayerCache(k.swapaxes(2, 3), v), addr.positions(after_B, layer.slots), addr)
 
 
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
@@ -253,7 +274,7 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
             addr = Paged(cfg.page_size)
         else:
             addr = Linear()
-        out.append(Layout(addr, payload))
+        out.append(Layout(addr, PagedLayerCache if type(addr) is Paged and payload is LayerCache else payload))
     return tuple(out)
 
 

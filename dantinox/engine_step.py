@@ -105,11 +105,12 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
             _, slots_BT = addr.locate(pos_BT, rejected_BT, lengths_B + live_B, S, None)
             hit_BS = jnp.any(slots_BT[:, :, None] == jnp.arange(S), axis=1)
 
-            def pick(o, n, axis=old.SEQ_AXIS):
+            def pick(o, n, axis):
                 shape = [o.shape[0]] + [1] * (o.ndim - 1)
                 shape[axis] = S
                 return jnp.where(hit_BS.reshape(shape), o, n)
-            return type(old)(*(None if o is None else pick(o, n) for o, n in zip(old, new, strict=True)))
+            return type(old)(*(None if o is None else pick(o, n, ax)
+                               for o, n, ax in zip(old, new, old.SEQ_AXES, strict=True)))
         after = tuple(restore(o, n, a) if r else n for o, n, a, r in zip(before, after, addressing, ring, strict=True))
     return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 

@@ -28,7 +28,7 @@ BOOKKEEPING_BYTES = 4 + 4  # per slot: the float32 score and the int32 position
 
 
 class BudgetFields(NamedTuple):
-    k: jax.Array  # [B, K, S, H] keys after RoPE, S = min(length, N) slots
+    k: jax.Array  # [B, K, H, S] keys after RoPE, slot axis last as in LayerCache, S = min(length, N) slots
     v: jax.Array  # [B, K, S, H]
     score: jax.Array  # [B, S] float32, attention each kept token has received so far
     pos: jax.Array  # [B, S] int32, the position each slot holds (-1: empty)
@@ -38,21 +38,21 @@ class BudgetCache(BudgetFields):
     """An eviction layer: keys and values of the kept tokens, with their scores and positions."""
 
     __slots__ = ()
-    SEQ_AXIS = 2
+    SEQ_AXES = (3, 2, 1, 1)  # k, v, score, pos
 
     @property
     def slots(self) -> int:
-        return self.k.shape[2]
+        return self.k.shape[3]
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> BudgetCache:
-        kv = (rows, cfg.n_kv_heads, slots, cfg.head_size)
-        return cls(jnp.zeros(kv, cfg.cache_jnp_dtype), jnp.zeros(kv, cfg.cache_jnp_dtype),
+        K, H, dtype = cfg.n_kv_heads, cfg.head_size, cfg.cache_jnp_dtype
+        return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype),
                    jnp.zeros((rows, slots), jnp.float32), jnp.full((rows, slots), -1, jnp.int32))
 
     def fit_slots(self, cfg: ModelConfig, n: int, fit) -> BudgetCache:
         """The same layer with `n` slots; new slots are empty (position -1)."""
-        return BudgetCache(fit(self.k, 2, n), fit(self.v, 2, n), fit(self.score, 1, n), fit(self.pos + 1, 1, n) - 1)
+        return BudgetCache(fit(self.k, 3, n), fit(self.v, 2, n), fit(self.score, 1, n), fit(self.pos + 1, 1, n) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +91,9 @@ class EvictionLayout(Layout):
         _, picked_BS = jax.lax.top_k(priority, S)  # equal priorities: the lower index (the older token) wins
         picked_BS = jnp.sort(picked_BS, axis=1)  # kept tokens stay in the order they were written
         take = lambda a: jnp.take_along_axis(a, picked_BS, axis=1)  # noqa: E731
-        take_kv = lambda a: jnp.take_along_axis(a, picked_BS[:, None, :, None], axis=2)  # noqa: E731
-        return BudgetCache(take_kv(view.payload.k), take_kv(view.payload.v), take(score_BC), take(pos_BC))
+        keys = jnp.take_along_axis(view.payload.k, picked_BS[:, None, None, :], axis=3)
+        values = jnp.take_along_axis(view.payload.v, picked_BS[:, None, :, None], axis=2)
+        return BudgetCache(keys, values, take(score_BC), take(pos_BC))
 
 
 def budget_cache_bytes(cfg: ModelConfig, batch: int, tokens: int) -> int:

@@ -105,7 +105,7 @@ class KiviCache(NamedTuple):
     k_window: jax.Array  # [B, K, min(S, R), H] keys of the latest tokens, full precision (after RoPE)
     v_window: jax.Array  # [B, K, min(S, R), H]
 
-    SEQ_AXIS = 2
+    SEQ_AXES = (2,) * 8  # every field: [B, K, slots or groups, ...]
 
     @property
     def slots(self) -> int:

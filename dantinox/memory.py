@@ -122,7 +122,7 @@ class CacheMeasurement:
 
     nbytes: int  # tree_nbytes of the arrays, or of their ShapeDtypeStructs
     source: str  # "arrays": allocated, measured, freed | "shapes": jax.eval_shape, nothing allocated
-    layer_shapes: dict[str, tuple[int, ...]]  # layer 0's arrays by field name, e.g. {"k": (B, K, S, H), "v": ...}
+    layer_shapes: dict[str, tuple[int, ...]]  # layer 0's arrays by field name, e.g. {"k": (B, K, H, S), "v": ...}
 
 
 @functools.lru_cache(maxsize=512)

@@ -22,6 +22,7 @@ from dantinox.cache import (
     LatentCache,
     LayerCache,
     Layout,
+    PagedLayerCache,
     View,
     init_cache,
     layouts,
@@ -63,28 +64,32 @@ def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: jax.Array,
+def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: jax.Array,
            scale: float | None = None, k_scale_BKS: jax.Array | None = None,
            v_scale_BKS: jax.Array | None = None, sink_q_BTKGH: jax.Array | None = None,
-           sink_BS: jax.Array | None = None, with_weights: bool = False) -> Any:
+           sink_BS: jax.Array | None = None, with_weights: bool = False, keys_slot_last: bool = True) -> Any:
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
-    `mask_BTS` says which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query
-    width); V may be narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes
-    with per-slot scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
+    Keys come as the cache stores them, [B, K, H, S] (slot axis last); `keys_slot_last=False` takes
+    [B, K, S, H] instead (MLA's absorbed path, whose keys are the cached latent rows). `mask_BTS` says
+    which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query width); V may be
+    narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes with per-slot
+    scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
     The slots marked in `sink_BS` (attention sinks) are scored with `sink_q_BTKGH`, the query rotated to its
     position within the cache. `with_weights` also returns the softmax weights [B, K, G, T, S] (eviction
     scores them).
     """
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
-    k_BKSH, v_BKSH = k_BKSH.astype(jnp.float32), v_BKSH.astype(jnp.float32)
-    if uses_one_token_arrangement(B, T, K, G) and sink_BS is None and not with_weights:
-        return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k_BKSH, v_BKSH, mask_BTS[:, 0], scale,
-                                 k_scale_BKS, v_scale_BKS)[:, None]
-    scores_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH.astype(jnp.float32), k_BKSH) * scale
+    keys = "BKHS" if keys_slot_last else "BKSH"
+    k, v_BKSH = k_BKHS.astype(jnp.float32), v_BKSH.astype(jnp.float32)
+    one_token = uses_one_token_arrangement(B, T, K, G) and (K > 1 or keys_slot_last)  # not MLA's latent rows
+    if one_token and sink_BS is None and not with_weights:
+        return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0], scale,
+                                 k_scale_BKS, v_scale_BKS, keys)[:, None]
+    scores_BKGTS = jnp.einsum(f"BTKGH,{keys}->BKGTS", q_BTKGH.astype(jnp.float32), k) * scale
     if sink_BS is not None:
-        sink_scores = jnp.einsum("BTKGH,BKSH->BKGTS", sink_q_BTKGH.astype(jnp.float32), k_BKSH) * scale
+        sink_scores = jnp.einsum(f"BTKGH,{keys}->BKGTS", sink_q_BTKGH.astype(jnp.float32), k) * scale
         scores_BKGTS = jnp.where(sink_BS[:, None, None, None, :], sink_scores, scores_BKGTS)
     if k_scale_BKS is not None:
         scores_BKGTS = scores_BKGTS * k_scale_BKS[:, :, None, None, :]
@@ -98,27 +103,29 @@ def attend(q_BTKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BTS: j
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
-    """Whether `attend` takes `_attend_one_token` for these shapes: a batch decoding GQA (measured rule, below)."""
-    return T == 1 and B > 1 and K > 1 and G > 1
+    """Whether `attend` takes `_attend_one_token` for these shapes: a batch decoding with grouped queries
+    (GQA, MQA; measured rule, below)."""
+    return T == 1 and B > 1 and G > 1
 
 
-def _attend_one_token(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, mask_BS: jax.Array,
-                      scale: float, k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None) -> jax.Array:
+def _attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS: jax.Array, scale: float,
+                      k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None, keys: str) -> jax.Array:
     """One new token per sequence: the G query heads of each KV head are the rows of one small matmul.
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
-    matmuls over [G, S] blocks; the general arrangement copies the probabilities into a transposed
-    layout per layer. Measured (`benchmarks/decode.py`, "attention arrangement" rows), this way is faster
-    for GQA (K > 1 and G > 1) at batch 2 and more, and slower at batch 1, for MHA (G = 1) and for one
-    shared KV head (MQA, MLA's absorbed path), which all keep the general path.
+    matmuls over [G, S] blocks. Measured with keys stored slot-last (`ab_step_ms` of benchmarks/decode.py,
+    its "attention arrangement" A/B; reference model, 2026-12-02): at batch 8 this way takes half the
+    step of the general one for GQA (K = 2: 4.2 against 8.6 ms at 384 slots) and 0.7 of it for MQA (2.9
+    against 4.1 ms); it is equal for MHA (G = 1) and slower at batch 1, which keep the general path, as
+    does MLA's absorbed path (one shared head over token-major latent rows, not re-measured this way).
     """
-    scores_BKGS = jnp.einsum("BKGH,BKSH->BKGS", q_BKGH, k_BKSH) * scale
+    scores_BKGS = jnp.einsum(f"BKGH,{keys}->BKGS", q_BKGH, k) * scale
     if k_scale_BKS is not None:
         scores_BKGS = scores_BKGS * k_scale_BKS[:, :, None, :]
     probs_BKGS = jax.nn.softmax(jnp.where(mask_BS[:, None, None], scores_BKGS, NEG_INF), axis=-1)
     if v_scale_BKS is not None:
         probs_BKGS = probs_BKGS * v_scale_BKS[:, :, None, :]
-    return jnp.einsum("BKSH,BKGS->BKHG", v_BKSH, probs_BKGS).transpose(0, 1, 3, 2)  # [B, K, G, H]
+    return jnp.einsum("BKGS,BKSH->BKGH", probs_BKGS, v_BKSH)
 
 
 class Fill(NamedTuple):
@@ -167,14 +174,18 @@ class Attention(nnx.Module):
             k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, cfg.rope_base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
-            new = LayerCache(k_BKTH, v_BKTH) if cache is None else LayerCache.encode(cfg, k_BKTH, v_BKTH)
+            if cache is None:
+                new = LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH)
+            else:  # a paged pool keeps its own key layout; every other layout writes LayerCache's
+                paged = self.layout.payload is PagedLayerCache
+                new = (PagedLayerCache if paged else LayerCache).encode(cfg, k_BKTH, v_BKTH)
             cache, view = _view(self.layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
             kv = view.payload
             sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < self.layout.addressing.sinks)
             scored = cache is not None and hasattr(self.layout, "keep")  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
-                               sink_q, sinks, with_weights=scored)
+                               sink_q, sinks, with_weights=scored, keys_slot_last=kv.KEYS_SLOT_LAST)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
@@ -254,7 +265,7 @@ class LatentAttention(nnx.Module):
         k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
         k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
         q_BTN1X = jnp.concatenate([q_nope_BTNH, q_rope_BTNR], axis=-1)[:, :, :, None]  # K = N, G = 1
-        out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, mask_BTS, self.scale)
+        out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, mask_BTS, self.scale, keys_slot_last=False)
         return out_BTN1H[:, :, :, 0]
 
     def _read_absorbed(self, q_nope_BTNH, q_rope_BTNR, view: View, mask_BTS):
@@ -265,7 +276,8 @@ class LatentAttention(nnx.Module):
         q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
                                 self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
         q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR.astype(jnp.float32)], axis=-1)[:, :, None]
-        out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S)
+        out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S,
+                           keys_slot_last=False)
         # W_UV applied after attention, to T query rows only: values are never formed for the S cached tokens.
         return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 

@@ -4,12 +4,12 @@
     tokens = dantinox.generate(model, prompt_ids, 32, mesh=mesh)     # same tokens as on one device
 
 Placement uses only `jax.sharding` (NamedSharding on a Mesh); XLA's partitioner splits the compiled
-decode programs, so the same code runs on CPU, GPU or TPU devices. Each layer's cache [B, K, S, H] has B
-split over "data" and K over "model". When the model axis is larger than K, the heads cannot be split
-further: each KV head is then held by model / K devices (replicated), as when Llama-70B's 8 KV heads are
-served on 16 chips. Per device a cache then takes total / (data · min(model, K)) bytes. The weights are
-replicated on every device (the reference model is tens of MB; the cache is what grows). MLA's latent
-cache has no head axis, so it is split over "data" only.
+decode programs, so the same code runs on CPU, GPU or TPU devices. Each layer's cache ([B, K, H, S] keys,
+[B, K, S, H] values) has B split over "data" and K over "model". When the model axis is larger than K, the
+heads cannot be split further: each KV head is then held by model / K devices (replicated), as when
+Llama-70B's 8 KV heads are served on 16 chips. Per device a cache then takes total / (data · min(model, K))
+bytes. The weights are replicated on every device (the reference model is tens of MB; the cache is what
+grows). MLA's latent cache has no head axis, so it is split over "data" only.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def plan(cfg: ModelConfig, mesh: Any, batch: int) -> MeshPlan:
 
 
 def cache_spec(cfg: ModelConfig) -> PartitionSpec:
-    """Where each cache array's axes go: [B, K, S, H] -> (data, model), MLA's [B, S, C + R] -> (data)."""
+    """Where each cache array's axes go: [B, K, ...] -> (data, model), MLA's [B, S, C + R] -> (data)."""
     return PartitionSpec("data") if cfg.attention == "latent" else PartitionSpec("data", "model")
 
 

@@ -158,7 +158,8 @@ def test_kivi_attention_equals_attention_over_numpy_dequantized_values(bits, pre
     k_read, v_read = (np.asarray(a) for a in layer0.read(cfg, cache.lengths))
     float_cfg = cfg.replace(cache_dtype="float32")
     _, float_cache = decode(model_for(float_cfg), float_cfg, x, 21, 24)
-    k_f, v_f = (np.asarray(a, np.float64)[:, :, :21].transpose(0, 2, 1, 3) for a in float_cache.layers[0][:2])
+    float_k = float_cache.layers[0].k.transpose(0, 1, 3, 2)  # stored slot-last
+    k_f, v_f = (np.asarray(a, np.float64)[:, :, :21].transpose(0, 2, 1, 3) for a in (float_k, float_cache.layers[0].v))
     for b in range(2):
         np.testing.assert_allclose(k_read[b, :, :21].transpose(1, 0, 2), np_kivi(k_f[b], G, bits, R, True), atol=1e-4)
         np.testing.assert_allclose(v_read[b, :, :21].transpose(1, 0, 2), np_kivi(v_f[b], G, bits, R, False), atol=1e-4)
@@ -219,7 +220,7 @@ def test_sinks_decode_equals_the_paper_position_rule(local_per_global, prefill):
     cfg, model = sinks(local_per_global=local_per_global)
     x = token_ids(2, 23)
     cached, cache = decode(model, cfg, x, prefill, 32)
-    assert [layer.k.shape[2] for layer in cache.layers] == [7 if w else 32 for w in cfg.layer_windows]
+    assert [layer.slots for layer in cache.layers] == [7 if w else 32 for w in cfg.layer_windows]
     for b in range(2):
         np.testing.assert_allclose(cached[b], np_forward(model, x[b], paper_attention(cfg)), atol=2e-4, rtol=2e-4)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)  # the masked full forward

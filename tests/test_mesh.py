@@ -36,7 +36,7 @@ for attention, kv, shapes in (("mha", None, ((2, 4), (1, 8))), ("gqa", 2, ((2, 4
         layout = sharding.plan(cfg, mesh, 4)
         out["runs"].append(dict(
             attention=attention, K=cfg.n_kv_heads, shape=list(shape), same_tokens=bool((tokens == single).all()),
-            slots=caches.layers[0].k.shape[2], per_device=sorted(set(sharding.device_bytes(caches).values())),
+            slots=caches.layers[0].slots, per_device=sorted(set(sharding.device_bytes(caches).values())),
             devices_holding=len(sharding.device_bytes(caches)), total=dantinox.tree_nbytes(caches),
             replicated=layout.replicated,
             heads=[list(r["heads"]) for r in sharding.holdings(cfg, layout, 4)],

@@ -196,7 +196,8 @@ def test_allocated_bytes_equal_formula(variant, cache_dtype, batch):
         assert dantinox.init_cache(cfg, batch, length).nbytes == formula
         assert dantinox.cache_shapes(cfg, batch, length).nbytes == formula
     layer = cache.layers[0]
-    assert layer.k.shape == (batch, cfg.n_kv_heads, cfg.max_context, cfg.head_size)
+    assert layer.k.shape == (batch, cfg.n_kv_heads, cfg.head_size, cfg.max_context)  # keys slot-last
+    assert layer.v.shape == (batch, cfg.n_kv_heads, cfg.max_context, cfg.head_size)
     assert layer.k.dtype == jnp.dtype(cache_dtype)
 
 

@@ -66,10 +66,11 @@ def test_copy_on_write_copies_the_filled_slots_of_the_shared_page():
     run = sample_n(model, token_ids(1, 6, seed=2), 2, 5, page_size=4, temperature=1.0, seed=7)
     (src, dst), = run.copies  # 6 tokens: page 1 holds slots 4 and 5 when the samples fork
     for layer in run.caches.layers:
-        for pool in (a for a in layer if a is not None):
+        for pool, axis in ((a, ax) for a, ax in zip(layer, layer.SEQ_AXES, strict=True) if a is not None):
             pool = np.asarray(pool)
-            assert np.abs(pool[src][:, :2]).sum() > 0
-            np.testing.assert_array_equal(pool[dst][:, :2], pool[src][:, :2])
+            src_slots, dst_slots = (np.take(pool[p], [0, 1], axis=axis - 1) for p in (src, dst))  # slots 0 and 1
+            assert np.abs(src_slots).sum() > 0
+            np.testing.assert_array_equal(dst_slots, src_slots)
     assert run.tokens.shape == (2, 11) and (run.tokens[0, 6:] != run.tokens[1, 6:]).any()  # sampled apart
 
 

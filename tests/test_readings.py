@@ -43,8 +43,8 @@ def test_measure_cache_allocates_under_the_budget_and_sizes_from_shapes_above(va
     if cfg.attention == "latent":
         assert real.layer_shapes == shapes.layer_shapes == {"ckv": (3, 40, 16 + 4)}
     else:
-        kv = (3, cfg.n_kv_heads, 40, cfg.head_size)
-        assert real.layer_shapes == shapes.layer_shapes == {"k": kv, "v": kv}
+        k, v = (3, cfg.n_kv_heads, cfg.head_size, 40), (3, cfg.n_kv_heads, 40, cfg.head_size)  # keys slot-last
+        assert real.layer_shapes == shapes.layer_shapes == {"k": k, "v": v}
 
 
 def test_measure_cache_refuses_bad_arguments_in_one_line():
@@ -131,7 +131,7 @@ def test_mla_reading_measures_the_latent_and_its_peers(kv_entry, mla_entry):
     assert r.mha_fraction == pytest.approx((16 + 4) / (2 * N * H))
     assert [p.label for p in r.peers] == ["MHA (K=4)", "GQA (K=2)", "MQA (K=1)"]
     for p in r.peers:
-        assert p.residual == 0 and p.layer_shapes["k"] == (3, p.cfg.n_kv_heads, 40, H)
+        assert p.residual == 0 and p.layer_shapes["k"] == (3, p.cfg.n_kv_heads, H, 40)
         assert p.formula == "KV cache size" and p.cfg.kv_latent_dim is None
     with pytest.raises(ValueError, match=r"^cfg: expected attention='latent' \(MLA\), got 'gqa'$"):
         read_mla_cache(mla_entry, kv_entry, r.peers[1].cfg, 1, 8)

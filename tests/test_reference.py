@@ -51,7 +51,7 @@ def test_attend_matches_a_numpy_reference(causal, B, T, K, G):
     visible_TS = np.arange(S)[None, :] < kv_len
     if causal:
         visible_TS = visible_TS & (np.arange(S)[None, :] <= q_pos_T[:, None])
-    got = attend(q_BTKGH, k_BKSH, v_BKSH, jnp.broadcast_to(jnp.asarray(visible_TS), (B, T, S)))
+    got = attend(q_BTKGH, k_BKSH.transpose(0, 1, 3, 2), v_BKSH, jnp.broadcast_to(jnp.asarray(visible_TS), (B, T, S)))
     for b in range(B):
         want = np_attention(q_BTKGH[b].reshape(T, K * G, H), k_BKSH[b].transpose(1, 0, 2),
                             v_BKSH[b].transpose(1, 0, 2), causal, q_pos_T, kv_len)

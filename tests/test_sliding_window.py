@@ -115,7 +115,7 @@ def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, p
         logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache, cache_index=t)
         steps.append(logits)
     cached = np.asarray(jnp.concatenate(steps, axis=1))
-    assert [layer.k.shape[2] for layer in cache.layers] == [5 if w else 32 for w in cfg.layer_windows]
+    assert [layer.slots for layer in cache.layers] == [5 if w else 32 for w in cfg.layer_windows]
     for b in range(2):
         np.testing.assert_allclose(cached[b], np_band_reference(model, x[b]), atol=2e-4, rtol=2e-4)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)  # no-cache forward too
@@ -135,13 +135,13 @@ def test_ring_slots_hold_the_latest_positions_and_their_keys():
     x = token_ids(1, 11)
     _, cache, _ = model(x, use_cache=True, kv_caches=dantinox.init_cache(cfg, 1, 16))
     ring = cache.layers[0]
-    assert ring.k.shape[2] == 4
+    assert ring.slots == 4
     held = np.asarray(Ring(4).positions(cache.lengths, 4))[0]
     assert held.tolist() == ring_slots_held(4, 11) == [8, 9, 10, 7]  # position p in slot p mod 4
     assert ring_slots_held(4, 2) == [0, 1, None, None]
     _, full_cache, _ = dantinox.Transformer(cfg.replace(sliding_windows=None), rngs=nnx.Rngs(0))(
         x, use_cache=True, kv_caches=dantinox.init_cache(cfg.replace(sliding_windows=None), 1, 16))
-    np.testing.assert_allclose(ring.k[0, :, :, :], full_cache.layers[0].k[0][:, held], atol=1e-6)
+    np.testing.assert_allclose(ring.k[0], full_cache.layers[0].k[0][:, :, held], atol=1e-6)
 
 
 def test_greedy_decode_identical_with_and_without_cache():
@@ -157,7 +157,7 @@ def test_band_mask_in_attend_matches_numpy():
     q, k, v = rs.randn(1, 6, 1, 1, 4), rs.randn(1, 1, 6, 4), rs.randn(1, 1, 6, 4)
     pos = jnp.arange(6)[None]
     mask = View(LayerCache(k, v), pos, Ring(3)).mask(pos, causal=True)
-    got = np.asarray(attend(q, k, v, mask))[0, :, 0, 0]
+    got = np.asarray(attend(q, k.transpose(0, 1, 3, 2), v, mask))[0, :, 0, 0]
     for t in range(6):
         keys = range(max(0, t - 2), t + 1)  # itself and the two before it
         s = np.array([q[0, t, 0, 0] @ k[0, 0, j] for j in keys]) / 2.0
@@ -216,7 +216,7 @@ def test_chunked_layers_equal_the_chunk_mask_reference(pattern, prefill):
         logits, cache, _ = model(x[:, t:t + 1], use_cache=True, kv_caches=cache)
         steps.append(logits)
     cached = np.asarray(jnp.concatenate(steps, axis=1))
-    assert [layer.k.shape[2] for layer in cache.layers] == [4 if c else 16 for c in cfg.layer_chunks]
+    assert [layer.slots for layer in cache.layers] == [4 if c else 16 for c in cfg.layer_chunks]
     for b in range(2):
         np.testing.assert_allclose(cached[b], np_band_reference(model, x[b]), atol=2e-4, rtol=2e-4)
     np.testing.assert_allclose(cached, np.asarray(model(x)[0]), atol=2e-5, rtol=2e-5)
@@ -261,18 +261,19 @@ def test_the_ring_step_writes_in_place_and_copies_no_ring():
     four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
     state = _prefill_jit(graphdef, params, jnp.asarray(token_ids(2, 4)), four, forty, 0,
                          dantinox.init_cache(cfg, 2, 64))
-    ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].k.shape
-    assert W == 5 and state.caches.layers[1].k.shape[2] == 64
+    ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].v.shape
+    assert W == 5 and state.caches.layers[1].slots == 64
     program = decode_program(2, donate=True).lower(graphdef, params, state, None, 40, top_k=None, use_cache=True,
                                                    bucket=64).compile(compiler_options=LEARNER_COMPILE)
     hlo = program.as_text()
-    ring_shape = rf"f32\[{B},{K},{W},{H}\]\{{[^}}]*\}}"
-    made = re.findall(rf"= {ring_shape} ([\w-]+)\(([^)]*)\), (?:kind=\w+, )?(?:calls=%(\S+))?", hlo)
-    assert {op for op, _, _ in made} <= {"parameter", "get-tuple-element", "fusion", "scatter",
-                                          "dynamic-update-slice", "bitcast"}, made
-    writes = [calls for op, _, calls in made if op == "fusion"]
-    assert len(writes) == 2 and all("scatter" in c or "dynamic" in c for c in writes), made  # K and V, in place
-    assert f"f32[{B},{K},{W + 1},{H}]" not in hlo  # no ring-plus-token concatenation
+    for dims in ((B, K, H, W), (B, K, W, H)):  # keys (slot axis last) and values
+        ring_shape = rf"f32\[{','.join(map(str, dims))}\]\{{[^}}]*\}}"
+        made = re.findall(rf"= {ring_shape} ([\w-]+)\(([^)]*)\), (?:kind=\w+, )?(?:calls=%(\S+))?", hlo)
+        assert {op for op, _, _ in made} <= {"parameter", "get-tuple-element", "fusion", "scatter",
+                                              "dynamic-update-slice", "bitcast"}, made
+        writes = [calls for op, _, calls in made if op == "fusion"]
+        assert len(writes) == 1 and ("scatter" in writes[0] or "dynamic" in writes[0]), made  # in place
+    assert f"f32[{B},{K},{W + 1},{H}]" not in hlo and f"f32[{B},{K},{H},{W + 1}]" not in hlo  # no ring + token
     out = program(params, state, None, 40)
     assert ring.k.is_deleted() and ring.v.is_deleted()  # donated: the loop wrote into the ring's own buffers
     assert out.index.tolist() == [40, 40]

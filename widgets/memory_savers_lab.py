@@ -142,7 +142,7 @@ def trained_keys(run_dir: str | Path, text: str, layer: int = 0) -> np.ndarray:
     model = quality.with_changes(model, cache_dtype="float32")
     ids = quality.heldout_chunks(text, model.cfg.max_context)[:1]
     _, cache, _ = model(ids, use_cache=True, kv_caches=dantinox.init_cache(model.cfg, 1))
-    return np.asarray(cache.layers[layer].k[0])
+    return np.asarray(cache.layers[layer].k[0]).transpose(0, 2, 1)  # stored [K, H, T]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,7 @@ def read_mesh(cfg: dantinox.ModelConfig, shape: tuple[int, int], batch: int, con
     layout = sharding.plan(cfg, mesh, batch)
     total = dantinox.kv_cache_bytes(cfg, batch, context)
     spec = jax.sharding.NamedSharding(layout.mesh, sharding.cache_spec(cfg))
-    first = jax.tree.leaves(dantinox.cache_shapes(cfg, batch, context).layers)[0]  # layer 0's keys [B, K, S, H]
+    first = jax.tree.leaves(dantinox.cache_shapes(cfg, batch, context).layers)[0]  # layer 0's keys [B, K, H, S]
     if total > budget:
         per = 0
         for leaf in jax.tree.leaves(dantinox.cache_shapes(cfg, batch, context).layers):
