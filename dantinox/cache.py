@@ -106,8 +106,11 @@ class LayerCache(_Payload, _HeadsFields):
     """
 
     __slots__ = ()
-    SEQ_AXES = (3, 2, 2, 2)  # k, v, k_scale, v_scale
     KEYS_SLOT_LAST = True
+
+    @property
+    def SEQ_AXES(self) -> tuple[int, ...]:  # noqa: N802  (the payloads' shared name)
+        return (3 if self.KEYS_SLOT_LAST else 2, 2, 2, 2)  # k, v, k_scale, v_scale
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
@@ -124,8 +127,6 @@ class LayerCache(_Payload, _HeadsFields):
         """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
         def keys(k):
             return k.swapaxes(2, 3) if cls.KEYS_SLOT_LAST else k
-        if cfg.kivi_bits is not None:  # KIVI quantizes inside its layout's write (key groups span writes)
-            return cls(keys(k_BKTH.astype(jnp.float32)), v_BKTH.astype(jnp.float32))
         if not cfg.quantized_cache:
             return cls(keys(k_BKTH.astype(cfg.cache_jnp_dtype)), v_BKTH.astype(cfg.cache_jnp_dtype))
         (k, ks), (v, vs) = quantize(k_BKTH, cfg.cache_dtype), quantize(v_BKTH, cfg.cache_dtype)
@@ -141,7 +142,6 @@ class PagedLayerCache(LayerCache):
     """
 
     __slots__ = ()
-    SEQ_AXES = (2, 2, 2, 2)
     KEYS_SLOT_LAST = False
 
 
@@ -230,28 +230,9 @@ class Layout:
         return written, View(read, addr.positions(after_B, read.slots), addr)
 
 
-@dataclasses.dataclass(frozen=True)
-class KiviLayout(Layout):
-    """Linear addressing with KIVI storage (dantinox/kivi.py): the write depends on what the layer holds
-    (key groups complete over several writes), so the layout writes and reads through the payload."""
-
-    cfg: ModelConfig | None = None
-
-    def update(self, layer: Any, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
-               after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
-        cfg, addr = self.cfg, self.addressing
-        written = layer.write(cfg, new.k.swapaxes(2, 3), new.v, pos_BT, live_BT, lengths_B, after_B)
-        if pos_BT.shape[1] > 1:  # a prompt attends to its own tokens in full precision, as KIVI's prefill does
-            k, v = layer.read(cfg, lengths_B)
-            k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)], axis=1)
-            return written, View(LayerCache(k.swapaxes(2, 3), v).concat(new), k_pos, addr)
-        k, v = written.read(cfg, after_B)
-        return written, View(LayerCache(k.swapaxes(2, 3), v), addr.positions(after_B, layer.slots), addr)
-
-
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
     """The layout of every layer of a config."""
-    from dantinox.kivi import KiviCache
+    from dantinox.kivi import KiviCache, KiviLayout
     from dantinox.paged import Paged
     from dantinox.ring import Chunked, Ring, SinkRing
 

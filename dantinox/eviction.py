@@ -50,6 +50,8 @@ class BudgetCache(BudgetFields):
         return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype),
                    jnp.zeros((rows, slots), jnp.float32), jnp.full((rows, slots), -1, jnp.int32))
 
+    encode = staticmethod(LayerCache.encode)  # new tokens arrive as LayerCache; `keep` decides what stays
+
     def fit_slots(self, cfg: ModelConfig, n: int, fit) -> BudgetCache:
         """The same layer with `n` slots; new slots are empty (position -1)."""
         return BudgetCache(fit(self.k, 3, n), fit(self.v, 2, n), fit(self.score, 1, n), fit(self.pos + 1, 1, n) - 1)

@@ -22,11 +22,13 @@ per-channel key scales the scores are not one scaled contraction per slot, as th
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from dantinox.cache import LayerCache, Layout, View
 from dantinox.config import ModelConfig
 
 SCALE_DTYPE = jnp.float16  # scales and zero points, as KIVI stores them
@@ -143,6 +145,12 @@ class KiviCache(NamedTuple):
         pick = recent_BS[:, None, :, None]
         return jnp.where(pick, k_win, k), jnp.where(pick, v_win, v)
 
+    @classmethod
+    def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
+        """New keys and values in float32 as LayerCache holds them: KIVI quantizes inside its layout's write,
+        because a key group spans several writes."""
+        return LayerCache(k_BKTH.astype(jnp.float32).swapaxes(2, 3), v_BKTH.astype(jnp.float32))
+
     def write(self, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array, pos_BT: jax.Array, live_BT: jax.Array,
               before_B: jax.Array, after_B: jax.Array) -> KiviCache:
         """The layer with T new tokens written: values quantized now, key groups quantized as they complete."""
@@ -185,3 +193,21 @@ class KiviCache(NamedTuple):
         return out._replace(k_window=_scatter(self.k_window, window_slot, k_BKTH),
                             v_window=_scatter(self.v_window, window_slot, v_BKTH))
 
+
+@dataclasses.dataclass(frozen=True)
+class KiviLayout(Layout):
+    """Linear addressing with KIVI storage (KiviCache above): the write depends on what the layer holds
+    (key groups complete over several writes), so the layout writes and reads through the payload."""
+
+    cfg: ModelConfig | None = None
+
+    def update(self, layer: KiviCache, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
+               after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
+        cfg, addr = self.cfg, self.addressing
+        written = layer.write(cfg, new.k.swapaxes(2, 3), new.v, pos_BT, live_BT, lengths_B, after_B)
+        if pos_BT.shape[1] > 1:  # a prompt attends to its own tokens in full precision, as KIVI's prefill does
+            k, v = layer.read(cfg, lengths_B)
+            k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)], axis=1)
+            return written, View(LayerCache(k.swapaxes(2, 3), v).concat(new), k_pos, addr)
+        k, v = written.read(cfg, after_B)
+        return written, View(LayerCache(k.swapaxes(2, 3), v), addr.positions(after_B, layer.slots), addr)

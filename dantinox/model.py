@@ -22,7 +22,6 @@ from dantinox.cache import (
     LatentCache,
     LayerCache,
     Layout,
-    PagedLayerCache,
     View,
     init_cache,
     layouts,
@@ -176,9 +175,8 @@ class Attention(nnx.Module):
         with jax.named_scope("cache_write"):
             if cache is None:
                 new = LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH)
-            else:  # a paged pool keeps its own key layout; every other layout writes LayerCache's
-                paged = self.layout.payload is PagedLayerCache
-                new = (PagedLayerCache if paged else LayerCache).encode(cfg, k_BKTH, v_BKTH)
+            else:  # each payload type stores new tokens its own way (a paged pool keeps token-major keys)
+                new = self.layout.payload.encode(cfg, k_BKTH, v_BKTH)
             cache, view = _view(self.layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
             kv = view.payload
