@@ -77,9 +77,9 @@ class _Payload:
                             for a, n, ax in zip(self, new, self.SEQ_AXES, strict=True)))
 
     def gather(self, table_BM: jax.Array) -> Any:
-        """Rows of pages ([R, ..., bs, ...] pools) read through a page table: [B, ..., M · bs, ...]."""
+        """Rows of pages ([R, ..., ps, ...] pools) read through a page table: [B, ..., M · ps, ...]."""
         def one(pool: jax.Array, axis: int) -> jax.Array:
-            pages = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, bs, ...]
+            pages = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, ps, ...]
             shape = pages.shape
             return pages.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
         return self.map_slots(one)

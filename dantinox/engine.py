@@ -273,11 +273,11 @@ class Engine:
     # Pages.
     def _digests(self, req: _Request, upto: int) -> list[bytes]:
         """Names of the full pages among the first `upto` tokens (chained, cached on the request)."""
-        bs = self.page_size
-        while len(req.digests) < upto // bs:
+        ps = self.page_size
+        while len(req.digests) < upto // ps:
             m = len(req.digests)
-            req.digests.append(page_digest(req.digests[-1] if m else b"", req.tokens[m * bs:(m + 1) * bs]))
-        return req.digests[:upto // bs]
+            req.digests.append(page_digest(req.digests[-1] if m else b"", req.tokens[m * ps:(m + 1) * ps]))
+        return req.digests[:upto // ps]
 
     def _grow(self, req: _Request, upto: int) -> bool:
         """Give `req` pages for its first `upto` tokens; False (nothing taken) if the pool is short."""

@@ -218,8 +218,8 @@ class _Pager:
     def __init__(self, cfg: ModelConfig, lengths: np.ndarray, end: np.ndarray):
         from dantinox.page_manager import PageManager, pages_for
 
-        self.bs, self.pages_for = cfg.page_size, pages_for
-        self.manager = PageManager(int(sum(pages_for(int(e), self.bs) for e in end)), self.bs)
+        self.ps, self.pages_for = cfg.page_size, pages_for
+        self.manager = PageManager(int(sum(pages_for(int(e), self.ps) for e in end)), self.ps)
         self.seqs, self.end = list(range(len(lengths))), end
         for seq, n in zip(self.seqs, lengths, strict=True):
             self.manager.add(seq, int(n))
@@ -228,7 +228,7 @@ class _Pager:
         return empty_cache(cfg, len(self.seqs), bucket, self.table(bucket), self.manager.num_pages)
 
     def table(self, bucket: int) -> np.ndarray:
-        return self.manager.table_array(self.seqs, self.pages_for(bucket, self.bs))
+        return self.manager.table_array(self.seqs, self.pages_for(bucket, self.ps))
 
     def grow(self, caches: KVCache, bucket: int) -> KVCache:
         for seq in self.seqs:

@@ -102,10 +102,10 @@ class PageManager:
         return list(self.tables[seq])
 
     def _fill(self, seq: Hashable, n_tokens: int) -> None:
-        length, table, bs = self.lengths[seq], self.tables[seq], self.page_size
+        length, table, ps = self.lengths[seq], self.tables[seq], self.page_size
         new_length = length + n_tokens
-        for m in range(length // bs, pages_for(new_length, bs)):  # only the pages the new tokens touch
-            now = min(bs, new_length - m * bs)
+        for m in range(length // ps, pages_for(new_length, ps)):  # only the pages the new tokens touch
+            now = min(ps, new_length - m * ps)
             self._filled += now - self.fill[table[m]]
             self.fill[table[m]] = now
         self.lengths[seq] = new_length

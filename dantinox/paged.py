@@ -34,7 +34,7 @@ from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa:
 
 @dataclasses.dataclass(frozen=True)
 class Paged(Linear):
-    """Position p of sequence b in slot p mod bs of physical page table[b, p // bs]."""
+    """Position p of sequence b in slot p mod ps of physical page table[b, p // ps]."""
 
     page_size: int
 
@@ -112,15 +112,15 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
 
     cfg = model.cfg.replace(cache_layout="paged", page_size=positive_int("page_size", page_size))
     prompt, lengths, ends, _ = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    n, bs = positive_int("n", n), cfg.page_size
+    n, ps = positive_int("n", n), cfg.page_size
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: sample_n continues one prompt, expected shape [1, T], got {prompt.shape}")
     T, end = prompt.shape[1], int(ends[0])
-    manager = PageManager(pages_for(T, bs) + n * pages_for(end, bs), bs)
+    manager = PageManager(pages_for(T, ps) + n * pages_for(end, ps), ps)
     manager.add(0, T)
-    paged_model = model if model.cfg == cfg else with_changes(model, cache_layout="paged", page_size=bs)
+    paged_model = model if model.cfg == cfg else with_changes(model, cache_layout="paged", page_size=ps)
     graphdef, params = nnx.split(paged_model)
-    table = manager.table_array([0], pages_for(bucket_for(cfg.max_context, T), bs))
+    table = manager.table_array([0], pages_for(bucket_for(cfg.max_context, T), ps))
     caches = init_pool(cfg, manager.num_pages, table)
     state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(ends, jnp.int32),
                          seed, caches)
@@ -137,7 +137,7 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
     temp = jnp.float32(temperature) if temperature > 0 else None
     state = _advance(cfg, decode_program(n), graphdef, params, state, end, temp, top_k, True,
                      _ForkPager(manager, n, end))
-    page_bytes = pool_bytes(cfg, 1, bs)
+    page_bytes = pool_bytes(cfg, 1, ps)
     return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, page_bytes,
-                     manager.num_used * page_bytes, n * pages_for(end, bs) * page_bytes)
+                     manager.num_used * page_bytes, n * pages_for(end, ps) * page_bytes)
 

@@ -14,7 +14,7 @@ from dantinox.page_pool import PagePool, PoolError, page_digest
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
-BS = 4
+PS = 4
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def shared_prompt_trace(seed: int, n: int = 8, vocab: int = 256):
     rng = np.random.RandomState(seed)
     system = rng.randint(0, vocab, 12).tolist()
     prompts = [system + rng.randint(0, vocab, rng.randint(1, 10)).tolist() for _ in range(n - 2)]
-    prompts += [list(prompts[0]), system[:BS * 2]]
+    prompts += [list(prompts[0]), system[:PS * 2]]
     news = rng.randint(4, 16, n).tolist()
     news[0] = 15
     arrivals = [0] + np.sort(rng.randint(0, 10, n - 3)).tolist() + [1, 2]
@@ -42,7 +42,7 @@ def alone(model, prompts, news):
 
 
 def serve(model, prompts, news, arrivals, **kw):
-    engine = Engine(model, num_pages=PAGES, page_size=BS, max_seqs=4, fixed_shapes=True, **kw)
+    engine = Engine(model, num_pages=PAGES, page_size=PS, max_seqs=4, fixed_shapes=True, **kw)
     rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
     reports = []
     while not engine.finished:
@@ -82,9 +82,9 @@ def test_every_request_equals_generate_alone(model, trace, case):
         assert stats["pages_saved"] > 0 and first_hit
         repeat = len(prompts) - 2
         if engine.requests[repeat].preemptions == 0:  # all but the last token hit
-            assert engine.requests[repeat].hit_tokens == (len(prompts[repeat]) - 1) // BS * BS
+            assert engine.requests[repeat].hit_tokens == (len(prompts[repeat]) - 1) // PS * PS
         if engine.requests[repeat + 1].preemptions == 0:  # 8 tokens: one page hits, the second one's last token
-            assert engine.requests[repeat + 1].hit_tokens == BS  # is computed, so that page is computed again
+            assert engine.requests[repeat + 1].hit_tokens == PS  # is computed, so that page is computed again
     if kw["chunk_tokens"] in (7, 64):  # (one token per iteration runs one request; a static batch fits)
         assert stats["preemptions"] > 0
     assert (stats["swaps_out"] > 0) == (kw.get("preempt") == "swap")
@@ -133,7 +133,7 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
     news, arrivals = [20, 16, 12, 14, 10], [0, 0, 30, 32, 3]
     want = alone(model, prompts, news)
     for num_pages, preempt, prefix in ((24, "recompute", True), (20, "swap", False)):
-        engine = Engine(model, num_pages=num_pages, page_size=BS, chunk_tokens=5, speculate=4, max_seqs=4,
+        engine = Engine(model, num_pages=num_pages, page_size=PS, chunk_tokens=5, speculate=4, max_seqs=4,
                         preempt=preempt, prefix_caching=prefix, fixed_shapes=True)  # chunks <= a verify: 1 program
         rids = [engine.add(p, n, arrival_step=a) for p, n, a in zip(prompts, news, arrivals, strict=True)]
         hits = {}
@@ -146,7 +146,7 @@ def test_sliding_window_run_with_prefix_hits_speculation_and_preemption():
         assert 0 < stats["accepted"] < stats["drafts"] and stats["compiled_shapes"] == 1
         if prefix:
             assert (hits[0], hits[1], hits[3], hits[4]) == (0, 24, 16, 0)  # shared pages up to where prompts part
-            assert hits[2] == (len(prompts[2]) - 1) // BS * BS and stats["preemptions"] == 0  # a repeated prompt
+            assert hits[2] == (len(prompts[2]) - 1) // PS * PS and stats["preemptions"] == 0  # a repeated prompt
         else:
             assert stats["swaps_out"] > 0 and not any(hits.values())
 
@@ -160,7 +160,7 @@ def test_seeded_sampling_equals_seeded_generate_alone():
     seeds, temps, new = [1, 2, 1, 3], [0.7, 0.7, 0.7, 0.4], 16  # prompts of one length: generate compiles once
     want = [list(np.asarray(dantinox.generate(model, [p], new, temperature=t, top_k=20, seed=s))[0, len(p):])
             for p, t, s in zip(prompts, temps, seeds, strict=True)]
-    engine = Engine(model, num_pages=13, page_size=BS, chunk_tokens=4, speculate=3, max_seqs=4,
+    engine = Engine(model, num_pages=13, page_size=PS, chunk_tokens=4, speculate=3, max_seqs=4,
                     fixed_shapes=True)  # chunks no longer than a verify, every row sampling: one program
     rids = [engine.add(p, new, arrival_step=i, temperature=t, top_k=20, seed=s)
             for i, (p, t, s) in enumerate(zip(prompts, temps, seeds, strict=True))]
@@ -196,7 +196,7 @@ def test_prompt_lookup_drafts():
 
 
 def test_bad_requests_get_one_line(model):
-    engine = Engine(model, num_pages=2, page_size=BS)
+    engine = Engine(model, num_pages=2, page_size=PS)
     with pytest.raises(ValueError, match="num_pages: this request needs up to 3 pages of 4 tokens, the pool has 2"):
         engine.add(list(range(8)), 4)
     with pytest.raises(ValueError, match="max_len=64"):
@@ -212,7 +212,7 @@ def test_bad_requests_get_one_line(model):
 def test_bucketed_shapes_give_the_same_tokens(model, trace):
     """The default path: calls rounded up to a few batch sizes, table widths and chunk lengths."""
     prompts, news, arrivals, want = trace
-    engine = Engine(model, num_pages=PAGES, page_size=BS, max_seqs=2, chunk_tokens=64)
+    engine = Engine(model, num_pages=PAGES, page_size=PS, max_seqs=2, chunk_tokens=64)
     rids = [engine.add(prompts[i], news[i]) for i in (0, 1)]
     out = engine.run()
     assert [out[r] for r in rids] == want[:2]

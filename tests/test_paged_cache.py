@@ -48,16 +48,16 @@ def test_generation_crosses_key_buckets_on_paged_cache():
 
 def test_parallel_samples_store_the_prompt_once():
     cfg, model = make(kv_heads=2)
-    prompt, n, new, bs = token_ids(1, 10, seed=5), 3, 12, 4  # 10 tokens: two full pages, one half-filled
-    run = sample_n(model, prompt, n, new, page_size=bs, temperature=0.0)
+    prompt, n, new, ps = token_ids(1, 10, seed=5), 3, 12, 4  # 10 tokens: two full pages, one half-filled
+    run = sample_n(model, prompt, n, new, page_size=ps, temperature=0.0)
     np.testing.assert_array_equal(run.tokens, dantinox.generate(model, np.repeat(prompt, n, 0), new))
     # the two full prompt pages are held once, by all three samples; the half-filled one is copied twice
     shared = run.manager.tables[0][:2]
     assert all(run.manager.tables[s][:2] == shared for s in range(n))
     assert [run.manager.refs[b] for b in shared] == [n, n] and len(run.copies) == n - 1
-    page = pool_bytes(cfg, 1, bs)
-    assert page == dantinox.kv_cache_bytes(cfg, tokens=bs)  # one page = bs tokens of every layer, measured
-    assert run.used_bytes == (2 + n * (pages_for(10 + new, bs) - 2)) * page
+    page = pool_bytes(cfg, 1, ps)
+    assert page == dantinox.kv_cache_bytes(cfg, tokens=ps)  # one page = ps tokens of every layer, measured
+    assert run.used_bytes == (2 + n * (pages_for(10 + new, ps) - 2)) * page
     assert run.unshared_bytes - run.used_bytes == (n - 1) * 2 * page
 
 
