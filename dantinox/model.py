@@ -53,8 +53,17 @@ class Dense(nnx.Module):
 
 
 def matmul_t(x: jax.Array, w_OI: jax.Array) -> jax.Array:
-    """x [..., I] · w [O, I]ᵀ."""
-    return jax.lax.dot_general(x, w_OI, (((x.ndim - 1,), (1,)), ((), ())))
+    """x [..., I] · w [O, I]ᵀ; bfloat16 operands are multiplied with float32 accumulation.
+
+    For bfloat16 operands over more than one row, the product is asked for in float32 (XLA:CPU then takes
+    its bfloat16 matmul kernel; the inputs are the same bf16 numbers either way). Measured, SmolLM2 in
+    bfloat16 at batch 8, 2026-12-02: 116 -> 189 tok/s. One row (a batch-1 decode step) keeps the default
+    formulation, which measured no slower there.
+    """
+    dims = (((x.ndim - 1,), (1,)), ((), ()))
+    if x.dtype == w_OI.dtype == jnp.bfloat16 and int(np.prod(x.shape[:-1])) > 1:
+        return jax.lax.dot_general(x, w_OI, dims, preferred_element_type=jnp.float32)
+    return jax.lax.dot_general(x, w_OI, dims)
 
 
 class RMSNorm(nnx.Module):
@@ -418,5 +427,8 @@ class Transformer(nnx.Module):
         x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax
         if self.head is None:
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
-            return x32 @ self.embed.embedding[...].astype(jnp.float32).T * scale
+            embedding = self.embed.embedding[...]
+            if x_BTD.dtype == embedding.dtype == jnp.bfloat16:  # bf16 already: no rounding, f32 accumulation
+                return matmul_t(x_BTD, embedding).astype(jnp.float32) * scale
+            return matmul_t(x32, embedding.astype(jnp.float32)) * scale
         return self.head(x_BTD).astype(jnp.float32)

@@ -184,6 +184,27 @@ def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_w
     assert np.array_equal(logits[:, 23:-1].argmax(-1), ids[:, 24:])  # cached == uncached
 
 
+def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
+    """dtype="bfloat16": each matmul over several rows takes XLA's bf16 x bf16 -> f32 dot (not a convert to f32
+    and an f32 dot), the tied logits too; the numbers stay those of the bf16 inputs multiplied in float32."""
+    from dantinox.model import matmul_t
+
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64, dtype="bfloat16")
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
+    ids = np.random.RandomState(0).randint(0, 64, (2, 24)).astype(np.int32)
+    hlo = jax.jit(lambda g, s, i: nnx.merge(g, s).forward(i)[0]).lower(*nnx.split(model), ids).as_text()
+    dots = [line for line in hlo.splitlines() if "dot_general" in line and "stablehlo" in line]
+    bf16_in = [d for d in dots if d.split(":")[-1].count("bf16") == 2 and "-> tensor" in d and "xf32>" in
+               d.split("->")[-1]]
+    assert len(bf16_in) == 4 * cfg.n_layers + 1, dots[:3]  # wqkv, wo, gate_up, down per layer; the logits
+    x = jax.random.normal(jax.random.key(0), (3, 5, 16)).astype(jax.numpy.bfloat16)
+    w = jax.random.normal(jax.random.key(1), (7, 16)).astype(jax.numpy.bfloat16)
+    want = np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
+    got = matmul_t(x, w)
+    assert got.dtype == np.float32 and np.allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+    assert matmul_t(x[:1, :1], w).dtype == jax.numpy.bfloat16  # one row: the default formulation
+
+
 def test_load_pretrained_takes_the_storage_dtype_apart_from_the_compute_dtype():
     cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", param_dtype="bfloat16")
     assert (cfg.dtype, cfg.param_dtype, cfg.weights_dtype) == ("float32", "bfloat16", "bfloat16")
