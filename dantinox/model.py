@@ -34,36 +34,36 @@ NEG_INF = float(np.finfo(np.float32).min)  # large negative, not -inf: keeps ful
 
 
 class Dense(nnx.Module):
-    """y = x · Wᵀ without bias, the weight stored [out, in] (as PyTorch and Hugging Face store it).
+    """y = x · W without bias, W stored [in, out] as flax's Linear stores its kernel (same name, same draw).
 
-    The [out, in] order is measured, not a convention: XLA:CPU decodes faster with it than with flax's
-    [in, out] kernels (SmolLM2 in float32, generate() with 128 new tokens, the two trees alternated,
-    2026-12-02: batch 1 37.2 -> 38.3 tok/s, batch 8 128 -> 137). Initialised as flax's Linear would be
-    (the same draw, transposed), so a seed gives the same model either way; run directories saved with
-    `…/kernel` tensors still load (dantinox/rundir.py transposes them).
+    Its own module rather than nnx.Linear so that bfloat16 operands go through `matmul`. Storing W [out, in]
+    instead was measured and not kept (2026-12-02, generate() with 256 new tokens, old and new trees
+    alternated): SmolLM2 gained 3 % at batch 1 and 7 % at batch 8, the reference model lost 8-12 % at batch 1
+    and 20-30 % with GQA at batch 8.
     """
 
     def __init__(self, d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0):
         init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
-        self.weight = nnx.Param(init(rngs.params(), (d_in, d_out), cfg.param_jnp_dtype).T)
+        self.kernel = nnx.Param(init(rngs.params(), (d_in, d_out), cfg.param_jnp_dtype))
         self.dtype = cfg.jnp_dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return matmul_t(x.astype(self.dtype), self.weight[...].astype(self.dtype)).astype(self.dtype)
+        w = self.kernel[...].astype(self.dtype)
+        return matmul(x.astype(self.dtype), w, w_dim=0).astype(self.dtype)
 
 
-def matmul_t(x: jax.Array, w_OI: jax.Array) -> jax.Array:
-    """x [..., I] · w [O, I]ᵀ; bfloat16 operands are multiplied with float32 accumulation.
+def matmul(x: jax.Array, w: jax.Array, w_dim: int) -> jax.Array:
+    """x [..., I] times a 2-D `w` over its axis `w_dim` (0: w is [I, O]; 1: w is [O, I], x · wᵀ).
 
-    For bfloat16 operands over more than one row, the product is asked for in float32 (XLA:CPU then takes
-    its bfloat16 matmul kernel; the inputs are the same bf16 numbers either way). Measured, SmolLM2 in
-    bfloat16 at batch 8, 2026-12-02: 116 -> 189 tok/s. One row (a batch-1 decode step) keeps the default
-    formulation, which measured no slower there.
+    bfloat16 operands over more than one row are multiplied with float32 accumulation (the inputs are the
+    same bf16 numbers either way): XLA:CPU then takes its bf16 dot instead of converting the weight to a
+    float32 temporary first. Measured, SmolLM2 in bfloat16 at batch 8, 2026-12-02: 116 -> 189 tok/s. One row
+    (a batch-1 decode step) keeps the default formulation, which measured no slower there.
     """
-    dims = (((x.ndim - 1,), (1,)), ((), ()))
-    if x.dtype == w_OI.dtype == jnp.bfloat16 and int(np.prod(x.shape[:-1])) > 1:
-        return jax.lax.dot_general(x, w_OI, dims, preferred_element_type=jnp.float32)
-    return jax.lax.dot_general(x, w_OI, dims)
+    dims = (((x.ndim - 1,), (w_dim,)), ((), ()))
+    if x.dtype == w.dtype == jnp.bfloat16 and int(np.prod(x.shape[:-1])) > 1:
+        return jax.lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
+    return jax.lax.dot_general(x, w, dims)
 
 
 class RMSNorm(nnx.Module):
@@ -429,6 +429,6 @@ class Transformer(nnx.Module):
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
             embedding = self.embed.embedding[...]
             if x_BTD.dtype == embedding.dtype == jnp.bfloat16:  # bf16 already: no rounding, f32 accumulation
-                return matmul_t(x_BTD, embedding).astype(jnp.float32) * scale
-            return matmul_t(x32, embedding.astype(jnp.float32)) * scale
+                return matmul(x_BTD, embedding, w_dim=1).astype(jnp.float32) * scale
+            return x32 @ embedding.astype(jnp.float32).T * scale
         return self.head(x_BTD).astype(jnp.float32)

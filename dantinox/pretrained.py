@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the tokenizer's libraries load with the first checkpoint, n
 SUPPORTED = ("a llama-architecture .gguf file, or a Hugging Face checkpoint folder of LlamaForCausalLM or "
              "MistralForCausalLM")
 CACHE_ENV = "DANTINOX_PRETRAINED_CACHE"
-_CACHE_FORMAT = 2  # bump when the cached tensors' names or layout change
+_CACHE_FORMAT = 1  # bump when the cached tensors' names or layout change
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,17 +106,18 @@ HF_NAMES = {
 
 
 def _assemble(cfg: ModelConfig, get: Callable[[str, int], np.ndarray]) -> dict[str, np.ndarray]:
-    """dantinox's flat parameters from a role getter; weights [out, in] as stored, Q/K/V and gate/up fused."""
+    """dantinox's flat parameters from a role getter; kernels are [in, out], Q/K/V and gate/up fused."""
+    t = np.ascontiguousarray
     out = {"embed/embedding": get("embed", 0), "norm/scale": get("final_norm", 0)}
     if not cfg.tie_embeddings:
-        out["head/weight"] = get("head", 0)
+        out["head/kernel"] = t(get("head", 0).T)
     for i in range(cfg.n_layers):
         out.update({
             f"blocks/{i}/norm1/scale": get("norm1", i), f"blocks/{i}/norm2/scale": get("norm2", i),
-            f"blocks/{i}/attn/wqkv/weight": np.concatenate([get("q", i), get("k", i), get("v", i)]),
-            f"blocks/{i}/attn/wo/weight": get("o", i),
-            f"blocks/{i}/mlp/gate_up/weight": np.concatenate([get("gate", i), get("up", i)]),
-            f"blocks/{i}/mlp/down/weight": get("down", i),
+            f"blocks/{i}/attn/wqkv/kernel": t(np.concatenate([get("q", i), get("k", i), get("v", i)]).T),
+            f"blocks/{i}/attn/wo/kernel": t(get("o", i).T),
+            f"blocks/{i}/mlp/gate_up/kernel": t(np.concatenate([get("gate", i), get("up", i)]).T),
+            f"blocks/{i}/mlp/down/kernel": t(get("down", i).T),
         })
     return out
 

@@ -44,18 +44,6 @@ def save_run(run_dir: str | Path, model: Transformer, log: list[dict] | None = N
     return run_dir
 
 
-def _upgrade(tensors: dict[str, np.ndarray], where: Path) -> dict[str, np.ndarray]:
-    """Weights saved before dense layers stored [out, in]: flax's `…/kernel` [in, out] becomes `…/weight`."""
-    out = {}
-    for name, arr in tensors.items():
-        if name.endswith("/kernel"):
-            name, arr = name[: -len("kernel")] + "weight", np.ascontiguousarray(arr.T)
-            if name in tensors:
-                raise ValueError(f"{where}: holds both {name} and its old name …/kernel; keep one")
-        out[name] = arr
-    return out
-
-
 def load_run(run_dir: str | Path) -> tuple[ModelConfig, Transformer]:
     """Load a run directory; a missing, partial or corrupt one raises ValueError naming the problem."""
     run_dir = Path(run_dir)
@@ -76,7 +64,6 @@ def load_run(run_dir: str | Path) -> tuple[ModelConfig, Transformer]:
         raise ValueError(f"{run_dir / WEIGHTS}: unreadable safetensors file ({err})") from None
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     params = _flat_params(model)
-    tensors = _upgrade(tensors, run_dir / WEIGHTS)
     missing = sorted(set(params) - set(tensors))
     extra = sorted(set(tensors) - set(params))
     if missing or extra:

@@ -65,11 +65,11 @@ def np_forward(model, tokens_T, attention):
     norm = lambda x, s: x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * P(s)  # noqa: E731
     x = P(model.embed.embedding)[tokens_T]
     for i, block in enumerate(model.blocks):
-        q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.weight).T, [N * H, (N + K) * H], -1)
+        q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel), [N * H, (N + K) * H], -1)
         out = attention(i, q.reshape(T, N, H), k.reshape(T, K, H), v.reshape(T, K, H))
-        x = x + out.reshape(T, N * H) @ P(block.attn.wo.weight).T
-        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.weight).T, 2, axis=-1)
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.weight).T
+        x = x + out.reshape(T, N * H) @ P(block.attn.wo.kernel)
+        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.kernel), 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.kernel)
     return norm(x, model.norm.scale) @ P(model.embed.embedding).T / np.sqrt(cfg.d_model)
 
 

@@ -107,17 +107,17 @@ def test_the_rope_row_permutation_is_needed(smollm):
     """Re-applying llama.cpp's interleaving to Q and K (what a loader that skips the fix holds) breaks the match."""
     cfg, model, _ = smollm
     case = REF["models"]["smollm2-135m"][0]
-    w = model.blocks[0].attn.wqkv.weight
+    w = model.blocks[0].attn.wqkv.kernel
     original = w[...]
     N, K, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
 
     def interleave(cols, heads):  # llama.cpp's converter: halves (i, i + H/2) become pairs (2i, 2i + 1)
         return cols.reshape(-1, heads, 2, H // 2).swapaxes(2, 3).reshape(cols.shape)
 
-    q, k, v = np.split(np.asarray(original).T, [N * H, (N + K) * H], axis=1)  # columns: [in, out]
+    q, k, v = np.split(np.asarray(original), [N * H, (N + K) * H], axis=1)
     np.testing.assert_array_equal(pretrained.unpermute_rope_rows(interleave(q, N).T, N).T, q)
     try:
-        w[...] = np.concatenate([interleave(q, N), interleave(k, K), v], axis=1).T
+        w[...] = np.concatenate([interleave(q, N), interleave(k, K), v], axis=1)
         with pytest.raises(AssertionError, match="relative error"):
             assert_logits_match(logits_of(model, REF["models"]["smollm2-135m"])[0], case)
     finally:
@@ -133,7 +133,7 @@ def test_second_load_reads_the_cache_not_the_gguf_file(smollm, monkeypatch):
     monkeypatch.setattr(gguf, "GGUFReader", refuse)
     cfg, tensors, tok = pretrained._load_gguf(pretrained.catalogue_file("smollm2-135m"))  # what load_pretrained reads
     assert cfg == smollm[0] and tok.encode("KV cache") == smollm[2].encode("KV cache")
-    assert np.array_equal(tensors["blocks/3/mlp/down/weight"], smollm[1].blocks[3].mlp.down.weight[...])
+    assert np.array_equal(tensors["blocks/3/mlp/down/kernel"], smollm[1].blocks[3].mlp.down.kernel[...])
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -161,9 +161,9 @@ def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
 
 def test_bfloat16_storage_is_a_choice():
     cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", dtype="bfloat16")
-    f32 = pretrained.load_pretrained(DATA / "tiny-llama")[1].blocks[1].mlp.down.weight[...]
-    assert cfg.dtype == "bfloat16" and model.blocks[1].mlp.down.weight[...].dtype == np.dtype("bfloat16")
-    assert np.array_equal(model.blocks[1].mlp.down.weight[...].astype(np.float32), f32)  # saved in bf16: exact
+    f32 = pretrained.load_pretrained(DATA / "tiny-llama")[1].blocks[1].mlp.down.kernel[...]
+    assert cfg.dtype == "bfloat16" and model.blocks[1].mlp.down.kernel[...].dtype == np.dtype("bfloat16")
+    assert np.array_equal(model.blocks[1].mlp.down.kernel[...].astype(np.float32), f32)  # saved in bf16: exact
 
 
 def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_weights():
@@ -187,7 +187,7 @@ def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_w
 def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
     """dtype="bfloat16": each matmul over several rows takes XLA's bf16 x bf16 -> f32 dot (not a convert to f32
     and an f32 dot), the tied logits too; the numbers stay those of the bf16 inputs multiplied in float32."""
-    from dantinox.model import matmul_t
+    from dantinox.model import matmul
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64, dtype="bfloat16")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
@@ -200,15 +200,15 @@ def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
     x = jax.random.normal(jax.random.key(0), (3, 5, 16)).astype(jax.numpy.bfloat16)
     w = jax.random.normal(jax.random.key(1), (7, 16)).astype(jax.numpy.bfloat16)
     want = np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
-    got = matmul_t(x, w)
+    got = matmul(x, w, w_dim=1)
     assert got.dtype == np.float32 and np.allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
-    assert matmul_t(x[:1, :1], w).dtype == jax.numpy.bfloat16  # one row: the default formulation
+    assert matmul(x[:1, :1], w.T, w_dim=0).dtype == jax.numpy.bfloat16  # one row: the default formulation
 
 
 def test_load_pretrained_takes_the_storage_dtype_apart_from_the_compute_dtype():
     cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", param_dtype="bfloat16")
     assert (cfg.dtype, cfg.param_dtype, cfg.weights_dtype) == ("float32", "bfloat16", "bfloat16")
-    assert model.blocks[0].attn.wqkv.weight[...].dtype == np.dtype("bfloat16")
+    assert model.blocks[0].attn.wqkv.kernel[...].dtype == np.dtype("bfloat16")
     from dantinox import roofline
 
     assert roofline.decode_cost(cfg, 1, 8).weight_bytes == dantinox.param_bytes(model)  # the bytes a step reads

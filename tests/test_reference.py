@@ -76,13 +76,13 @@ def np_forward(model, tokens_T):
     emb = P(model.embed.embedding)
     x = emb[tokens_T]
     for block in model.blocks:
-        h = norm(x, block.norm1.scale) @ P(block.attn.wqkv.weight).T
+        h = norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel)
         q, k, v = np.split(h, [N * H, (N + K) * H], axis=-1)
         q = np_rope(q.reshape(T, N, H), pos, cfg.rope_base)
         k = np_rope(k.reshape(T, K, H), pos, cfg.rope_base)
-        x = x + np_attention(q, k, v.reshape(T, K, H), cfg.causal).reshape(T, N * H) @ P(block.attn.wo.weight).T
-        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.weight).T, 2, axis=-1)
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.weight).T
+        x = x + np_attention(q, k, v.reshape(T, K, H), cfg.causal).reshape(T, N * H) @ P(block.attn.wo.kernel)
+        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.kernel), 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.kernel)
     return norm(x, model.norm.scale) @ emb.T / np.sqrt(cfg.d_model)
 
 

@@ -78,26 +78,6 @@ def test_round_trip_restores_identical_weights(tmp_path):
     np.testing.assert_array_equal(model(x)[0], model2(x)[0])
 
 
-def test_runs_saved_with_flax_kernels_load_as_the_same_model(tmp_path):
-    """Weights saved as flax's `…/kernel` [in, out] (every shipped run) load transposed into `…/weight` [out, in]."""
-    from safetensors.numpy import load_file, save_file
-
-    cfg = dantinox.ModelConfig.preset("test", kv_heads=2)
-    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
-    save_run(tmp_path, model)
-    new = load_file(str(tmp_path / "weights.safetensors"))
-    old = {(k[: -len("weight")] + "kernel" if k.endswith("/weight") else k): (v.T if k.endswith("/weight") else v)
-           for k, v in new.items()}
-    assert sum(k.endswith("/kernel") for k in old) == 4 * cfg.n_layers
-    save_file({k: np.ascontiguousarray(v) for k, v in old.items()}, str(tmp_path / "weights.safetensors"))
-    x = np.arange(10, dtype=np.int32)[None]
-    np.testing.assert_array_equal(load_run(tmp_path)[1](x)[0], model(x)[0])
-    both = {**old, "blocks/0/mlp/down/weight": new["blocks/0/mlp/down/weight"]}
-    save_file({k: np.ascontiguousarray(v) for k, v in both.items()}, str(tmp_path / "weights.safetensors"))
-    with pytest.raises(ValueError, match=r"holds both blocks/0/mlp/down/weight and its old name …/kernel"):
-        load_run(tmp_path)
-
-
 def test_generator_continues_text(run_dir):
     assert dantinox.Generator is Generator  # the public name the README uses
     gen = Generator(run_dir)

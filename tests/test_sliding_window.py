@@ -86,7 +86,7 @@ def np_band_reference(model, tokens_T):
 
     x = P(model.embed.embedding)[tokens_T]
     for block, window, chunk in zip(model.blocks, cfg.layer_windows, cfg.layer_chunks, strict=True):
-        q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.weight).T, [N * H, (N + K) * H], -1)
+        q, k, v = np.split(norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel), [N * H, (N + K) * H], -1)
         q, k, v = rope(q.reshape(T, N, H)), rope(k.reshape(T, K, H)), v.reshape(T, K, H)
         band = pos[None, :] <= pos[:, None]
         if window is not None:
@@ -98,9 +98,9 @@ def np_band_reference(model, tokens_T):
             scores = np.where(band, q[:, n] @ k[:, n // (N // K)].T / np.sqrt(H), -np.inf)
             w = np.exp(scores - scores.max(-1, keepdims=True))
             out[:, n] = (w / w.sum(-1, keepdims=True)) @ v[:, n // (N // K)]
-        x = x + out.reshape(T, N * H) @ P(block.attn.wo.weight).T
-        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.weight).T, 2, axis=-1)
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.weight).T
+        x = x + out.reshape(T, N * H) @ P(block.attn.wo.kernel)
+        gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.kernel), 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.kernel)
     return norm(x, model.norm.scale) @ P(model.embed.embedding).T / np.sqrt(cfg.d_model)
 
 
