@@ -33,37 +33,29 @@ from dantinox.config import ModelConfig
 NEG_INF = float(np.finfo(np.float32).min)  # large negative, not -inf: keeps fully-masked rows NaN-free
 
 
-class Dense(nnx.Module):
-    """y = x · W without bias, W stored [in, out] as flax's Linear stores its kernel (same name, same draw).
+def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_element_type=None,
+                out_sharding=None) -> jax.Array:
+    """`jax.lax.dot_general`, except that bfloat16 operands over more than one row accumulate in float32.
 
-    Its own module rather than nnx.Linear so that bfloat16 operands go through `matmul`. Storing W [out, in]
-    instead was measured and not kept (2026-12-02, generate() with 256 new tokens, old and new trees
-    alternated): SmolLM2 gained 3 % at batch 1 and 7 % at batch 8, the reference model lost 8-12 % at batch 1
-    and 20-30 % with GQA at batch 8.
+    The inputs are the same bf16 numbers either way, and the result comes back as `preferred_element_type`
+    (default bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32
+    temporary first. Measured,
+    SmolLM2 with dtype="bfloat16" at batch 8, 2026-12-02: 116 -> 189 tok/s. One row (a batch-1 decode step)
+    keeps the default formulation, which measured no slower there. Every dense layer's product goes through
+    here (nnx.Linear's `dot_general`), and so do the tied logits.
     """
-
-    def __init__(self, d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0):
-        init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
-        self.kernel = nnx.Param(init(rngs.params(), (d_in, d_out), cfg.param_jnp_dtype))
-        self.dtype = cfg.jnp_dtype
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        w = self.kernel[...].astype(self.dtype)
-        return matmul(x.astype(self.dtype), w, w_dim=0).astype(self.dtype)
+    if not x.dtype == w.dtype == jnp.bfloat16:
+        return jax.lax.dot_general(x, w, dims, precision, preferred_element_type=preferred_element_type,
+                                   out_sharding=out_sharding)
+    asked = jnp.float32 if int(np.prod(x.shape[:-1])) > 1 else None
+    return jax.lax.dot_general(x, w, dims, precision, preferred_element_type=asked,
+                               out_sharding=out_sharding).astype(preferred_element_type or jnp.bfloat16)
 
 
-def matmul(x: jax.Array, w: jax.Array, w_dim: int) -> jax.Array:
-    """x [..., I] times a 2-D `w` over its axis `w_dim` (0: w is [I, O]; 1: w is [O, I], x · wᵀ).
-
-    bfloat16 operands over more than one row are multiplied with float32 accumulation (the inputs are the
-    same bf16 numbers either way): XLA:CPU then takes its bf16 dot instead of converting the weight to a
-    float32 temporary first. Measured, SmolLM2 in bfloat16 at batch 8, 2026-12-02: 116 -> 189 tok/s. One row
-    (a batch-1 decode step) keeps the default formulation, which measured no slower there.
-    """
-    dims = (((x.ndim - 1,), (w_dim,)), ((), ()))
-    if x.dtype == w.dtype == jnp.bfloat16 and int(np.prod(x.shape[:-1])) > 1:
-        return jax.lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
-    return jax.lax.dot_general(x, w, dims)
+def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
+    init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
+    return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
+                      kernel_init=init, dot_general=dot_general, rngs=rngs)
 
 
 class RMSNorm(nnx.Module):
@@ -181,8 +173,8 @@ class Attention(nnx.Module):
         self.cfg = cfg
         self.layout = layout
         n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
-        self.wqkv = Dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
-        self.wo = Dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
+        self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
                  fill: Fill | None = None) -> tuple[jax.Array, LayerCache | None]:
@@ -238,18 +230,18 @@ class LatentAttention(nnx.Module):
         D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
         if cfg.q_latent_dim is None:  # queries straight from x
             self.q_down, self.q_norm = None, None
-            self.q_up = Dense(D, N * (H + R), cfg, rngs)
+            self.q_up = _dense(D, N * (H + R), cfg, rngs)
         else:  # queries through their own low-rank latent (saves activations, not cache)
-            self.q_down = Dense(D, cfg.q_latent_dim, cfg, rngs)
+            self.q_down = _dense(D, cfg.q_latent_dim, cfg, rngs)
             self.q_norm = RMSNorm(cfg.q_latent_dim, cfg.norm_eps, cfg.param_jnp_dtype)
-            self.q_up = Dense(cfg.q_latent_dim, N * (H + R), cfg, rngs)
-        self.kv_down = Dense(D, C, cfg, rngs)
+            self.q_up = _dense(cfg.q_latent_dim, N * (H + R), cfg, rngs)
+        self.kv_down = _dense(D, C, cfg, rngs)
         self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.k_rope = Dense(D, R, cfg, rngs)
+        self.k_rope = _dense(D, R, cfg, rngs)
         init = nnx.initializers.normal(stddev=C**-0.5)
         self.w_uk = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head key
         self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head value
-        self.wo = Dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
                  fill: Fill | None = None) -> tuple[jax.Array, LatentCache | None]:
@@ -311,8 +303,8 @@ class MLP(nnx.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate_up = Dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
-        self.down = Dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
+        self.down = _dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     @jax.named_scope("mlp")
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -359,7 +351,7 @@ class Transformer(nnx.Module):
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
         self.blocks = nnx.List([Block(cfg, layout, rngs=rngs) for layout in layouts(cfg)])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.head = None if cfg.tie_embeddings else Dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
+        self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 
     def __call__(self, ids: Any, *, use_cache: bool = False, kv_caches: KVCache | None = None,
                  cache_index: int | None = None) -> tuple[jax.Array, KVCache | None, dict[str, Any]]:
@@ -429,6 +421,7 @@ class Transformer(nnx.Module):
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
             embedding = self.embed.embedding[...]
             if x_BTD.dtype == embedding.dtype == jnp.bfloat16:  # bf16 already: no rounding, f32 accumulation
-                return matmul(x_BTD, embedding, w_dim=1).astype(jnp.float32) * scale
+                dims = (((x_BTD.ndim - 1,), (1,)), ((), ()))
+                return dot_general(x_BTD, embedding, dims, preferred_element_type=jnp.float32) * scale
             return x32 @ embedding.astype(jnp.float32).T * scale
         return self.head(x_BTD).astype(jnp.float32)

@@ -187,7 +187,7 @@ def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_w
 def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
     """dtype="bfloat16": each matmul over several rows takes XLA's bf16 x bf16 -> f32 dot (not a convert to f32
     and an f32 dot), the tied logits too; the numbers stay those of the bf16 inputs multiplied in float32."""
-    from dantinox.model import matmul
+    from dantinox.model import dot_general
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64, dtype="bfloat16")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
@@ -200,9 +200,10 @@ def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
     x = jax.random.normal(jax.random.key(0), (3, 5, 16)).astype(jax.numpy.bfloat16)
     w = jax.random.normal(jax.random.key(1), (7, 16)).astype(jax.numpy.bfloat16)
     want = np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
-    got = matmul(x, w, w_dim=1)
+    dims = (((2,), (1,)), ((), ()))
+    got = dot_general(x, w, dims, preferred_element_type=np.float32)
     assert got.dtype == np.float32 and np.allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
-    assert matmul(x[:1, :1], w.T, w_dim=0).dtype == jax.numpy.bfloat16  # one row: the default formulation
+    assert dot_general(x, w, dims).dtype == jax.numpy.bfloat16  # a dense layer's result: rounded back to bf16
 
 
 def test_load_pretrained_takes_the_storage_dtype_apart_from_the_compute_dtype():
