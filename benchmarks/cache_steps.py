@@ -50,7 +50,7 @@ def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool):
     keep = dantinox.cache.writes_as_slice
     dantinox.cache.writes_as_slice = lambda B, T: as_slice and keep(B, T)
     try:
-        program = decode_loop_jit(compiler_options=compiler_options(batch))
+        program = decode_loop_jit(compiler_options=compiler_options(batch, cfg))
         jax.block_until_ready(run_decode(graphdef, params, states[SHORT], CONTEXT, CONTEXT, program))  # traces here
     finally:
         dantinox.cache.writes_as_slice = keep

@@ -76,17 +76,20 @@ class _Payload:
         return type(self)(*(None if a is None else jnp.concatenate([a, n], axis=ax)
                             for a, n, ax in zip(self, new, self.SEQ_AXES, strict=True)))
 
-    def gather(self, table_BM: jax.Array) -> Any:
-        """Rows of pages ([R, ..., ps, ...] pools) read through a page table: [B, ..., M · ps, ...]."""
+    def gather(self, table_BM: jax.Array, page_size: int) -> Any:
+        """A one-row pool of pages ([1, ..., P · ps, ...]) read through a page table: [B, ..., M · ps, ...]."""
+        B, M = table_BM.shape
+
         def one(pool: jax.Array, axis: int) -> jax.Array:
-            pages = jnp.moveaxis(pool[table_BM], 1, axis)  # [B, ..., M, ps, ...]
-            shape = pages.shape
-            return pages.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+            a = pool[0]
+            ax = axis - 1
+            pages = a.reshape(a.shape[:ax] + (a.shape[ax] // page_size, page_size) + a.shape[ax + 1:])
+            rows = jnp.moveaxis(jnp.take(pages, table_BM, axis=ax), ax, 0)  # [B, ..., M, ps, ...]
+            return rows.reshape(rows.shape[:axis] + (M * page_size,) + rows.shape[axis + 2:])
         return self.map_slots(one)
 
-
 class _HeadsFields(NamedTuple):
-    k: jax.Array  # [R, K, H, S], keys after RoPE, slot axis last (R: sequences, or pages of a paged pool)
+    k: jax.Array  # [R, K, H, S], keys after RoPE, slot axis last (R: sequences, or 1: a paged pool)
     v: jax.Array  # [R, K, S, H]
     k_scale: jax.Array | None = None  # [R, K, S] float32, for int8 / fp8 codes
     v_scale: jax.Array | None = None  # [R, K, S] float32
@@ -106,11 +109,7 @@ class LayerCache(_Payload, _HeadsFields):
     """
 
     __slots__ = ()
-    KEYS_SLOT_LAST = True
-
-    @property
-    def SEQ_AXES(self) -> tuple[int, ...]:  # noqa: N802  (the payloads' shared name)
-        return (3 if self.KEYS_SLOT_LAST else 2, 2, 2, 2)  # k, v, k_scale, v_scale
+    SEQ_AXES = (3, 2, 2, 2)  # k, v, k_scale, v_scale
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
@@ -119,30 +118,15 @@ class LayerCache(_Payload, _HeadsFields):
         def scales():  # a buffer each: decoding donates them
             return jnp.zeros((rows, K, slots), jnp.float32) if cfg.quantized_cache else None
         dtype = cfg.cache_jnp_dtype
-        keys = (rows, K, H, slots) if cls.KEYS_SLOT_LAST else (rows, K, slots, H)
-        return cls(jnp.zeros(keys, dtype), jnp.zeros((rows, K, slots, H), dtype), scales(), scales())
+        return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype), scales(), scales())
 
     @classmethod
     def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
         """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
-        def keys(k):
-            return k.swapaxes(2, 3) if cls.KEYS_SLOT_LAST else k
         if not cfg.quantized_cache:
-            return cls(keys(k_BKTH.astype(cfg.cache_jnp_dtype)), v_BKTH.astype(cfg.cache_jnp_dtype))
+            return cls(k_BKTH.astype(cfg.cache_jnp_dtype).swapaxes(2, 3), v_BKTH.astype(cfg.cache_jnp_dtype))
         (k, ks), (v, vs) = quantize(k_BKTH, cfg.cache_dtype), quantize(v_BKTH, cfg.cache_dtype)
-        return cls(keys(k), v, ks, vs)
-
-
-class PagedLayerCache(LayerCache):
-    """The K/V-heads payload of a paged layer's pool: keys [P, K, S, H] like values (S: a page's slots).
-
-    A paged read gathers whole pages into slot order; with the slot axis innermost a page of keys would
-    gather as H runs of S numbers, so the pools keep token-major keys and attention reads them that way
-    (benchmarks/cache_steps.py times the paged step against the contiguous one).
-    """
-
-    __slots__ = ()
-    KEYS_SLOT_LAST = False
+        return cls(k.swapaxes(2, 3), v, ks, vs)
 
 
 class LatentCache(_Payload, _LatentFields):
@@ -197,8 +181,9 @@ class Linear:
         s_S = jnp.arange(S)
         return jnp.where(s_S[None, :] < lengths_B[:, None], s_S[None, :], -1)
 
-    def read(self, layer, table):
-        return layer
+    def read(self, layer, table, lengths_B: jax.Array, T: int) -> tuple[Any, jax.Array]:
+        """What attention reads after a write that left `lengths_B` tokens: the arrays and each slot's position."""
+        return layer, self.positions(lengths_B, layer.slots)
 
     def reads_before_write(self, T: int) -> bool:
         """Whether attention must see the old slots and the new tokens side by side (a write would evict)."""
@@ -225,9 +210,8 @@ class Layout:
         written = layer.store(new, rows, slots)
         if addr.reads_before_write(pos_BT.shape[1]):  # old slots beside the new tokens, then the write
             k_pos = jnp.concatenate([addr.positions(lengths_B, S), jnp.where(live_BT, pos_BT, -1)], axis=1)
-            return written, View(addr.read(layer, table).concat(new), k_pos, addr)
-        read = addr.read(written, table)
-        return written, View(read, addr.positions(after_B, read.slots), addr)
+            return written, View(layer.concat(new), k_pos, addr)
+        return written, View(*addr.read(written, table, after_B, pos_BT.shape[1]), addr)
 
 
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
@@ -252,10 +236,10 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
         elif chunk is not None:
             addr = Chunked(chunk)
         elif cfg.cache_layout == "paged":
-            addr = Paged(cfg.page_size)
+            addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.groups)
         else:
             addr = Linear()
-        out.append(Layout(addr, PagedLayerCache if type(addr) is Paged and payload is LayerCache else payload))
+        out.append(Layout(addr, payload))
     return tuple(out)
 
 
@@ -305,7 +289,7 @@ def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, nu
         addr = layout.addressing
         if hasattr(addr, "page_size"):
             n = int(np.max(np.asarray(table))) + 1 if num_pages is None else num_pages
-            layers.append(layout.payload.zeros(cfg, n, addr.page_size))
+            layers.append(layout.payload.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
         else:
             layers.append(layout.payload.zeros(cfg, batch, addr.slots(length)))
     table = None if table is None else jnp.asarray(table, jnp.int32)

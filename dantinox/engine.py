@@ -61,6 +61,7 @@ from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, shap
 from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
 from dantinox.page_pool import PagePool, page_digest
+from dantinox.paged import put_pages, take_pages
 
 BATCHING = ("continuous", "static")
 PREEMPT = ("recompute", "swap")
@@ -319,7 +320,8 @@ class Engine:
         if self.preempt == "swap":
             start = time.perf_counter()
             pages = jnp.asarray(req.pages, jnp.int32)
-            saved = [jax.device_get(layer.map_slots(lambda a, axis, r=r: a[req.seat] if r else a[pages]))
+            saved = [jax.device_get(layer.map_slots(lambda a, axis: a[req.seat]) if r
+                                    else take_pages(layer, pages, self.page_size))
                      for layer, r in zip(self.layers, self.ring, strict=True)]
             req.swapped = (len(req.pages), saved)
             self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
@@ -334,8 +336,9 @@ class Engine:
     def _put(self, seat: int, pages: jax.Array | None, saved: tuple) -> None:
         """Write host or device copies back: ring layers at the seat's row, paged layers at `pages`."""
         def put(layer, part, r):
-            at = seat if r else pages
-            return type(layer)(*(None if a is None else a.at[at].set(s) for a, s in zip(layer, part, strict=True)))
+            if not r:
+                return put_pages(layer, pages, part, self.page_size)
+            return type(layer)(*(None if a is None else a.at[seat].set(s) for a, s in zip(layer, part, strict=True)))
         self.layers = tuple(layer if part is None else put(layer, part, r)
                             for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
 

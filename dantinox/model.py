@@ -89,7 +89,9 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
     """Scaled dot-product attention of grouped queries over K/V heads; K and V are never repeated.
 
     Keys come as the cache stores them, [B, K, H, S] (slot axis last); `keys_slot_last=False` takes
-    [B, K, S, H] instead (MLA's absorbed path, whose keys are the cached latent rows). `mask_BTS` says
+    [B, K, S, H] instead (MLA's absorbed path, whose keys are the cached latent rows). Keys and values of
+    one row with B > 1 queries are one pool that every sequence reads (a paged pool read whole, its mask
+    picking each sequence's slots). `mask_BTS` says
     which keys each query sees (a layout's View.mask). `scale` defaults to 1/sqrt(query width); V may be
     narrower than Q and K (MLA's absorbed path). Quantized keys and values come as codes with per-slot
     scales, folded into the contractions: scores = (q · codes) · k_scale, out = (p · v_scale) · codes.
@@ -101,6 +103,10 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
     B, T, K, G, _ = q_BTKGH.shape
     keys = "BKHS" if keys_slot_last else "BKSH"
     k, v_BKSH = k_BKHS.astype(jnp.float32), v_BKSH.astype(jnp.float32)
+    if k.shape[0] == 1 < B and sink_BS is None and not with_weights:  # one row for all: a paged pool read whole
+        return _attend_pool(q_BTKGH.astype(jnp.float32), k[0], v_BKSH[0], mask_BTS, scale,
+                            None if k_scale_BKS is None else k_scale_BKS[0],
+                            None if v_scale_BKS is None else v_scale_BKS[0], keys[1:])
     one_token = uses_one_token_arrangement(B, T, K, G) and (K > 1 or keys_slot_last)  # not MLA's latent rows
     if one_token and sink_BS is None and not with_weights:
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0], scale,
@@ -118,6 +124,25 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
         probs = probs * v_scale_BKS[:, :, None, None, :]
     out = jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BKSH)
     return (out, weights) if with_weights else out
+
+
+def _attend_pool(q_BTKGH: jax.Array, k: jax.Array, v_KSH: jax.Array, mask_BTS: jax.Array, scale: float,
+                 k_scale_KS: jax.Array | None, v_scale_KS: jax.Array | None, keys: str) -> jax.Array:
+    """Every query of the batch over one shared row of S slots: per KV head, the B · T · G query rows are
+    the rows of one matmul against the pool, so each slot is read once per step for all sequences."""
+    B, T, K, G, H = q_BTKGH.shape
+    S = mask_BTS.shape[-1]
+    q_KRH = q_BTKGH.transpose(2, 0, 1, 3, 4).reshape(K, B * T * G, H)
+    scores = (jnp.einsum(f"KRH,{keys}->KRS", q_KRH, k) * scale).reshape(K, B, T, G, S)
+    if k_scale_KS is not None:
+        scores = scores * k_scale_KS[:, None, None, None, :]
+    scores = jnp.where(mask_BTS[None, :, :, None, :], scores, NEG_INF)
+    weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))  # the softmax, normalized after the product
+    total_KR = weights.sum(axis=-1).reshape(K, B * T * G, 1)
+    if v_scale_KS is not None:
+        weights = weights * v_scale_KS[:, None, None, None, :]
+    out_KRH = jnp.einsum("KRS,KSH->KRH", weights.reshape(K, B * T * G, S), v_KSH) / total_KR
+    return out_KRH.reshape(K, B, T, G, -1).transpose(1, 2, 0, 3, 4)
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
@@ -194,7 +219,7 @@ class Attention(nnx.Module):
         with jax.named_scope("cache_write"):
             if cache is None:
                 new = LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH)
-            else:  # each payload type stores new tokens its own way (a paged pool keeps token-major keys)
+            else:  # each payload type stores new tokens its own way (rounded to the cache dtype, or quantized)
                 new = self.layout.payload.encode(cfg, k_BKTH, v_BKTH)
             cache, view = _view(self.layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
@@ -202,7 +227,7 @@ class Attention(nnx.Module):
             sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < self.layout.addressing.sinks)
             scored = cache is not None and hasattr(self.layout, "keep")  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
-                               sink_q, sinks, with_weights=scored, keys_slot_last=kv.KEYS_SLOT_LAST)
+                               sink_q, sinks, with_weights=scored)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
@@ -273,6 +298,8 @@ class LatentAttention(nnx.Module):
         ckv_BSX = view.payload.ckv.astype(jnp.float32)
         if view.payload.ckv_scale is not None:  # up-projecting needs the values themselves
             ckv_BSX = ckv_BSX * view.payload.ckv_scale[..., None]
+        if self.cfg.mla_rope_on_latent:  # rotated per sequence's positions: a shared pool becomes B rows
+            ckv_BSX = jnp.broadcast_to(ckv_BSX, view.k_pos_BS.shape + ckv_BSX.shape[2:])
         B, S, _ = ckv_BSX.shape
         c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
         k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))

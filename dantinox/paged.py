@@ -1,12 +1,12 @@
 """Paged KV cache: fixed-size pages in a shared pool, a page table per sequence (PagedAttention, arXiv:2309.06180).
 
 Device side, one addressing of dantinox/cache.py's layouts. Each paged layer holds a pool of `num_pages`
-pages of `page_size` token slots ([num_pages, K, page_size, H] keys and values, [num_pages,
-page_size, C + R] MLA latents; int8 codes and their scales alike); the container holds one page table
-[B, M] for all of them: logical page m of sequence b lives in physical page table[b, m]. A write
-scatters new tokens through the table; attention reads each sequence's pages gathered into slot order
-(on XLA:CPU a gather into one [B, ..., M·page_size, ...] array per step is the formulation that runs as
-library matmuls; the roofline counts those bytes as the attention's cache read). The config chooses it:
+pages of `page_size` token slots as one row of num_pages · page_size slots ([1, K, H, P · ps] keys,
+[1, K, P · ps, H] values, [1, P · ps, C + R] MLA latents; int8 codes and their scales alike); the
+container holds one page table [B, M] for all of them: logical page m of sequence b lives in physical page
+table[b, m]. A write scatters new tokens through the table. Attention reads the whole pool with other
+sequences' slots masked, or, where that would compute too many extra scores, each sequence's pages
+gathered into slot order (`Paged.reads_pool`; the roofline counts a gather's copy). The config chooses it:
 `ModelConfig(..., cache_layout="paged", page_size=16)`. Sliding-window and chunked layers of a paged
 config keep their ring of W slots per sequence: a ring is already bounded, so paging it would save nothing.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -26,24 +27,79 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.cache import KVCache, Linear, empty_cache
+from dantinox.cache import KVCache, Linear, empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
+# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages
+# (benchmarks/cache_steps.py's "paged read" rows measure both reads around it).
+POOL_READ_MAX = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class Paged(Linear):
-    """Position p of sequence b in slot p mod ps of physical page table[b, p // ps]."""
+    """Position p of sequence b in slot p mod ps of physical page table[b, p // ps].
+
+    A layer's pool is one row of P pages (P · ps slots, page n holding slots n · ps .. n · ps + ps - 1), so
+    it can be read two ways, both exact: every query attends over the whole pool, with the slots of
+    other sequences' pages masked out (no copy; the score matrix is P / M times the sequences' own, for
+    a table of M pages per sequence), or each sequence's pages are first gathered into slot order (a copy
+    of B · M pages per step). `reads_pool` picks one from the shapes at trace time.
+    """
 
     page_size: int
+    query_heads: int = 1  # query heads per cached head (G; MLA's latent: all N heads read one row)
 
     def locate(self, pos_BT, live_BT, after_B, S, table):
-        rows_BT = jnp.take_along_axis(table, jnp.clip(pos_BT // self.page_size, 0, table.shape[1] - 1), axis=1)
-        return rows_BT, jnp.where(live_BT, pos_BT % self.page_size, -1)
+        page_BT = jnp.take_along_axis(table, jnp.clip(pos_BT // self.page_size, 0, table.shape[1] - 1), axis=1)
+        slot_BT = page_BT * self.page_size + pos_BT % self.page_size
+        return jnp.zeros_like(pos_BT), jnp.where(live_BT, slot_BT, -1)
 
-    def read(self, layer, table):
-        return layer.gather(table)
+    def pool_read_excess(self, T: int, pool_pages: int, table_pages: int) -> float:
+        """Score entries the whole-pool read computes beyond a gathered read's, per gathered slot: each of
+        the T · query_heads query rows of a sequence scores (P - M) · ps other slots per M · ps of its own."""
+        return T * self.query_heads * (pool_pages - table_pages) / table_pages
+
+    def reads_pool(self, T: int, pool_pages: int, table_pages: int) -> bool:
+        """Whether attention reads the whole pool (True) or gathered pages: a gather copies every page it
+        reads, the whole-pool read computes `pool_read_excess` more scores; see POOL_READ_MAX."""
+        return self.pool_read_excess(T, pool_pages, table_pages) <= POOL_READ_MAX
+
+    def read(self, layer, table, lengths_B, T):
+        ps, (B, M) = self.page_size, table.shape
+        P = layer.slots // ps
+        if not self.reads_pool(T, P, M):
+            return layer.gather(table, ps), self.positions(lengths_B, M * ps)
+        # logical page of every physical page for each sequence (-1: not one of its written pages)
+        m_BM = jnp.broadcast_to(jnp.arange(M, dtype=jnp.int32), (B, M))
+        held_BM = m_BM * ps < lengths_B[:, None]
+        owner_BP = jnp.full((B, P), -1, jnp.int32).at[jnp.arange(B)[:, None], jnp.where(held_BM, table, P)].set(
+            m_BM, mode="drop")
+        pos_BS = (owner_BP[:, :, None] * ps + jnp.arange(ps, dtype=jnp.int32)).reshape(B, P * ps)  # < 0: not its
+        return layer, jnp.where((pos_BS >= 0) & (pos_BS < lengths_B[:, None]), pos_BS, -1)
+
+
+def _paged_view(a: jax.Array, axis: int, page_size: int) -> jax.Array:
+    """A one-row pool field [1, ..., P · ps, ...] as [..., P, ps, ...] (its page axis at axis - 1)."""
+    a = a[0]
+    return a.reshape(a.shape[:axis - 1] + (a.shape[axis - 1] // page_size, page_size) + a.shape[axis:])
+
+
+def take_pages(layer: Any, pages: jax.Array, page_size: int) -> Any:
+    """The pages `pages` [n] of a paged layer's pool, each field as [..., n, ps, ...]."""
+    return layer.map_slots(lambda a, axis: jnp.take(_paged_view(a, axis, page_size), pages, axis=axis - 1))
+
+
+def put_pages(layer: Any, pages: jax.Array, parts: Any, page_size: int) -> Any:
+    """The pool with pages `pages` [n] replaced by `parts` (from take_pages)."""
+    def put(a: jax.Array, part: Any, axis: int) -> jax.Array:
+        if a is None:
+            return None
+        view = _paged_view(a, axis, page_size)
+        at = (slice(None),) * (axis - 1) + (pages,)
+        return view.at[at].set(jnp.asarray(part, a.dtype)).reshape(a.shape)
+    return type(layer)(*(put(a, p, ax) for a, p, ax in zip(layer, parts, layer.SEQ_AXES, strict=True)))
 
 
 def init_pool(cfg: ModelConfig, num_pages: int, table_BM: Any) -> KVCache:
@@ -63,19 +119,23 @@ def pool_bytes(cfg: ModelConfig, num_pages: int, page_size: int) -> int:
     return shapes.nbytes
 
 
-@jax.jit
-def _copy(caches: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
-    def copy(a: jax.Array) -> jax.Array:
-        return a.at[dst].set(a[src])
-    return caches._replace(layers=jax.tree_util.tree_map(copy, caches.layers))
+@partial(jax.jit, static_argnums=(0,))
+def _copy(page_sizes: tuple, caches: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
+    return caches._replace(layers=tuple(layer if ps is None else put_pages(layer, dst, take_pages(layer, src, ps), ps)
+                                        for layer, ps in zip(caches.layers, page_sizes, strict=True)))
 
 
-def copy_pages(caches: KVCache, copies: Sequence[tuple[int, int]]) -> KVCache:
-    """Apply copy-on-write copies (src, dst) from PageManager.append to every layer's pools."""
+def copy_pages(cfg: ModelConfig, caches: KVCache, copies: Sequence[tuple[int, int]]) -> KVCache:
+    """Apply copy-on-write copies (src, dst) from PageManager.append to every paged layer's pool."""
     if not copies:
         return caches
     src, dst = (jnp.asarray(c, jnp.int32) for c in zip(*copies, strict=True))
-    return _copy(caches, src, dst)
+    return _copy(page_sizes(cfg), caches, src, dst)
+
+
+def page_sizes(cfg: ModelConfig) -> tuple[int | None, ...]:
+    """Each layer's page size, None for a layer that is not paged (a ring)."""
+    return tuple(getattr(lay.addressing, "page_size", None) for lay in layouts(cfg))
 
 
 class SampleRun(NamedTuple):
@@ -93,12 +153,12 @@ class SampleRun(NamedTuple):
 class _ForkPager:
     """The pager of generate's decode loop for n samples of one prefilled prompt (their pages shared)."""
 
-    def __init__(self, manager: PageManager, n: int, end: int):
-        self.manager, self.seqs, self.end = manager, list(range(n)), end
+    def __init__(self, cfg: ModelConfig, manager: PageManager, n: int, end: int):
+        self.cfg, self.manager, self.seqs, self.end = cfg, manager, list(range(n)), end
 
     def grow(self, caches: KVCache, bucket: int) -> KVCache:
         for seq in self.seqs:
-            caches = copy_pages(caches, self.manager.append(seq, max(0, min(bucket, self.end)
+            caches = copy_pages(self.cfg, caches, self.manager.append(seq, max(0, min(bucket, self.end)
                                                                       - self.manager.lengths[seq])))
         table = self.manager.table_array(self.seqs, pages_for(bucket, self.manager.page_size))
         return caches._replace(page_table=jnp.asarray(table, jnp.int32))
@@ -130,13 +190,13 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
     for seq in range(n):  # the first write into a shared partly filled page copies it; the last holder writes in place
         new = manager.append(seq, 1) if end > T else []
         copies += new
-        state = state._replace(caches=copy_pages(state.caches, new))
+        state = state._replace(caches=copy_pages(cfg, state.caches, new))
     rows = jnp.zeros((n,), jnp.int32)
     state = state._replace(tokens=state.tokens[rows], logits=state.logits[rows], index=state.index[rows],
                            end=state.end[rows], caches=state.caches._replace(lengths=state.caches.lengths[rows]))
     temp = jnp.float32(temperature) if temperature > 0 else None
-    state = _advance(cfg, decode_program(n), graphdef, params, state, end, temp, top_k, True,
-                     _ForkPager(manager, n, end))
+    state = _advance(cfg, decode_program(n, cfg=cfg), graphdef, params, state, end, temp, top_k, True,
+                     _ForkPager(cfg, manager, n, end))
     page_bytes = pool_bytes(cfg, 1, ps)
     return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, page_bytes,
                      manager.num_used * page_bytes, n * pages_for(end, ps) * page_bytes)

@@ -129,26 +129,42 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
     return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
 
 
-def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
-    """Bytes a paged step moves beyond reading its pages: on XLA:CPU each paged layer gathers the pages of
-    every sequence into one contiguous copy (dantinox/paged.py), written once and read once by attention."""
+def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, bool]:
+    """(paged layers, slots of whole pages per sequence, whether a decode step reads the pool whole) for a
+    private pool of `batch` sequences of `context` slots (init_cache's), as dantinox/paged.py decides it."""
     if cfg.cache_layout != "paged":
+        return 0, context, False
+    from dantinox.cache import layouts
+    from dantinox.page_manager import pages_for
+
+    paged = [lay.addressing for lay in layouts(cfg) if hasattr(lay.addressing, "page_size")]
+    M = pages_for(context, cfg.page_size)
+    return len(paged), M * cfg.page_size, bool(paged) and paged[0].reads_pool(1, batch * M, M)
+
+
+def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
+    """Bytes a paged step moves beyond reading its pages: where a paged layer gathers each sequence's pages
+    into a contiguous copy (dantinox/paged.py, `Paged.reads_pool` False) the copy is written once and read
+    once by attention; a pool read whole moves none."""
+    layers, slots, whole = _paged_read(cfg, batch, context)
+    if not layers or whole:
         return 0
-    paged_layers = sum(w is None and c is None for w, c in zip(cfg.layer_windows, cfg.layer_chunks, strict=True))
     one = cfg.replace(n_layers=1, cache_layout="contiguous", sliding_windows=None, attention_chunks=None)
-    slots = -(-context // cfg.page_size) * cfg.page_size  # whole pages
-    return 2 * paged_layers * kv_cache_bytes(one, batch, slots)
+    return 2 * layers * kv_cache_bytes(one, batch, slots)
 
 
 def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
-    """One decode step: B new tokens, each attending over `context` cached slots (plus a paged read's copy)."""
+    """One decode step: B new tokens, each attending over `context` cached slots (plus a paged read's copy,
+    or, for a paged pool read whole, each query's scores over every sequence's pages)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
+    layers, slots, whole = _paged_read(cfg, batch, context)
+    pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size if whole else 0
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
         cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
         matmul_flops=2 * batch * matmul_weights_per_token(cfg),
-        attention_flops=_attention_flops(cfg, batch, context),
+        attention_flops=_attention_flops(cfg, batch, context) + pool_scores,
         page_gather_bytes=page_gather_bytes(cfg, batch, context))
 
 
@@ -260,7 +276,7 @@ def run_decode(graphdef, params, state: DecodeState, stop: int, bucket: int, pro
     """generate's greedy decode loop from `state` until `stop` tokens are held, in a cache of `bucket` slots:
     the same program and XLA options as generate's (or `program`, from generate.decode_loop_jit), not
     donated, so a timing state can be run again."""
-    program = program or decode_program(state.index.shape[0], donate=False)
+    program = program or decode_program(state.index.shape[0], donate=False, cfg=nnx.merge(graphdef, params).cfg)
     return program(graphdef, params, state, None, stop, top_k=None, use_cache=True, bucket=bucket)
 
 

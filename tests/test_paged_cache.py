@@ -1,12 +1,14 @@
 """The paged KV cache: same tokens as the contiguous cache, shared prompts stored once, honest pool bounds."""
 
+import re
+
 import numpy as np
 import pytest
 from flax import nnx
 from invariants import token_ids
 
 import dantinox
-from dantinox.paged import PageManager, PoolExhausted, pages_for, pool_bytes, sample_n
+from dantinox.paged import PageManager, PoolExhausted, pages_for, pool_bytes, sample_n, take_pages
 
 
 def make(**kw):
@@ -32,7 +34,7 @@ def test_the_config_chooses_the_paged_layout():
     contiguous = dantinox.generate(model, prompt, 30, cache_layout="contiguous")
     np.testing.assert_array_equal(dantinox.generate(model, prompt, 30), contiguous)
     cache = dantinox.init_cache(cfg, 2, 12)  # a private pool: 3 pages of 5 per sequence, one table for all layers
-    assert cache.page_table.shape == (2, 3) and cache.layers[0].k.shape == (6, 2, 5, cfg.head_size)
+    assert cache.page_table.shape == (2, 3) and cache.layers[0].k.shape == (1, 2, cfg.head_size, 6 * 5)  # one row
     assert cache.nbytes == dantinox.kv_cache_bytes(cfg, 2, 15)  # whole pages
     logits, cache, _ = model(prompt, use_cache=True, kv_caches=cache)
     np.testing.assert_allclose(logits, model(prompt)[0], atol=2e-5, rtol=2e-5)
@@ -66,9 +68,10 @@ def test_copy_on_write_copies_the_filled_slots_of_the_shared_page():
     run = sample_n(model, token_ids(1, 6, seed=2), 2, 5, page_size=4, temperature=1.0, seed=7)
     (src, dst), = run.copies  # 6 tokens: page 1 holds slots 4 and 5 when the samples fork
     for layer in run.caches.layers:
-        for pool, axis in ((a, ax) for a, ax in zip(layer, layer.SEQ_AXES, strict=True) if a is not None):
-            pool = np.asarray(pool)
-            src_slots, dst_slots = (np.take(pool[p], [0, 1], axis=axis - 1) for p in (src, dst))  # slots 0 and 1
+        pages = take_pages(layer, np.array([src, dst]), 4)  # each field [..., 2, 4, ...]: the two pages
+        for field, axis in ((a, ax) for a, ax in zip(pages, layer.SEQ_AXES, strict=True) if a is not None):
+            src_slots, dst_slots = (np.take(np.take(np.asarray(field), i, axis=axis - 1), [0, 1], axis=axis - 1)
+                                    for i in (0, 1))  # slots 0 and 1 of each
             assert np.abs(src_slots).sum() > 0
             np.testing.assert_array_equal(dst_slots, src_slots)
     assert run.tokens.shape == (2, 11) and (run.tokens[0, 6:] != run.tokens[1, 6:]).any()  # sampled apart
@@ -107,3 +110,65 @@ def test_generate_refuses_bad_layout_arguments():
         dantinox.generate(model, prompt, 4, cache_layout="pages")
     with pytest.raises(ValueError, match="page_size: expected a positive integer, got 0"):
         dantinox.generate(model, prompt, 4, cache_layout="paged", page_size=0)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["pool-read-whole", "pages-gathered"])
+@pytest.mark.parametrize("variant", [
+    dict(), dict(kv_heads=2), dict(kv_heads=2, cache_dtype="int8"),
+    dict(attention="latent", kv_latent_dim=16, rope_head_dim=4),
+    dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized"),
+], ids=["mha", "gqa", "gqa-int8", "mla-absorbed", "mla-materialized"])
+def test_both_paged_reads_give_the_contiguous_logits(monkeypatch, variant, whole):
+    """Shuffled pages in a pool with a page nobody holds: reading the pool whole (other sequences' slots
+    masked) and gathering each sequence's pages give the logits of a contiguous cache, prefill and decode."""
+    import dantinox.paged as paged
+
+    monkeypatch.setattr(paged, "POOL_READ_MAX", 10**9 if whole else -1)
+    cfg, model = make(cache_layout="paged", page_size=4, **variant)
+    contiguous = dantinox.Transformer(cfg.replace(cache_layout="contiguous"), rngs=nnx.Rngs(0))
+    table = np.array([[5, 2, 7], [0, 6, 3]], np.int32)  # 12 slots each; pages 1, 4 and 8 held by nobody
+    caches = [paged.init_pool(cfg, 9, table), dantinox.init_cache(contiguous.cfg, 2, 12)]
+    ids = token_ids(2, 7, seed=4)
+    for _ in range(3):  # the prompt, then two decode steps (the second crosses into a new page)
+        (logits, caches[0], _), (want, caches[1], _) = (m(ids, use_cache=True, kv_caches=c)
+                                                        for m, c in zip((model, contiguous), caches, strict=True))
+        np.testing.assert_allclose(logits, want, rtol=2e-5, atol=2e-5)
+        ids = np.asarray(want[:, -1].argmax(-1))[:, None]
+    assert dantinox.filled_slots(caches[0]).tolist() == [9, 9]
+    assert paged.Paged(4).reads_pool(1, 9, 3) is whole
+
+
+def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_limit():
+    """The rule of dantinox/paged.py: a decode step of B sequences over a private pool (P = B · M pages)
+    adds G · (B - 1) scores per own slot; prefill chunks of T tokens T times that."""
+    from dantinox.paged import POOL_READ_MAX, Paged
+
+    mha, gqa = Paged(16, query_heads=1), Paged(16, query_heads=4)
+    assert mha.pool_read_excess(1, 8 * 64, 64) == 7 and gqa.pool_read_excess(1, 8 * 64, 64) == 28
+    assert mha.reads_pool(1, 8 * 64, 64) and gqa.reads_pool(1, 8 * 64, 64)  # batch 8: read whole
+    assert not gqa.reads_pool(1, 16 * 64, 64) and mha.reads_pool(1, 16 * 64, 64)  # 60 > 32 >= 15
+    assert not mha.reads_pool(64, 2 * 64, 64)  # a 64-token prompt chunk: gathered
+    assert mha.reads_pool(64, 64, 64) and POOL_READ_MAX == 32  # one sequence's own pool: nothing extra
+
+
+def test_a_batch_decode_step_over_a_paged_pool_gathers_nothing():
+    """The compiled batch-8 decode loop of a paged cache (reference shapes, 1,024 slots) attends over the pool
+    as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in float32."""
+    from dantinox.generate import EIGEN_DOTS, compiler_options, decode_loop_jit
+    from dantinox.roofline import timing_state
+
+    cfg = dantinox.ModelConfig.preset("test", cache_layout="paged", page_size=16, max_context=256)
+    graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
+    assert compiler_options(8, cfg) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None
+    assert compiler_options(1, cfg) == compiler_options(1)  # batch 1: the contiguous cache's options
+    state = timing_state(cfg, 8, 256, 250)
+    program = decode_loop_jit(compiler_options=compiler_options(8, cfg))
+    lowered = program.lower(graphdef, params, state, None, 256, top_k=None, use_cache=True, bucket=256)
+    sources = {line.split(": (")[1].split(",")[0] for line in lowered.as_text().splitlines()
+               if "stablehlo.gather" in line}  # the array each gather reads from
+    # the token embedding's lookup and the page table's entries for the new tokens' pages, nothing else
+    assert sources == {f"tensor<{cfg.vocab_size}x{cfg.d_model}xf32>", f"tensor<8x{256 // 16}xi32>"}
+    hlo = lowered.compile().as_text()
+    ynn = set(re.findall(r"calls=(%[\w.-]+).*__ynn_fusion", hlo))  # computations YNNPACK runs
+    bodies = {m[0]: m[1] for m in re.findall(r"\n(%[\w.-]+) [^\n]*\{\n(.*?)\n\}", hlo, re.S)}
+    assert " dot(" in hlo and not any(" dot(" in bodies[name] for name in ynn)  # every dot is XLA's own

@@ -48,11 +48,17 @@ def test_decode_step_bytes_and_flops_by_hand():
     g = roofline.decode_cost(GQA, batch=3, context=16)
     assert g.cache_read_bytes == 2 * 3 * 16 * 2 * 2 * 8 * 2  # K = 2 heads, bf16
     assert g.attention_flops == c.attention_flops  # every query head still attends over every slot
-    paged = roofline.decode_cost(MHA.replace(cache_layout="paged", page_size=5), batch=3, context=16)
-    assert paged.page_gather_bytes == 2 * (2 * 3 * 20 * 2 * 4 * 8 * 4)  # 4 pages of 5 slots, copied then read
-    assert paged.bytes == c.bytes + paged.page_gather_bytes and c.page_gather_bytes == 0
+    paged_cfg = MHA.replace(cache_layout="paged", page_size=5)
+    pooled = roofline.decode_cost(paged_cfg, batch=3, context=16)  # 3 x 4 pages of 5: read whole, no copy
+    assert pooled.page_gather_bytes == 0 and pooled.bytes == c.bytes
+    assert pooled.attention_flops == c.attention_flops + 4 * 3 * (3 * 20 - 16) * 2 * 4 * 8  # every page, every query
+    paged = roofline.decode_cost(paged_cfg, batch=40, context=16)  # 39 other sequences' pages per own: gathered
+    assert paged.page_gather_bytes == 2 * (2 * 40 * 20 * 2 * 4 * 8 * 4)  # 4 pages of 5 slots, copied then read
+    plain = roofline.decode_cost(MHA, batch=40, context=16)
+    assert paged.bytes == plain.bytes + paged.page_gather_bytes and plain.page_gather_bytes == 0
+    assert paged.attention_flops == plain.attention_flops
     ring = MHA.replace(cache_layout="paged", page_size=5, sliding_windows=(4, None))  # the ring is not paged
-    assert roofline.decode_cost(ring, 3, 16).page_gather_bytes == paged.page_gather_bytes // 2
+    assert roofline.decode_cost(ring, 40, 16).page_gather_bytes == paged.page_gather_bytes // 2
 
 
 def test_prefill_bytes_and_flops_by_hand():
