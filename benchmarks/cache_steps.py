@@ -6,8 +6,9 @@
 Every side is generate's decode loop (dantinox.roofline.run_decode) over a cache of CONTEXT slots of the
 reference model: a step is (t(LONG steps) - t(SHORT steps)) / (LONG - SHORT), each length the best of
 ROUNDS, the sides of a pair taking turns round by round. The pairs: an int8 cache against float32, a paged
-cache (16-slot pages) against contiguous, and, at batch 1, the one-token write as a slice update against a
-scatter (dantinox.cache.writes_as_slice). The load average is recorded with the numbers: on a shared
+cache (16-slot pages) against contiguous, at batch 1 the one-token write as a slice update against a
+scatter (dantinox.cache.writes_as_slice), and the two paged reads (dantinox.paged.Paged.reads_pool) forced
+on either side of POOL_READ_MAX. The load average is recorded with the numbers: on a shared
 machine only the ratios within one row mean anything.
 """
 
@@ -27,6 +28,7 @@ from flax import nnx
 
 import dantinox
 import dantinox.cache
+import dantinox.paged as paged
 from dantinox.generate import compiler_options, decode_loop_jit
 from dantinox.roofline import run_decode, timing_state
 
@@ -34,26 +36,35 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "cache_steps.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 CONTEXT, SHORT, LONG, ROUNDS = 1024, 4, 20, 5
-PAIRS = {  # name: (baseline side, other side), each side (config changes, write as a slice at batch 1)
-    "int8 vs float32 cache": ((dict(), True), (dict(cache_dtype="int8"), True)),
-    "paged (16-slot pages) vs contiguous": ((dict(), True), (dict(cache_layout="paged", page_size=16), True)),
-    "one-token write: scatter vs slice": ((dict(), True), (dict(), False)),
+PAGED = dict(cache_layout="paged", page_size=16)
+WHOLE, GATHERED = 10**9, -1  # dantinox.paged.POOL_READ_MAX forcing each paged read
+PAIRS = {  # name: (baseline side, other side), each side (config changes, write as a slice at batch 1, read limit)
+    "int8 vs float32 cache": ((dict(), True, None), (dict(cache_dtype="int8"), True, None)),
+    "paged (16-slot pages) vs contiguous": ((dict(), True, None), (PAGED, True, None)),
+    "one-token write: scatter vs slice": ((dict(), True, None), (dict(), False, None)),
+    # either side of dantinox.paged.POOL_READ_MAX: 15 and 28 extra scores per own slot
+    "paged MHA: pool read whole vs gathered": ((PAGED, True, GATHERED), (PAGED, True, WHOLE)),
+    "paged GQA (K=2): pool read whole vs gathered": ((PAGED | dict(kv_heads=2), True, GATHERED),
+                                                     (PAGED | dict(kv_heads=2), True, WHOLE)),
 }
 BATCHES = {"int8 vs float32 cache": (1, 8), "paged (16-slot pages) vs contiguous": (1, 8),
-           "one-token write: scatter vs slice": (1,)}
+           "one-token write: scatter vs slice": (1,), "paged MHA: pool read whole vs gathered": (16,),
+           "paged GQA (K=2): pool read whole vs gathered": (8,)}
 
 
-def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool):
-    """A fresh decode-loop program traced with the write formulation `as_slice`, and its timing states."""
+def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool, pool_read_max: int | None = None):
+    """A fresh decode-loop program traced with the write formulation `as_slice` (and, for a paged cache, the
+    paged read limit `pool_read_max`, None: the library's), and its timing states."""
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
     states = {n: timing_state(cfg, batch, CONTEXT, CONTEXT - n) for n in (SHORT, LONG)}
-    keep = dantinox.cache.writes_as_slice
+    keep, keep_max = dantinox.cache.writes_as_slice, paged.POOL_READ_MAX
     dantinox.cache.writes_as_slice = lambda B, T: as_slice and keep(B, T)
+    paged.POOL_READ_MAX = keep_max if pool_read_max is None else pool_read_max
     try:
         program = decode_loop_jit(compiler_options=compiler_options(batch, cfg))
         jax.block_until_ready(run_decode(graphdef, params, states[SHORT], CONTEXT, CONTEXT, program))  # traces here
     finally:
-        dantinox.cache.writes_as_slice = keep
+        dantinox.cache.writes_as_slice, paged.POOL_READ_MAX = keep, keep_max
     return {n: partial(run_decode, graphdef, params, states[n], CONTEXT, CONTEXT, program) for n in states}
 
 
@@ -76,7 +87,8 @@ def measure() -> dict:
     load_before = os.getloadavg()[0]
     for name, (base, other) in PAIRS.items():
         for batch in BATCHES[name]:
-            sides = [_program(dantinox.ModelConfig.preset("reference", **kw), batch, s) for kw, s in (base, other)]
+            sides = [_program(dantinox.ModelConfig.preset("reference", **kw), batch, s, m)
+                     for kw, s, m in (base, other)]
             base_ms, other_ms = step_ms(sides)
             ratio = other_ms / base_ms if base_ms and other_ms else None
             rows.append(dict(pair=name, batch=batch, base_ms=base_ms, other_ms=other_ms, ratio=ratio,

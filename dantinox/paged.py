@@ -32,9 +32,12 @@ from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
-# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages
-# (benchmarks/cache_steps.py's "paged read" rows measure both reads around it).
-POOL_READ_MAX = 32
+# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages.
+# Whole-pool step / gathered step measured (reference model, 1,024 slots, 2026-12-02): 0.64 at an excess of
+# 7 (MHA, batch 8), 0.83 at 12 (GQA K=2, batch 4), 0.81 at 14 (K=4, batch 8), 0.71 at 15 (MHA, batch 16);
+# 1.27 at 28 (K=2, batch 8), 1.80 at 31 (MHA, batch 32), 1.74 at 60 (K=2, batch 16). benchmarks/cache_steps.py
+# times the two reads at 15 and 28 in every run.
+POOL_READ_MAX = 16
 
 
 @dataclasses.dataclass(frozen=True)

@@ -145,10 +145,10 @@ def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_li
 
     mha, gqa = Paged(16, query_heads=1), Paged(16, query_heads=4)
     assert mha.pool_read_excess(1, 8 * 64, 64) == 7 and gqa.pool_read_excess(1, 8 * 64, 64) == 28
-    assert mha.reads_pool(1, 8 * 64, 64) and gqa.reads_pool(1, 8 * 64, 64)  # batch 8: read whole
-    assert not gqa.reads_pool(1, 16 * 64, 64) and mha.reads_pool(1, 16 * 64, 64)  # 60 > 32 >= 15
-    assert not mha.reads_pool(64, 2 * 64, 64)  # a 64-token prompt chunk: gathered
-    assert mha.reads_pool(64, 64, 64) and POOL_READ_MAX == 32  # one sequence's own pool: nothing extra
+    assert mha.reads_pool(1, 8 * 64, 64) and not gqa.reads_pool(1, 8 * 64, 64)  # batch 8: 7 <= 16 < 28
+    assert mha.reads_pool(1, 16 * 64, 64) and not mha.reads_pool(1, 32 * 64, 64)  # 15 <= 16 < 31
+    assert gqa.reads_pool(1, 4 * 64, 64) and not mha.reads_pool(64, 2 * 64, 64)  # 12; a 64-token chunk: 64
+    assert mha.reads_pool(64, 64, 64) and POOL_READ_MAX == 16  # one sequence's own pool: nothing extra
 
 
 def test_a_batch_decode_step_over_a_paged_pool_gathers_nothing():
