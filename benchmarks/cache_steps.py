@@ -61,7 +61,7 @@ def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool, pool_read_ma
     dantinox.cache.writes_as_slice = lambda B, T: as_slice and keep(B, T)
     paged.POOL_READ_MAX = keep_max if pool_read_max is None else pool_read_max
     try:
-        program = decode_loop_jit(compiler_options=compiler_options(batch, cfg))
+        program = decode_loop_jit(compiler_options=compiler_options(batch, cfg, CONTEXT))
         jax.block_until_ready(run_decode(graphdef, params, states[SHORT], CONTEXT, CONTEXT, program))  # traces here
     finally:
         dantinox.cache.writes_as_slice, paged.POOL_READ_MAX = keep, keep_max

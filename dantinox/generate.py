@@ -148,18 +148,27 @@ VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
 # A paged pool read whole (dantinox/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
 # hands such float32 products to YNNPACK by default; its product of the weights by the values measured
 # 10.0 ms per step against 5.3 ms for XLA's own (Eigen) dot (reference model, batch 8, 1,024 slots,
-# 2026-12-02), so paged decode programs keep YNNPACK for reductions only (benchmarks/cache_steps.py
-# times the paged step against the contiguous one with the options generate uses).
+# 2026-12-02). The option is per program, so it also moves the weight matmuls to Eigen, which measured
+# slower for a larger model (SmolLM2-135M, paged, batch 8, 160 slots: 123 -> 92 tok/s). Paged decode
+# programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py times the
+# paged step against the contiguous one with the options generate uses).
 EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
 
-def compiler_options(batch: int, cfg: ModelConfig | None = None) -> dict[str, str] | None:
-    """The XLA options dantinox compiles a decode program for `batch` sequences of `cfg` with (None: the
-    defaults). Without a config: those of a contiguous cache."""
+def _values_outweigh_weights(cfg: ModelConfig, batch: int, slots: int) -> bool:
+    """Whether a paged layer's values for `batch` sequences of `slots` outnumber its matmul weights."""
+    D, N, K, H, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width
+    return batch * slots * K * H > D * (N + 2 * K) * H + N * H * D + 3 * D * F
+
+
+def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | None = None) -> dict[str, str] | None:
+    """The XLA options dantinox compiles a decode program for `batch` sequences of `cfg` with, decoding up to
+    `slots` tokens (default max_context); None: the defaults. Without a config: a contiguous cache's."""
     if jax.default_backend() != "cpu":
         return None
     options = dict(VECTOR_512) if batch == 1 else {}
-    if batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.jnp_dtype == jnp.float32:
+    if (batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.attention == "heads"
+            and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)):
         options |= EIGEN_DOTS
     return options or None
 
@@ -177,11 +186,11 @@ def decode_loop_jit(donate: bool = False, compiler_options: dict[str, str] | Non
                    compiler_options=compiler_options, **_STATIC)
 
 
-def decode_program(batch: int, donate: bool = True, cfg: ModelConfig | None = None):
-    """The compiled decode loop for `batch` sequences of `cfg`: one program per (batch, bucket), reused for any
-    prompt, length and stop. generate and stream donate the state, so the cache is updated in place (a
-    stream event's cache is valid until the next chunk)."""
-    return _decode_jit(donate, tuple(sorted((compiler_options(batch, cfg) or {}).items())))
+def decode_program(batch: int, donate: bool = True, cfg: ModelConfig | None = None, slots: int | None = None):
+    """The compiled decode loop for `batch` sequences of `cfg` decoding up to `slots` tokens: one program per
+    (batch, bucket), reused for any prompt, length and stop. generate and stream donate the state, so the
+    cache is updated in place (a stream event's cache is valid until the next chunk)."""
+    return _decode_jit(donate, tuple(sorted((compiler_options(batch, cfg, slots) or {}).items())))
 
 
 def check_prompts(cfg: ModelConfig, prompt_ids: Any, name: str = "prompt_ids") -> tuple[jax.Array, np.ndarray, bool]:
@@ -306,7 +315,7 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     model = _override(model, cache_layout=cache_layout, page_size=page_size)
     prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
     graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
-    decode = decode_program(prompt.shape[0], cfg=model.cfg)
+    decode = decode_program(prompt.shape[0], cfg=model.cfg, slots=int(end.max()))
     state = _advance(model.cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager,
                      eos_id)
     return _result(state, lengths, end, ragged, eos_id)
@@ -373,7 +382,8 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     if _compile_counter is None:
         _compile_counter = _CompileCounter()
     graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
-    index, last, decode = prompt.shape[1], int(end.max()), decode_program(prompt.shape[0], cfg=model.cfg)
+    index, last, decode = prompt.shape[1], int(end.max()), decode_program(prompt.shape[0], cfg=model.cfg,
+                                                                          slots=int(end.max()))
     while index < last:
         stop = min(index + chunk, last)
         compiles, start = _compile_counter.here(), time.perf_counter()

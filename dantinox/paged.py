@@ -198,7 +198,7 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
     state = state._replace(tokens=state.tokens[rows], logits=state.logits[rows], index=state.index[rows],
                            end=state.end[rows], caches=state.caches._replace(lengths=state.caches.lengths[rows]))
     temp = jnp.float32(temperature) if temperature > 0 else None
-    state = _advance(cfg, decode_program(n, cfg=cfg), graphdef, params, state, end, temp, top_k, True,
+    state = _advance(cfg, decode_program(n, cfg=cfg, slots=end), graphdef, params, state, end, temp, top_k, True,
                      _ForkPager(cfg, manager, n, end))
     page_bytes = pool_bytes(cfg, 1, ps)
     return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, page_bytes,

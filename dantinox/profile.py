@@ -115,7 +115,7 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
         raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, got {steps}")
     graphdef, params = nnx.split(model)
     state = timing_state(cfg, batch, context, context - steps)  # the last `steps` slots; each reads all of them
-    loop = decode_program(batch, donate=False, cfg=cfg)
+    loop = decode_program(batch, donate=False, cfg=cfg, slots=context)
     compiled = loop.lower(graphdef, params, state, None, context, top_k=None, use_cache=True, bucket=context).compile()
     category = categorize(compiled.as_text(), context)
     jax.block_until_ready(compiled(params, state, None, context))  # warm before the profiled call

@@ -276,7 +276,9 @@ def run_decode(graphdef, params, state: DecodeState, stop: int, bucket: int, pro
     """generate's greedy decode loop from `state` until `stop` tokens are held, in a cache of `bucket` slots:
     the same program and XLA options as generate's (or `program`, from generate.decode_loop_jit), not
     donated, so a timing state can be run again."""
-    program = program or decode_program(state.index.shape[0], donate=False, cfg=nnx.merge(graphdef, params).cfg)
+    if program is None:
+        cfg = nnx.merge(graphdef, params).cfg
+        program = decode_program(state.index.shape[0], donate=False, cfg=cfg, slots=bucket)
     return program(graphdef, params, state, None, stop, top_k=None, use_cache=True, bucket=bucket)
 
 

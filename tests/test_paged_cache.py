@@ -153,16 +153,18 @@ def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_li
 
 def test_a_batch_decode_step_over_a_paged_pool_gathers_nothing():
     """The compiled batch-8 decode loop of a paged cache (reference shapes, 1,024 slots) attends over the pool
-    as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in float32."""
+    as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in float32 where a layer's
+    values outweigh its weights."""
     from dantinox.generate import EIGEN_DOTS, compiler_options, decode_loop_jit
     from dantinox.roofline import timing_state
 
     cfg = dantinox.ModelConfig.preset("test", cache_layout="paged", page_size=16, max_context=256)
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
-    assert compiler_options(8, cfg) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None
+    assert compiler_options(8, cfg, 256) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None
     assert compiler_options(1, cfg) == compiler_options(1)  # batch 1: the contiguous cache's options
+    assert compiler_options(8, cfg, 16) is None  # 8 x 16 slots of values weigh less than a layer's weights
     state = timing_state(cfg, 8, 256, 250)
-    program = decode_loop_jit(compiler_options=compiler_options(8, cfg))
+    program = decode_loop_jit(compiler_options=compiler_options(8, cfg, 256))
     lowered = program.lower(graphdef, params, state, None, 256, top_k=None, use_cache=True, bucket=256)
     sources = {line.split(": (")[1].split(",")[0] for line in lowered.as_text().splitlines()
                if "stablehlo.gather" in line}  # the array each gather reads from
