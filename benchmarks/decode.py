@@ -13,8 +13,8 @@ project's environment never holds torch.
 at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the one-token attention arrangement (dantinox/model.py, _attend_one_token) against the general one, each
-forced through dantinox.model.uses_one_token_arrangement, and
+the attention arrangements for one new token (dantinox/model.py: the general one, _attend_one_token and
+_attend_by_reduction), each forced through dantinox.model's two arrangement rules, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
 
@@ -73,16 +73,27 @@ def decode_grid(repeats: int) -> dict[str, float]:
     return out
 
 
+ARRANGEMENTS = ("general", "one-token", "reduction")
+
+
 @contextlib.contextmanager
 def _arrangement(name: str | None):
-    """Trace with attention arrangement `name` ("one-token" or "general") forced; None: as dantinox chooses."""
-    keep = dantinox.model.uses_one_token_arrangement
+    """Trace with attention arrangement `name` (one of ARRANGEMENTS) forced; None: as dantinox chooses."""
+    keep = dantinox.model.uses_one_token_arrangement, dantinox.model.uses_reduction_arrangement
     if name is not None:
         dantinox.model.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
+        dantinox.model.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
     try:
         yield
     finally:
-        dantinox.model.uses_one_token_arrangement = keep
+        dantinox.model.uses_one_token_arrangement, dantinox.model.uses_reduction_arrangement = keep
+
+
+def arrangement_used(batch: int, cfg: dantinox.ModelConfig) -> str:
+    """The arrangement dantinox.model.attend takes for one new token per sequence of `batch`."""
+    if dantinox.model.uses_reduction_arrangement(batch, 1, cfg.groups):
+        return "reduction"
+    return "one-token" if dantinox.model.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups) else "general"
 
 
 def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int = 7) -> dict[str, float]:
@@ -118,7 +129,7 @@ def ab_tables() -> dict:
             for context in (128, 384):
                 opts = compiler_options(batch)  # as generate compiles it
                 out["arrangement"][f"{variant}/{batch}/{context}"] = ab_step_ms(
-                    variant, batch, context, {"one-token": ("one-token", opts), "general": ("general", opts)})
+                    variant, batch, context, {name: (name, opts) for name in ARRANGEMENTS})
     for batch in BATCHES:
         for context in (128, 384):
             out["vector_512"][f"MHA/{batch}/{context}"] = ab_step_ms(
@@ -342,15 +353,13 @@ def main() -> None:
             row += f" {theirs:,.0f} | {ours / theirs:.2f}× |"
         lines.append(row)
     lines += ["", "Attention arrangement for one new token, ms per decode step (interleaved A/B):", "",
-              "| variant | batch | cache slots | one-token | general | general / one-token | dantinox uses |",
-              "|---|---|---|---|---|---|---|"]
+              "| variant | batch | cache slots | " + " | ".join(ARRANGEMENTS) + " | fastest | dantinox uses | "
+              "used / fastest |", "|---|---|---|" + "---|" * (len(ARRANGEMENTS) + 3)]
     for key, t in result["ab_step_ms"]["arrangement"].items():
         variant, batch, context = key.split("/")
-        cfg = model_for(variant).cfg
-        one_token = dantinox.model.uses_one_token_arrangement(int(batch), 1, cfg.n_kv_heads, cfg.groups)
-        used = "one-token" if one_token else "general"
-        lines.append(f"| {variant} | {batch} | {context} | {t['one-token']:.2f} | {t['general']:.2f} | "
-                     f"{t['general'] / t['one-token']:.2f}× | {used} |")
+        used, fastest = arrangement_used(int(batch), model_for(variant).cfg), min(ARRANGEMENTS, key=t.get)
+        lines.append(f"| {variant} | {batch} | {context} | " + " | ".join(f"{t[a]:.2f}" for a in ARRANGEMENTS)
+                     + f" | {fastest} | {used} | {t[used] / t[fastest]:.2f}× |")
     lines += ["", "XLA option `xla_cpu_prefer_vector_width=512`, MHA, ms per decode step (interleaved A/B; "
               "generate uses it at batch 1 only):", "",
               "| batch | cache slots | 512-bit | default | default / 512-bit |",

@@ -1,10 +1,13 @@
 """Invariants of the autoregressive model and its static KV cache (tiny sizes, CPU, seconds)."""
 
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fast_compile import LEARNER_COMPILE
 from flax import nnx
 from invariants import assert_cached_steps_match_full_forward, count_compiles, token_ids
 
@@ -122,6 +125,31 @@ def test_decode_loop_updates_the_donated_cache_in_place():
     out = decode_program(2, donate=True)(graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=128)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.caches))
     assert out.index.tolist() == [40, 40] and dantinox.filled_slots(out.caches).tolist() == [40, 40]
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "int8"])
+def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype):
+    """Batch 1 with grouped queries: the compiled loop writes each layer's keys and values in place and makes no
+    other array of their shape (no whole-cache copy into another order for a matmul), and its greedy tokens are
+    those of the uncached model."""
+    cfg, model = make(kv_heads=2, max_context=64, cache_dtype=cache_dtype)
+    graphdef, params = nnx.split(model)
+    one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
+    state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
+    layer = state.caches.layers[0]
+    assert dantinox.model.uses_reduction_arrangement(1, 1, cfg.groups)
+    program = decode_program(1, donate=True, cfg=cfg, slots=64).lower(
+        graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=64).compile(
+        compiler_options=LEARNER_COMPILE)
+    hlo = program.as_text()
+    for array in (layer.k, layer.v):
+        shape = rf"{array.dtype.name.replace('float', 'f').replace('int', 's')}\[{','.join(map(str, array.shape))}\]"
+        made = re.findall(rf"= {shape}\{{[^}}]*\}} ([\w-]+)\(", hlo)
+        assert made and set(made) <= {"parameter", "get-tuple-element", "fusion", "dynamic-update-slice",
+                                      "bitcast"}, (array.shape, made)
+        assert made.count("fusion") == cfg.n_layers, made  # one write per layer, nothing else of that shape
+    prompt = ids(1, 4)
+    assert (dantinox.generate(model, prompt, 20) == dantinox.generate(model, prompt, 20, use_cache=False)).all()
 
 
 def init_cache_of(cfg, batch, length):
