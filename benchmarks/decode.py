@@ -13,8 +13,8 @@ project's environment never holds torch.
 at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the attention arrangements for one new token (dantinox/model.py: the general one, _attend_one_token and
-_attend_by_reduction), each forced through dantinox.model's two arrangement rules, and
+the attention arrangements for one new token (dantinox/model.py: the general one, and _attend_one_token as
+matmuls or as reductions), each forced through dantinox.model's two arrangement rules, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
 

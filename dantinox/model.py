@@ -107,13 +107,11 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
         return _attend_pool(q_BTKGH.astype(jnp.float32), k[0], v_BKSH[0], mask_BTS, scale,
                             None if k_scale_BKS is None else k_scale_BKS[0],
                             None if v_scale_BKS is None else v_scale_BKS[0], keys[1:])
-    if uses_reduction_arrangement(B, T, G) and keys_slot_last and sink_BS is None and not with_weights:
-        return _attend_by_reduction(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0], scale,
-                                    k_scale_BKS, v_scale_BKS)[:, None]
     one_token = uses_one_token_arrangement(B, T, K, G) and (K > 1 or keys_slot_last)  # not MLA's latent rows
-    if one_token and sink_BS is None and not with_weights:
+    by_reduction = uses_reduction_arrangement(B, T, G) and keys_slot_last
+    if (one_token or by_reduction) and sink_BS is None and not with_weights:
         return _attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0], scale,
-                                 k_scale_BKS, v_scale_BKS, keys)[:, None]
+                                 k_scale_BKS, v_scale_BKS, keys, by_reduction)[:, None]
     scores_BKGTS = jnp.einsum(f"BTKGH,{keys}->BKGTS", q_BTKGH.astype(jnp.float32), k) * scale
     if sink_BS is not None:
         sink_scores = jnp.einsum(f"BTKGH,{keys}->BKGTS", sink_q_BTKGH.astype(jnp.float32), k) * scale
@@ -155,8 +153,10 @@ def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
 
 
 def _attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS: jax.Array, scale: float,
-                      k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None, keys: str) -> jax.Array:
-    """One new token per sequence: the G query heads of each KV head are the rows of one small matmul.
+                      k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None, keys: str,
+                      by_reduction: bool = False) -> jax.Array:
+    """One new token per sequence: the G query heads of each KV head are the rows of one small matmul, or with
+    `by_reduction` (keys slot-last) both products are multiply-and-sum reductions over the cache as stored.
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
     matmuls over [G, S] blocks. Measured with keys stored slot-last (`ab_step_ms` of benchmarks/decode.py,
@@ -164,44 +164,35 @@ def _attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_B
     step of the general one for GQA (K = 2: 4.2 against 8.6 ms at 384 slots) and 0.7 of it for MQA (2.9
     against 4.1 ms); it is equal for MHA (G = 1) and slower at batch 1, which keep the general path, as
     does MLA's absorbed path (one shared head over token-major latent rows, not re-measured this way).
+
+    Reductions sum in another order. As matmuls at batch 1, XLA:CPU wants each cache operand with its
+    contracted axis innermost (keys slot-major, values slot-last: the transpose of how they are stored) and
+    copies every layer's whole key and value cache into that order every step; reductions read them where
+    they lie (tests/test_model.py checks that the compiled loop has no such copy). Measured with the same
+    A/B (2026-12-03): SmolLM2-135M (K = 3, G = 3), float32, 288 slots: the copies took 3.3 of 29.3 ms per
+    step, and the step with reductions 26.8 ms; reference model at 384 slots, 1.63 against 1.75 ms (GQA,
+    K = 2) and 1.54 against 1.62 ms (MQA). With one query head per KV head (MHA) the reductions measured
+    2.6-4.6x slower (13.4 against 2.9 ms at 384 slots), and at batch 8 slower than the matmuls: those keep
+    their paths, as does MLA's absorbed path.
     """
-    scores_BKGS = jnp.einsum(f"BKGH,{keys}->BKGS", q_BKGH, k) * scale
+    if by_reduction:  # [B, K, G, H, 1] x [B, K, 1, H, S], summed over H
+        scores_BKGS = (q_BKGH[..., None] * k[:, :, None]).sum(axis=3) * scale
+    else:
+        scores_BKGS = jnp.einsum(f"BKGH,{keys}->BKGS", q_BKGH, k) * scale
     if k_scale_BKS is not None:
         scores_BKGS = scores_BKGS * k_scale_BKS[:, :, None, :]
     probs_BKGS = jax.nn.softmax(jnp.where(mask_BS[:, None, None], scores_BKGS, NEG_INF), axis=-1)
     if v_scale_BKS is not None:
         probs_BKGS = probs_BKGS * v_scale_BKS[:, :, None, :]
+    if by_reduction:  # [B, K, G, S, 1] x [B, K, 1, S, H], summed over S
+        return (probs_BKGS[..., None] * v_BKSH[:, :, None]).sum(axis=3)
     return jnp.einsum("BKGS,BKSH->BKGH", probs_BKGS, v_BKSH)
 
 
 def uses_reduction_arrangement(B: int, T: int, G: int) -> bool:
-    """Whether `attend` takes `_attend_by_reduction` for these shapes: one sequence decoding one token with
-    grouped queries (GQA, MQA; measured rule, below)."""
+    """Whether `attend` takes `_attend_one_token` by reductions for these shapes: one sequence decoding one
+    token with grouped queries (GQA, MQA; measured rule, in _attend_one_token)."""
     return T == 1 and B == 1 and G > 1
-
-
-def _attend_by_reduction(q_BKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BS: jax.Array,
-                         scale: float, k_scale_BKS: jax.Array | None, v_scale_BKS: jax.Array | None) -> jax.Array:
-    """One new token of one sequence: both products as multiply-and-sum reductions over the cache as stored.
-
-    The same numbers as the general path, summed in another order. As matmuls, XLA:CPU wants each cache
-    operand with its contracted axis innermost (keys slot-major, values slot-last: the transpose of how
-    they are stored) and copies the whole key and value cache of every layer into that order every step;
-    reductions read them where they lie (tests/test_model.py checks that the compiled loop has no such
-    copy). Measured with benchmarks/decode.py's arrangement A/B (2026-12-03): SmolLM2-135M (K = 3, G = 3),
-    float32, 288 slots: the copies took 3.3 of 29.3 ms per step, and the step with reductions 26.8 ms;
-    reference model at 384 slots, 1.63 against 1.75 ms (GQA, K = 2) and 1.54 against 1.62 ms (MQA). With
-    one query head per KV head (MHA) the reductions measured 2.6-4.6x slower (13.4 against 2.9 ms at 384
-    slots), and at batch 8 slower than the one-token arrangement: those keep their paths, as does MLA's
-    absorbed path.
-    """
-    scores_BKGS = (q_BKGH[..., None] * k_BKHS[:, :, None]).sum(axis=3) * scale  # [B,K,G,H,1] x [B,K,1,H,S]
-    if k_scale_BKS is not None:
-        scores_BKGS = scores_BKGS * k_scale_BKS[:, :, None, :]
-    probs_BKGS = jax.nn.softmax(jnp.where(mask_BS[:, None, None], scores_BKGS, NEG_INF), axis=-1)
-    if v_scale_BKS is not None:
-        probs_BKGS = probs_BKGS * v_scale_BKS[:, :, None, :]
-    return (probs_BKGS[..., None] * v_BKSH[:, :, None]).sum(axis=3)  # [B,K,G,S,1] x [B,K,1,S,H], over S
 
 
 class Fill(NamedTuple):
