@@ -13,7 +13,7 @@ project's environment never holds torch.
 at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the attention arrangements for one new token (dantinox/model.py: the general one, and _attend_one_token as
+the attention arrangements for one new token (dantinox/attention.py: the general one, and _attend_one_token as
 matmuls or as reductions), each forced through dantinox.model's two arrangement rules, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
@@ -39,7 +39,7 @@ from common import best_of
 from flax import nnx
 
 import dantinox
-import dantinox.model
+import dantinox.attention
 from dantinox.generate import VECTOR_512, bucket_for, compiler_options, decode_loop_jit
 from dantinox.roofline import generate_seconds, measure_machine, run_decode, timing_state
 
@@ -79,21 +79,22 @@ ARRANGEMENTS = ("general", "one-token", "reduction")
 @contextlib.contextmanager
 def _arrangement(name: str | None):
     """Trace with attention arrangement `name` (one of ARRANGEMENTS) forced; None: as dantinox chooses."""
-    keep = dantinox.model.uses_one_token_arrangement, dantinox.model.uses_reduction_arrangement
+    keep = dantinox.attention.uses_one_token_arrangement, dantinox.attention.uses_reduction_arrangement
     if name is not None:
-        dantinox.model.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
-        dantinox.model.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
+        dantinox.attention.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
+        dantinox.attention.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
     try:
         yield
     finally:
-        dantinox.model.uses_one_token_arrangement, dantinox.model.uses_reduction_arrangement = keep
+        dantinox.attention.uses_one_token_arrangement, dantinox.attention.uses_reduction_arrangement = keep
 
 
 def arrangement_used(batch: int, cfg: dantinox.ModelConfig) -> str:
-    """The arrangement dantinox.model.attend takes for one new token per sequence of `batch`."""
-    if dantinox.model.uses_reduction_arrangement(batch, 1, cfg.groups):
+    """The arrangement dantinox.attention.attend takes for one new token per sequence of `batch`."""
+    if dantinox.attention.uses_reduction_arrangement(batch, 1, cfg.groups):
         return "reduction"
-    return "one-token" if dantinox.model.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups) else "general"
+    one_token = dantinox.attention.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups)
+    return "one-token" if one_token else "general"
 
 
 def ab_step_ms(variant: str, batch: int, context: int, sides: dict, rounds: int = 7) -> dict[str, float]:

@@ -25,6 +25,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from dantinox.attention import NEG_INF
 from dantinox.cache import (
     KVCache,
     add_caches,
@@ -38,7 +39,7 @@ from dantinox.cache import (
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
 from dantinox.memory import kv_cache_bytes
-from dantinox.model import NEG_INF, Transformer
+from dantinox.model import Transformer
 from dantinox.tokenizer import MASK
 
 

@@ -137,7 +137,7 @@ def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype):
     one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
     state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
     layer = state.caches.layers[0]
-    assert dantinox.model.uses_reduction_arrangement(1, 1, cfg.groups)
+    assert dantinox.attention.uses_reduction_arrangement(1, 1, cfg.groups)
     program = decode_program(1, donate=True, cfg=cfg, slots=64).lower(
         graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=64).compile(
         compiler_options=LEARNER_COMPILE)

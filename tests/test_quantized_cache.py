@@ -9,8 +9,8 @@ from invariants import token_ids
 import content
 import dantinox
 from dantinox import quality
+from dantinox.attention import attend
 from dantinox.cache import LayerCache
-from dantinox.model import attend
 from dantinox.quant import dequantize, quantize
 from dantinox_labs import shipped
 

@@ -12,9 +12,9 @@ from invariants import token_ids
 import content
 import dantinox
 from dantinox import quality
+from dantinox.attention import attend
 from dantinox.cache import LayerCache, View
 from dantinox.generate import _prefill_jit, decode_program
-from dantinox.model import attend
 from dantinox.ring import Chunked, Ring, ring_slots_held
 from dantinox.windows import gemma2_windows, gemma3_windows, local_layers
 from dantinox_labs import shipped
