@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import decode
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "decode_trees.json"
 
@@ -44,25 +46,29 @@ def config(**kw):
     except (TypeError, ValueError):
         return dantinox.ModelConfig.preset("reference", attention="gqa", **kw)
 
-repeats, out = int(sys.argv[1]), {}
-for name, kw in (("MHA", {}), ("GQA (K=2)", {"kv_heads": 2})):
+repeats, grid, out = int(sys.argv[1]), json.loads(sys.argv[2]), {}
+for name, kw in grid["variants"].items():
     model = dantinox.Transformer(config(**kw), rngs=nnx.Rngs(0))
-    for batch in (1, 8):
-        prompt = np.random.RandomState(0).randint(0, 256, (batch, 32)).astype(np.int32)
-        np.asarray(dantinox.generate(model, prompt, 256))
+    for batch in grid["batches"]:
+        prompt = np.random.RandomState(0).randint(0, 256, (batch, grid["prompt"])).astype(np.int32)
+        np.asarray(dantinox.generate(model, prompt, grid["new"]))
         best = float("inf")
         for _ in range(repeats):
             start = time.perf_counter()
-            np.asarray(dantinox.generate(model, prompt, 256))
+            np.asarray(dantinox.generate(model, prompt, grid["new"]))
             best = min(best, time.perf_counter() - start)
-        out[f"{name}/{batch}"] = batch * 256 / best
+        out[f"{name}/{batch}"] = batch * grid["new"] / best
 print(json.dumps(out))
 """
 
 
+# decode.py's grid, passed to each tree's process (its prompt is decode.prompt's draw)
+GRID = json.dumps(dict(variants=decode.VARIANTS, batches=decode.BATCHES, prompt=decode.PROMPT, new=decode.NEW))
+
+
 def time_tree(tree: Path, repeats: int) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(repeats)], cwd=tree, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(repeats), GRID], cwd=tree, env=env, capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"decode_trees: the grid failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
