@@ -81,6 +81,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    for name in ("rounds", "repeats"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name}: expected a whole number >= 1, got {getattr(args, name)}")
     rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.commit}^{{commit}}"], cwd=ROOT,
                          capture_output=True, text=True, check=False).stdout.strip()
     if not rev:
