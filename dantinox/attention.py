@@ -1,7 +1,8 @@
 """Scaled dot-product attention over what a cache layout's View gives: one path for every layout.
 
 `attend` scores grouped queries against K/V heads (never repeated), with int8 scales folded into the
-contractions, attention sinks, and a shared pool read whole (a paged pool). For one new token per sequence
+contractions, attention sinks, and a shared pool read whole (a paged pool; one new token per sequence over
+it goes to the kernel of dantinox/pool_kernel.py where it is built). For one new token per sequence
 it takes one of two arrangements of the same numbers that XLA:CPU runs faster (`_attend_one_token`);
 `uses_one_token_arrangement` and `uses_reduction_arrangement` are the measured rules that choose, and
 benchmarks/decode.py times every arrangement against the others in each run.
@@ -14,6 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from dantinox import pool_kernel
 
 NEG_INF = float(np.finfo(np.float32).min)  # large negative, not -inf: keeps fully-masked rows NaN-free
 
@@ -38,6 +41,11 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
     keys = "BKHS" if keys_slot_last else "BKSH"
+    if (k_BKHS.shape[0] == 1 < B and T == 1 and keys_slot_last and sink_BS is None and not with_weights
+            and reads_in_place(k_BKHS.dtype, k_scale_BKS is not None)):  # one token each over a shared pool
+        return pool_kernel.attend(q_BTKGH[:, 0], k_BKHS[0], v_BKSH[0], mask_BTS[:, 0], scale,
+                                  None if k_scale_BKS is None else k_scale_BKS[0],
+                                  None if v_scale_BKS is None else v_scale_BKS[0])[:, None]
     k, v_BKSH = k_BKHS.astype(jnp.float32), v_BKSH.astype(jnp.float32)
     if k.shape[0] == 1 < B and sink_BS is None and not with_weights:  # one row for all: a paged pool read whole
         return _attend_pool(q_BTKGH.astype(jnp.float32), k[0], v_BKSH[0], mask_BTS, scale,
@@ -80,6 +88,12 @@ def _attend_pool(q_BTKGH: jax.Array, k: jax.Array, v_KSH: jax.Array, mask_BTS: j
         weights = weights * v_scale_KS[:, None, None, None, :]
     out_KRH = jnp.einsum("KRS,KSH->KRH", weights.reshape(K, B * T * G, S), v_KSH) / total_KR
     return out_KRH.reshape(K, B, T, G, -1).transpose(1, 2, 0, 3, 4)
+
+
+def reads_in_place(k_dtype: Any, quantized: bool) -> bool:
+    """Whether one new token per sequence over a shared pool stored in `k_dtype` (float32 or bfloat16, or int8 codes
+    with scales) is read by dantinox/pool_kernel.py, each sequence's slots where they lie."""
+    return pool_kernel.handles(k_dtype, quantized)
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:

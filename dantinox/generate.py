@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from dantinox import sharding
+from dantinox.attention import reads_in_place
 from dantinox.cache import KVCache, cache_length, empty_cache, grow_cache
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
@@ -151,7 +152,9 @@ VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
 # 2026-12-02). The option is per program, so it also moves the weight matmuls to Eigen, which measured
 # slower for a larger model (SmolLM2-135M, paged, batch 8, 160 slots: 123 -> 92 tok/s). Paged decode
 # programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py times the
-# paged step against the contiguous one with the options generate uses).
+# paged step against the contiguous one with the options generate uses). Where dantinox/pool_kernel.py reads
+# the pool, that product is the kernel's and not XLA's, so the option is not taken (the kernel's step with and
+# without it: 22.2 and 21.6 ms, then 21.3 and 22.0; reference model, batch 8, 1,024 slots, 2026-12-03).
 EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
 
@@ -168,7 +171,8 @@ def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | No
         return None
     options = dict(VECTOR_512) if batch == 1 else {}
     if (batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.attention == "heads"
-            and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)):
+            and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)
+            and not reads_in_place(cfg.cache_jnp_dtype, cfg.quantized_cache)):
         options |= EIGEN_DOTS
     return options or None
 

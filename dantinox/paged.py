@@ -4,9 +4,11 @@ Device side, one addressing of dantinox/cache.py's layouts. Each paged layer hol
 pages of `page_size` token slots as one row of num_pages · page_size slots ([1, K, H, P · ps] keys,
 [1, K, P · ps, H] values, [1, P · ps, C + R] MLA latents; int8 codes and their scales alike); the
 container holds one page table [B, M] for all of them: logical page m of sequence b lives in physical page
-table[b, m]. A write scatters new tokens through the table. Attention reads the whole pool with other
-sequences' slots masked, or, where that would compute too many extra scores, each sequence's pages
-gathered into slot order (`Paged.reads_pool`; the roofline counts a gather's copy). The config chooses it:
+table[b, m]. A write scatters new tokens through the table. A batch's decode step over K/V heads in
+float32, bfloat16 or int8 is read by dantinox/pool_kernel.py, each sequence's slots where they lie
+(`Paged.reads_in_place`). Otherwise attention reads the whole pool with other sequences' slots masked, or,
+where that would compute too many extra scores, each sequence's pages gathered into slot order
+(`Paged.reads_pool`; the roofline counts a gather's copy). The config chooses it:
 `ModelConfig(..., cache_layout="paged", page_size=16)`. Sliding-window and chunked layers of a paged
 config keep their ring of W slots per sequence: a ring is already bounded, so paging it would save nothing.
 
@@ -27,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.cache import KVCache, Linear, empty_cache, layouts
+from dantinox.cache import KVCache, LayerCache, Linear, empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
@@ -69,10 +71,20 @@ class Paged(Linear):
         reads, the whole-pool read computes `pool_read_excess` more scores; see POOL_READ_MAX."""
         return self.pool_read_excess(T, pool_pages, table_pages) <= POOL_READ_MAX
 
+    def reads_in_place(self, T: int, payload: type, k_dtype: Any, quantized: bool) -> bool:
+        """Whether attention reads the pool with dantinox/pool_kernel.py: one new token per sequence, K/V heads
+        stored in float32, bfloat16 or int8 codes. Each sequence's slots are read where they lie, with neither a
+        copy nor other sequences' scores, so the pool is read whole whatever `reads_pool` says."""
+        from dantinox.attention import reads_in_place
+
+        return T == 1 and payload is LayerCache and reads_in_place(k_dtype, quantized)
+
     def read(self, layer, table, lengths_B, T):
         ps, (B, M) = self.page_size, table.shape
         P = layer.slots // ps
-        if not self.reads_pool(T, P, M):
+        in_place = isinstance(layer, LayerCache) and self.reads_in_place(T, LayerCache, layer.k.dtype,
+                                                                        layer.k_scale is not None)
+        if not in_place and not self.reads_pool(T, P, M):
             return layer.gather(table, ps), self.positions(lengths_B, M * ps)
         # logical page of every physical page for each sequence (-1: not one of its written pages)
         m_BM = jnp.broadcast_to(jnp.arange(M, dtype=jnp.int32), (B, M))

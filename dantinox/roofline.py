@@ -129,25 +129,32 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
     return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
 
 
-def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, bool]:
-    """(paged layers, slots of whole pages per sequence, whether a decode step reads the pool whole) for a
-    private pool of `batch` sequences of `context` slots (init_cache's), as dantinox/paged.py decides it."""
+def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, str]:
+    """(paged layers, slots of whole pages per sequence, how a decode step reads the pool) for a private pool
+    of `batch` sequences of `context` slots (init_cache's), as dantinox/paged.py decides it: "in place"
+    (dantinox/pool_kernel.py, each sequence's own slots), "whole" (every query against the whole pool) or
+    "gathered" (each sequence's pages copied into slot order)."""
     if cfg.cache_layout != "paged":
-        return 0, context, False
-    from dantinox.cache import layouts
+        return 0, context, "in place"
+    from dantinox.cache import LatentCache, LayerCache, layouts
     from dantinox.page_manager import pages_for
 
     paged = [lay.addressing for lay in layouts(cfg) if hasattr(lay.addressing, "page_size")]
     M = pages_for(context, cfg.page_size)
-    return len(paged), M * cfg.page_size, bool(paged) and paged[0].reads_pool(1, batch * M, M)
+    payload = LatentCache if cfg.attention == "latent" else LayerCache
+    if not paged or batch > 1 and paged[0].reads_in_place(1, payload, cfg.cache_jnp_dtype, cfg.quantized_cache):
+        read = "in place"
+    else:
+        read = "whole" if paged[0].reads_pool(1, batch * M, M) else "gathered"
+    return len(paged), M * cfg.page_size, read
 
 
 def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
     """Bytes a paged step moves beyond reading its pages: where a paged layer gathers each sequence's pages
     into a contiguous copy (dantinox/paged.py, `Paged.reads_pool` False) the copy is written once and read
-    once by attention; a pool read whole moves none."""
-    layers, slots, whole = _paged_read(cfg, batch, context)
-    if not layers or whole:
+    once by attention; a pool read whole or in place moves none."""
+    layers, slots, read = _paged_read(cfg, batch, context)
+    if read != "gathered":
         return 0
     one = cfg.replace(n_layers=1, cache_layout="contiguous", sliding_windows=None, attention_chunks=None)
     return 2 * layers * kv_cache_bytes(one, batch, slots)
@@ -157,8 +164,8 @@ def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
     """One decode step: B new tokens, each attending over `context` cached slots (plus a paged read's copy,
     or, for a paged pool read whole, each query's scores over every sequence's pages)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
-    layers, slots, whole = _paged_read(cfg, batch, context)
-    pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size if whole else 0
+    layers, slots, read = _paged_read(cfg, batch, context)
+    pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size if read == "whole" else 0
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,

@@ -1,3 +1,4 @@
+import importlib
 import os
 
 # Tests share one compilation cache per run so they never depend on (or pollute) the user's.
@@ -72,3 +73,21 @@ def pytest_collection_modifyitems(config, items):
         return rank.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), len(FIRST))
 
     items.sort(key=place)  # stable: the tests of a file, and the files not named, keep their order
+
+
+@pytest.fixture
+def fresh_forward():
+    """The model's compiled forward traced anew in the test (and again after it): a setting the test patches,
+    such as a read rule, reaches the program, and the test's program does not reach later tests."""
+    forward = importlib.import_module("dantinox.model")._compiled_forward
+    forward.clear_cache()
+    yield
+    forward.clear_cache()
+
+
+@pytest.fixture
+def xla_pool_reads(monkeypatch, fresh_forward):
+    """Paged decode steps read the pool through XLA (whole or gathered), not dantinox/pool_kernel.py."""
+    import dantinox.pool_kernel
+
+    monkeypatch.setattr(dantinox.pool_kernel, "handles", lambda k_dtype, quantized: False)

@@ -118,9 +118,29 @@ def test_generate_refuses_bad_layout_arguments():
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4),
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized"),
 ], ids=["mha", "gqa", "gqa-int8", "mla-absorbed", "mla-materialized"])
-def test_both_paged_reads_give_the_contiguous_logits(monkeypatch, variant, whole):
+def test_both_xla_paged_reads_give_the_contiguous_logits(monkeypatch, xla_pool_reads, variant, whole):
     """Shuffled pages in a pool with a page nobody holds: reading the pool whole (other sequences' slots
     masked) and gathering each sequence's pages give the logits of a contiguous cache, prefill and decode."""
+    _paged_logits_equal_contiguous(monkeypatch, variant, whole)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(), dict(kv_heads=2), dict(kv_heads=2, cache_dtype="int8"), dict(kv_heads=2, cache_dtype="bfloat16"),
+], ids=["mha", "gqa", "gqa-int8", "gqa-bf16"])
+def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward, variant):
+    """The same shuffled pool, its decode steps read by dantinox/pool_kernel.py (the prompt through XLA)."""
+    import dantinox.pool_kernel
+
+    assert dantinox.pool_kernel.available(), dantinox.pool_kernel.why_not()
+    calls, attend = [], dantinox.pool_kernel.attend
+    monkeypatch.setattr(dantinox.pool_kernel, "attend", lambda *a, **kw: calls.append(a[1].dtype) or attend(*a, **kw))
+    _paged_logits_equal_contiguous(monkeypatch, variant, whole=False)
+    cfg = dantinox.ModelConfig.preset("test", **variant)
+    # every layer of the decode steps (traced once for both); the prompt (T = 7) through XLA
+    assert calls == [cfg.cache_jnp_dtype] * cfg.n_layers
+
+
+def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
     import dantinox.paged as paged
 
     monkeypatch.setattr(paged, "POOL_READ_MAX", 10**9 if whole else -1)
@@ -151,25 +171,46 @@ def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_li
     assert mha.reads_pool(64, 64, 64) and POOL_READ_MAX == 16  # one sequence's own pool: nothing extra
 
 
-def test_a_batch_decode_step_over_a_paged_pool_gathers_nothing():
-    """The compiled batch-8 decode loop of a paged cache (reference shapes, 1,024 slots) attends over the pool
-    as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in float32 where a layer's
-    values outweigh its weights."""
-    from dantinox.generate import EIGEN_DOTS, compiler_options, decode_loop_jit
+def _lowered_paged_decode(batch=8, **kw):
+    from dantinox.generate import compiler_options, decode_loop_jit
     from dantinox.roofline import timing_state
 
-    cfg = dantinox.ModelConfig.preset("test", cache_layout="paged", page_size=16, max_context=256)
+    cfg = dantinox.ModelConfig.preset("test", cache_layout="paged", page_size=16, max_context=256, **kw)
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
-    assert compiler_options(8, cfg, 256) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None
-    assert compiler_options(1, cfg) == compiler_options(1)  # batch 1: the contiguous cache's options
-    assert compiler_options(8, cfg, 16) is None  # 8 x 16 slots of values weigh less than a layer's weights
-    state = timing_state(cfg, 8, 256, 250)
-    program = decode_loop_jit(compiler_options=compiler_options(8, cfg, 256))
-    lowered = program.lower(graphdef, params, state, None, 256, top_k=None, use_cache=True, bucket=256)
+    program = decode_loop_jit(compiler_options=compiler_options(batch, cfg, 256))
+    lowered = program.lower(graphdef, params, timing_state(cfg, batch, 256, 250), None, 256, top_k=None,
+                            use_cache=True, bucket=256)
     sources = {line.split(": (")[1].split(",")[0] for line in lowered.as_text().splitlines()
                if "stablehlo.gather" in line}  # the array each gather reads from
     # the token embedding's lookup and the page table's entries for the new tokens' pages, nothing else
-    assert sources == {f"tensor<{cfg.vocab_size}x{cfg.d_model}xf32>", f"tensor<8x{256 // 16}xi32>"}
+    assert sources == {f"tensor<{cfg.vocab_size}x{cfg.d_model}xf32>", f"tensor<{batch}x{256 // 16}xi32>"}
+    return cfg, lowered
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "int8"])
+def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype):
+    """The compiled batch-8 decode loop of a paged cache calls dantinox/pool_kernel.py once per layer and
+    step, gathers no pool page, and takes the default compiler options."""
+    from dantinox.generate import compiler_options
+
+    cfg, lowered = _lowered_paged_decode(cache_dtype=cache_dtype)
+    target = {"float32": "float", "bfloat16": "bf16", "int8": "int8"}[cache_dtype]
+    assert lowered.as_text().count(f"dantinox_pool_attend_{target}") == cfg.n_layers
+    assert compiler_options(8, cfg, 256) is None
+    assert "dantinox_pool_attend" not in _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()
+
+
+def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_pool_reads):
+    """Without the kernel, the compiled batch-8 decode loop of a paged cache (reference shapes, 1,024 slots)
+    attends over the pool as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in
+    float32 where a layer's values outweigh its weights."""
+    from dantinox.generate import EIGEN_DOTS, compiler_options
+
+    cfg, lowered = _lowered_paged_decode()
+    assert compiler_options(8, cfg, 256) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None
+    assert compiler_options(1, cfg) == compiler_options(1)  # batch 1: the contiguous cache's options
+    assert compiler_options(8, cfg, 16) is None  # 8 x 16 slots of values weigh less than a layer's weights
+    assert "dantinox_pool_attend" not in lowered.as_text()
     hlo = lowered.compile().as_text()
     ynn = set(re.findall(r"calls=(%[\w.-]+).*__ynn_fusion", hlo))  # computations YNNPACK runs
     bodies = {m[0]: m[1] for m in re.findall(r"\n(%[\w.-]+) [^\n]*\{\n(.*?)\n\}", hlo, re.S)}

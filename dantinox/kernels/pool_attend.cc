@@ -1,0 +1,212 @@
+// One new token per sequence attending over a shared pool of cache slots, each slot read where it lies.
+//
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/pool_kernel.py with the machine's C++ compiler.
+// A paged cache keeps every sequence's pages in one pool; attention through XLA either gathers each
+// sequence's pages into a copy or scores every query against the whole pool and masks the rest. This
+// kernel does neither: for each (sequence, KV head) it walks the pool in blocks of kBlock slots, skips every
+// block the sequence's mask leaves empty, and folds the blocks it reads into a running softmax (the
+// max-and-rescale recurrence of online softmax), so the bytes read are the sequence's own slots.
+//
+// Shapes (float32 unless named): q [B, K, G, H]; keys [K, H, S] (slot axis last, as the cache stores them)
+// and values [K, S, H], in float32 or bfloat16 (widened as they are read); mask [B, S] (bool); for int8 codes, key and value scales [K, S]; out [B, K, G, H].
+// A sequence that sees no slot gets zeros.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+struct Bf16 {  // bfloat16 as stored: the high half of a float32
+  uint16_t bits;
+};
+
+inline float value(float x) { return x; }
+inline float value(int8_t x) { return static_cast<float>(x); }
+inline float value(Bf16 x) {
+  const uint32_t wide = static_cast<uint32_t>(x.bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof out);
+  return out;
+}
+
+struct Problem {
+  int64_t B, K, G, H, S;
+  float scale;
+  const float* q;
+  const void* k;
+  const void* v;
+  const float* k_scale;  // null for float keys
+  const float* v_scale;
+  const bool* mask;
+  float* out;
+};
+
+template <typename Code>
+void one_pair(const Problem& p, int64_t pair) {
+  const int64_t b = pair / p.K, kh = pair % p.K, G = p.G, H = p.H, S = p.S;
+  const float* q = p.q + pair * G * H;
+  const Code* keys = static_cast<const Code*>(p.k) + kh * H * S;
+  const Code* vals = static_cast<const Code*>(p.v) + kh * S * H;
+  const float* ks = p.k_scale ? p.k_scale + kh * S : nullptr;
+  const float* vs = p.v_scale ? p.v_scale + kh * S : nullptr;
+  const bool* mask = p.mask + b * S;
+  float* out = p.out + pair * G * H;
+
+  // A large negative, not -inf: masked slots and the first block's carry give exp(...) == 0 exactly, and the
+  // arithmetic stays finite (the build uses -ffast-math so that exp is vectorized).
+  constexpr float kNeg = -1e30f;
+  std::vector<float> acc(G * H, 0.0f), run_max(G, kNeg), total(G, 0.0f), s(G * kBlock);
+  float w[kBlock];
+  bool seen[kBlock];
+  for (int64_t start = 0; start < S; start += kBlock) {
+    const int64_t n = std::min(kBlock, S - start);
+    bool any = false;
+    for (int64_t j = 0; j < kBlock; ++j) {
+      seen[j] = j < n && mask[start + j];
+      any |= seen[j];
+    }
+    if (!any) continue;
+    std::fill(s.begin(), s.end(), 0.0f);
+    for (int64_t h = 0; h < H; ++h) {  // each key row of the block is loaded once for all G query heads
+      const Code* row = keys + h * S + start;
+      for (int64_t g = 0; g < G; ++g) {
+        const float qh = q[g * H + h];
+        float* sg = s.data() + g * kBlock;
+        for (int64_t j = 0; j < n; ++j) sg[j] += qh * value(row[j]);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float* sg = s.data() + g * kBlock;
+      float block_max = kNeg;
+      for (int64_t j = 0; j < kBlock; ++j) {
+        sg[j] = seen[j] ? sg[j] * p.scale * (ks ? ks[start + j] : 1.0f) : kNeg;
+        block_max = std::max(block_max, sg[j]);
+      }
+      const float new_max = std::max(run_max[g], block_max);
+      const float carry = std::exp(run_max[g] - new_max);
+      float added = 0.0f;
+      for (int64_t j = 0; j < kBlock; ++j) {
+        w[j] = std::exp(sg[j] - new_max);
+        added += w[j];
+      }
+      if (vs)
+        for (int64_t j = 0; j < n; ++j) w[j] *= vs[start + j];
+      total[g] = total[g] * carry + added;
+      run_max[g] = new_max;
+      float* ag = acc.data() + g * H;
+      for (int64_t h = 0; h < H; ++h) ag[h] *= carry;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!seen[j]) continue;
+        const Code* row = vals + (start + j) * H;
+        const float wj = w[j];
+        for (int64_t h = 0; h < H; ++h) ag[h] += wj * value(row[h]);
+      }
+    }
+  }
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t h = 0; h < H; ++h) out[g * H + h] = total[g] > 0.0f ? acc[g * H + h] / total[g] : 0.0f;
+}
+
+// The (sequence, KV head) pairs, claimed one at a time by the calling thread and by helpers on XLA's
+// intra-op pool. The shared state lives on the heap: a helper that starts after the call has returned finds
+// no pair left and touches nothing else.
+struct Work {
+  Problem problem;
+  void (*fn)(const Problem&, int64_t);
+  int64_t pairs;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  void run() {
+    for (int64_t i; (i = next.fetch_add(1)) < pairs;) {
+      fn(problem, i);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Problem&, int64_t)) {
+  auto work = std::make_shared<Work>();
+  work->problem = problem;
+  work->fn = fn;
+  work->pairs = problem.B * problem.K;
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), work->pairs) - 1;
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->run(); });
+  work->run();
+  while (work->done.load(std::memory_order_acquire) < work->pairs) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+ffi::Error attend_float(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                        ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> mask, float scale,
+                        ffi::Result<ffi::Buffer<ffi::F32>> out) {
+  auto d = q.dimensions();
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+            v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
+  return launch(pool, p, one_pair<float>);
+}
+
+ffi::Error attend_bf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::BF16> k,
+                       ffi::Buffer<ffi::BF16> v, ffi::Buffer<ffi::PRED> mask, float scale,
+                       ffi::Result<ffi::Buffer<ffi::F32>> out) {
+  auto d = q.dimensions();
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+            v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
+  return launch(pool, p, one_pair<Bf16>);
+}
+
+ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::S8> k,
+                       ffi::Buffer<ffi::S8> v, ffi::Buffer<ffi::F32> k_scale, ffi::Buffer<ffi::F32> v_scale,
+                       ffi::Buffer<ffi::PRED> mask, float scale, ffi::Result<ffi::Buffer<ffi::F32>> out) {
+  auto d = q.dimensions();
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+            v.typed_data(), k_scale.typed_data(), v_scale.typed_data(), mask.typed_data(), out->typed_data()};
+  return launch(pool, p, one_pair<int8_t>);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendFloat, attend_float,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // keys [K, H, S]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // values [K, S, H]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
+                                  .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendBf16, attend_bf16,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // keys [K, H, S]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // values [K, S, H]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
+                                  .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendInt8, attend_int8,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
+                                  .Arg<ffi::Buffer<ffi::S8>>()  // key codes [K, H, S]
+                                  .Arg<ffi::Buffer<ffi::S8>>()  // value codes [K, S, H]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // key scales [K, S]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value scales [K, S]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
+                                  .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]

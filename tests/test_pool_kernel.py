@@ -1,0 +1,100 @@
+"""dantinox/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dantinox import pool_kernel
+
+
+def reference(q, k, v, mask, scale, ks=None, vs=None):
+    """Softmax attention in float64, each sequence over the slots its mask marks; zeros where it marks none."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    if ks is not None:
+        k, v = k * np.asarray(ks)[:, None, :], v * np.asarray(vs)[:, :, None]
+    out = np.zeros(q.shape)
+    for b in range(q.shape[0]):
+        seen = np.asarray(mask[b])
+        if not seen.any():
+            continue
+        scores = np.einsum("kgh,khs->kgs", q[b], k[:, :, seen]) * scale
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        out[b] = np.einsum("kgs,ksh->kgh", w / w.sum(-1, keepdims=True), v[:, seen])
+    return out
+
+
+def problem(B=4, K=2, G=3, H=8, S=37, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = rng.random((B, S)) < 0.4
+    mask[1] = False  # a sequence that sees nothing
+    mask[2] = False
+    mask[2, S - 1] = True  # one slot, in the last, partial block of 16
+    mask[3, :16] = False  # a whole block skipped
+    return (rng.standard_normal((B, K, G, H)).astype(np.float32), rng.standard_normal((K, H, S)).astype(np.float32),
+            rng.standard_normal((K, S, H)).astype(np.float32), mask, H ** -0.5)
+
+
+@pytest.fixture(autouse=True)
+def built():
+    assert pool_kernel.available(), pool_kernel.why_not()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_float_pools_match_the_reference(dtype):
+    q, k, v, mask, scale = problem()
+    k, v = jnp.asarray(k, dtype), jnp.asarray(v, dtype)
+    out = jax.jit(lambda *a: pool_kernel.attend(*a, scale))(q, k, v, mask)
+    np.testing.assert_allclose(out, reference(q, k.astype(np.float32), v.astype(np.float32), mask, scale),
+                               rtol=1e-5, atol=1e-6)
+    assert not np.asarray(out[1]).any()  # no visible slot: zeros, not NaN
+
+
+def test_int8_codes_fold_their_scales():
+    q, _, _, mask, scale = problem(S=70, seed=1)
+    rng = np.random.default_rng(2)
+    k, v = (rng.integers(-127, 128, shape).astype(np.int8) for shape in ((2, 8, 70), (2, 70, 8)))
+    ks, vs = (rng.random((2, 70)).astype(np.float32) / 64 for _ in range(2))
+    out = jax.jit(lambda *a: pool_kernel.attend(*a[:4], scale, *a[4:]))(q, k, v, mask, ks, vs)
+    np.testing.assert_allclose(out, reference(q, k, v, mask, scale, ks, vs), rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_masked_slots_count():
+    """Changing a slot no sequence sees changes nothing; changing a seen one does."""
+    q, k, v, mask, scale = problem()
+    hidden = np.flatnonzero(~mask.any(0))[0]
+    other = v.copy()
+    other[:, hidden] = 1e6
+    same = pool_kernel.attend(q, k, other, mask, scale)
+    np.testing.assert_array_equal(same, pool_kernel.attend(q, k, v, mask, scale))
+    other[:, np.flatnonzero(mask[0])[0]] += 1.0
+    assert not np.allclose(pool_kernel.attend(q, k, other, mask, scale)[0], same[0])
+
+
+def test_which_pools_it_takes():
+    assert pool_kernel.handles(jnp.float32, False) and pool_kernel.handles(jnp.bfloat16, False)
+    assert pool_kernel.handles(jnp.int8, True) and not pool_kernel.handles(jnp.int8, False)
+    assert not pool_kernel.handles(jnp.float8_e4m3fn, True) and not pool_kernel.handles(jnp.float16, False)
+
+
+def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here
+    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, False)
+    why = pool_kernel.why_not()
+    assert "no C++ compiler found" in why and "no-such-compiler" in why and "\n" not in why
+    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setenv(pool_kernel.ENV, "0")
+    assert not pool_kernel.available() and "DANTINOX_POOL_KERNEL=0" in pool_kernel.why_not()
+
+
+def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
+    broken = tmp_path / "cxx"
+    broken.write_text("#!/bin/sh\necho 'pool_attend.cc:1: error: this compiler refuses' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path / "kernels"))
+    monkeypatch.setenv("CXX", str(broken))
+    with pytest.raises(RuntimeError, match="could not build pool_attend.cc: pool_attend.cc:1: error: this compiler"):
+        pool_kernel.build()
+    assert not list((tmp_path / "kernels").iterdir())  # nothing half-written is left to load
