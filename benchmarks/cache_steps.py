@@ -6,9 +6,10 @@
 Every side is generate's decode loop (dantinox.roofline.run_decode) over a cache of CONTEXT slots of the
 reference model: a step is (t(LONG steps) - t(SHORT steps)) / (LONG - SHORT), each length the best of
 ROUNDS, the sides of a pair taking turns round by round. The pairs: an int8 cache against float32, a paged
-cache (16-slot pages) against contiguous, at batch 1 the one-token write as a slice update against a
-scatter (dantinox.cache.writes_as_slice), and the two paged reads (dantinox.paged.Paged.reads_pool) forced
-on either side of POOL_READ_MAX. The load average is recorded with the numbers: on a shared
+cache (16-slot pages) against contiguous, in float32 and in int8, the paged step with the pool kernel
+(dantinox/pool_kernel.py) against XLA's read, at batch 1 the one-token write as a slice update against a
+scatter (dantinox.cache.writes_as_slice), and XLA's two paged reads (dantinox.paged.Paged.reads_pool)
+forced on either side of POOL_READ_MAX. The load average is recorded with the numbers: on a shared
 machine only the ratios within one row mean anything.
 """
 
@@ -29,6 +30,7 @@ from flax import nnx
 import dantinox
 import dantinox.cache
 import dantinox.paged as paged
+import dantinox.pool_kernel as pool_kernel
 from dantinox.generate import compiler_options, decode_loop_jit
 from dantinox.roofline import run_decode, timing_state
 
@@ -38,33 +40,42 @@ DOC = ROOT / "docs" / "benchmarks.md"
 CONTEXT, SHORT, LONG, ROUNDS = 1024, 4, 20, 5
 PAGED = dict(cache_layout="paged", page_size=16)
 WHOLE, GATHERED = 10**9, -1  # dantinox.paged.POOL_READ_MAX forcing each paged read
-PAIRS = {  # name: (baseline side, other side), each side (config changes, write as a slice at batch 1, read limit)
-    "int8 vs float32 cache": ((dict(), True, None), (dict(cache_dtype="int8"), True, None)),
-    "paged (16-slot pages) vs contiguous": ((dict(), True, None), (PAGED, True, None)),
-    "one-token write: scatter vs slice": ((dict(), True, None), (dict(), False, None)),
-    # either side of dantinox.paged.POOL_READ_MAX: 15 and 28 extra scores per own slot
-    "paged MHA: pool read whole vs gathered": ((PAGED, True, GATHERED), (PAGED, True, WHOLE)),
-    "paged GQA (K=2): pool read whole vs gathered": ((PAGED | dict(kv_heads=2), True, GATHERED),
-                                                     (PAGED | dict(kv_heads=2), True, WHOLE)),
+# name: (baseline side, other side); a side is (config changes, write as a slice at batch 1, read limit,
+# whether dantinox/pool_kernel.py may read a paged pool)
+PAIRS = {
+    "int8 vs float32 cache": ((dict(), True, None, True), (dict(cache_dtype="int8"), True, None, True)),
+    "paged (16-slot pages) vs contiguous": ((dict(), True, None, True), (PAGED, True, None, True)),
+    "paged int8 vs contiguous int8": ((dict(cache_dtype="int8"), True, None, True),
+                                      (PAGED | dict(cache_dtype="int8"), True, None, True)),
+    "paged: pool kernel vs XLA's read": ((PAGED, True, None, False), (PAGED, True, None, True)),
+    "one-token write: scatter vs slice": ((dict(), True, None, True), (dict(), False, None, True)),
+    # XLA's two reads (the kernel off), either side of dantinox.paged.POOL_READ_MAX: 15 and 28 extra scores
+    "paged MHA, XLA: pool read whole vs gathered": ((PAGED, True, GATHERED, False), (PAGED, True, WHOLE, False)),
+    "paged GQA (K=2), XLA: pool read whole vs gathered": ((PAGED | dict(kv_heads=2), True, GATHERED, False),
+                                                          (PAGED | dict(kv_heads=2), True, WHOLE, False)),
 }
 BATCHES = {"int8 vs float32 cache": (1, 8), "paged (16-slot pages) vs contiguous": (1, 8),
-           "one-token write: scatter vs slice": (1,), "paged MHA: pool read whole vs gathered": (16,),
-           "paged GQA (K=2): pool read whole vs gathered": (8,)}
+           "paged int8 vs contiguous int8": (8,), "paged: pool kernel vs XLA's read": (8,),
+           "one-token write: scatter vs slice": (1,), "paged MHA, XLA: pool read whole vs gathered": (16,),
+           "paged GQA (K=2), XLA: pool read whole vs gathered": (8,)}
 
 
-def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool, pool_read_max: int | None = None):
+def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool, pool_read_max: int | None = None,
+             kernel: bool = True):
     """A fresh decode-loop program traced with the write formulation `as_slice` (and, for a paged cache, the
-    paged read limit `pool_read_max`, None: the library's), and its timing states."""
+    paged read limit `pool_read_max`, None: the library's, and the pool kernel if `kernel` and it is built),
+    and its timing states."""
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
     states = {n: timing_state(cfg, batch, CONTEXT, CONTEXT - n) for n in (SHORT, LONG)}
-    keep, keep_max = dantinox.cache.writes_as_slice, paged.POOL_READ_MAX
+    keep, keep_max, keep_kernel = dantinox.cache.writes_as_slice, paged.POOL_READ_MAX, pool_kernel.handles
     dantinox.cache.writes_as_slice = lambda B, T: as_slice and keep(B, T)
     paged.POOL_READ_MAX = keep_max if pool_read_max is None else pool_read_max
+    pool_kernel.handles = keep_kernel if kernel else (lambda k_dtype, quantized: False)
     try:
         program = decode_loop_jit(compiler_options=compiler_options(batch, cfg, CONTEXT))
         jax.block_until_ready(run_decode(graphdef, params, states[SHORT], CONTEXT, CONTEXT, program))  # traces here
     finally:
-        dantinox.cache.writes_as_slice, paged.POOL_READ_MAX = keep, keep_max
+        dantinox.cache.writes_as_slice, paged.POOL_READ_MAX, pool_kernel.handles = keep, keep_max, keep_kernel
     return {n: partial(run_decode, graphdef, params, states[n], CONTEXT, CONTEXT, program) for n in states}
 
 
@@ -87,15 +98,15 @@ def measure() -> dict:
     load_before = os.getloadavg()[0]
     for name, (base, other) in PAIRS.items():
         for batch in BATCHES[name]:
-            sides = [_program(dantinox.ModelConfig.preset("reference", **kw), batch, s, m)
-                     for kw, s, m in (base, other)]
+            sides = [_program(dantinox.ModelConfig.preset("reference", **kw), batch, s, m, k)
+                     for kw, s, m, k in (base, other)]
             base_ms, other_ms = step_ms(sides)
             ratio = other_ms / base_ms if base_ms and other_ms else None
             rows.append(dict(pair=name, batch=batch, base_ms=base_ms, other_ms=other_ms, ratio=ratio,
                              load=os.getloadavg()[0]))
             print(table_row(rows[-1]), flush=True)
     return dict(date=datetime.date.today().isoformat(), context=CONTEXT, steps=(SHORT, LONG), rounds=ROUNDS,
-                load_before=load_before, rows=rows)
+                load_before=load_before, rows=rows, pool_kernel=pool_kernel.available())
 
 
 def table_row(r: dict) -> str:
