@@ -1,8 +1,9 @@
 """Scaled dot-product attention over what a cache layout's View gives: one path for every layout.
 
 `attend` scores grouped queries against K/V heads (never repeated), with int8 scales folded into the
-contractions, attention sinks, and a shared pool read whole (a paged pool; one new token per sequence over
-it goes to the kernel of dantinox/pool_kernel.py where it is built). For one new token per sequence
+contractions, attention sinks, and a shared pool read whole (a paged pool). One new token per sequence over
+a shared pool, or over int8 codes, goes to the kernel of dantinox/pool_kernel.py where it is built
+(`uses_kernel`, a measured rule). Otherwise, for one new token per sequence
 it takes one of two arrangements of the same numbers that XLA:CPU runs faster (`_attend_one_token`);
 `uses_one_token_arrangement` and `uses_reduction_arrangement` are the measured rules that choose, and
 benchmarks/decode.py times every arrangement against the others in each run.
@@ -41,11 +42,10 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
     scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
     B, T, K, G, _ = q_BTKGH.shape
     keys = "BKHS" if keys_slot_last else "BKSH"
-    if (k_BKHS.shape[0] == 1 < B and T == 1 and keys_slot_last and sink_BS is None and not with_weights
-            and reads_in_place(k_BKHS.dtype, k_scale_BKS is not None)):  # one token each over a shared pool
-        return pool_kernel.attend(q_BTKGH[:, 0], k_BKHS[0], v_BKSH[0], mask_BTS[:, 0], scale,
-                                  None if k_scale_BKS is None else k_scale_BKS[0],
-                                  None if v_scale_BKS is None else v_scale_BKS[0])[:, None]
+    if (keys_slot_last and sink_BS is None and not with_weights and k_BKHS.shape[0] in (1, B)
+            and uses_kernel(B, T, G, k_BKHS.shape[0], k_BKHS.dtype, k_scale_BKS is not None)):
+        return pool_kernel.attend(q_BTKGH[:, 0], k_BKHS, v_BKSH, mask_BTS[:, 0], scale, k_scale_BKS,
+                                  v_scale_BKS)[:, None]
     k, v_BKSH = k_BKHS.astype(jnp.float32), v_BKSH.astype(jnp.float32)
     if k.shape[0] == 1 < B and sink_BS is None and not with_weights:  # one row for all: a paged pool read whole
         return _attend_pool(q_BTKGH.astype(jnp.float32), k[0], v_BKSH[0], mask_BTS, scale,
@@ -94,6 +94,25 @@ def reads_in_place(k_dtype: Any, quantized: bool) -> bool:
     """Whether one new token per sequence over a shared pool stored in `k_dtype` (float32 or bfloat16, or int8 codes
     with scales) is read by dantinox/pool_kernel.py, each sequence's slots where they lie."""
     return pool_kernel.handles(k_dtype, quantized)
+
+
+def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool) -> bool:
+    """Whether `attend` hands one new token per sequence to dantinox/pool_kernel.py (measured rule).
+
+    A pool all B > 1 sequences share (`rows` 1, a paged cache): always, for the storage the kernel takes;
+    XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
+    sequence (`rows` B): int8 codes with up to 4 query heads per KV head. Measured against XLA's paths
+    (benchmarks/cache_steps.py's timing; reference model, 1,024 slots, 2026-12-03), kernel / XLA: int8 MHA
+    0.57 at batch 1 and 0.66 at batch 8, int8 GQA (K = 2, G = 4) 0.91 at batch 1, but int8 MQA (G = 8)
+    1.15 at batch 8. Float32 rows keep XLA's arrangements below: the kernel measured 0.70 (MHA, batch 1),
+    0.84 (MHA, batch 8) and 0.89 (GQA K = 2, batch 8), but 1.21 (GQA K = 2, batch 1), 1.10 (batch 2) and
+    1.06-1.13 (MQA, batches 2-16); the float rule is left to be settled with benchmarks/decode.py.
+    """
+    if T != 1 or not reads_in_place(k_dtype, quantized):
+        return False
+    if rows == 1 < B:
+        return True
+    return quantized and G <= 4
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:

@@ -111,13 +111,17 @@ def handles(k_dtype, quantized: bool) -> bool:
     return available() and (name == "int8") == quantized and name in _TARGETS
 
 
-def attend(q_BKGH: jax.Array, k_KHS: jax.Array, v_KSH: jax.Array, mask_BS: jax.Array, scale: float,
-           k_scale_KS: jax.Array | None = None, v_scale_KS: jax.Array | None = None) -> jax.Array:
-    """One query token per sequence over one shared pool: [B, K, G, H] float32 out, zeros for a row that sees
-    no slot. Keys [K, H, S] and values [K, S, H] are float32 or bfloat16, or int8 codes with scales [K, S]."""
+def attend(q_BKGH: jax.Array, k_RKHS: jax.Array, v_RKSH: jax.Array, mask_BS: jax.Array, scale: float,
+           k_scale_RKS: jax.Array | None = None, v_scale_RKS: jax.Array | None = None) -> jax.Array:
+    """One query token per sequence over cached keys and values: [B, K, G, H] float32 out, zeros for a row
+    that sees no slot. Keys [R, K, H, S] and values [R, K, S, H] are float32 or bfloat16, or int8 codes with
+    scales [R, K, S]; R = 1 is one pool every sequence reads (its mask picks its slots), R = B a row each."""
+    R, B = k_RKHS.shape[0], q_BKGH.shape[0]
+    if R not in (1, B):
+        raise ValueError(f"k_RKHS: expected 1 or {B} rows (the batch), got {R}")
     out = jax.ShapeDtypeStruct(q_BKGH.shape, jnp.float32)
-    args = [q_BKGH.astype(jnp.float32), k_KHS, v_KSH]
-    target = _TARGETS[jnp.dtype(k_KHS.dtype).name][0]
-    if k_scale_KS is not None:
-        args += [k_scale_KS.astype(jnp.float32), v_scale_KS.astype(jnp.float32)]
+    args = [q_BKGH.astype(jnp.float32), k_RKHS, v_RKSH]
+    target = _TARGETS[jnp.dtype(k_RKHS.dtype).name][0]
+    if k_scale_RKS is not None:
+        args += [k_scale_RKS.astype(jnp.float32), v_scale_RKS.astype(jnp.float32)]
     return jax.ffi.ffi_call(target, out)(*args, mask_BS.astype(bool), scale=np.float32(scale))

@@ -131,17 +131,19 @@ def test_decode_loop_updates_the_donated_cache_in_place():
 def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype):
     """Batch 1 with grouped queries: the compiled loop writes each layer's keys and values in place and makes no
     other array of their shape (no whole-cache copy into another order for a matmul), and its greedy tokens are
-    those of the uncached model."""
+    those of the uncached model. Float32 attends by reductions, int8 codes by dantinox/pool_kernel.py."""
     cfg, model = make(kv_heads=2, max_context=64, cache_dtype=cache_dtype)
     graphdef, params = nnx.split(model)
     one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
     state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
     layer = state.caches.layers[0]
     assert dantinox.attention.uses_reduction_arrangement(1, 1, cfg.groups)
-    program = decode_program(1, donate=True, cfg=cfg, slots=64).lower(
-        graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=64).compile(
-        compiler_options=LEARNER_COMPILE)
-    hlo = program.as_text()
+    kernel = cache_dtype == "int8"
+    assert dantinox.attention.uses_kernel(1, 1, cfg.groups, 1, layer.k.dtype, kernel) is kernel
+    lowered = decode_program(1, donate=True, cfg=cfg, slots=64).lower(
+        graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=64)
+    assert lowered.as_text().count("dantinox_pool_attend_int8") == (cfg.n_layers if kernel else 0)
+    hlo = lowered.compile(compiler_options=LEARNER_COMPILE).as_text()
     for array in (layer.k, layer.v):
         shape = rf"{array.dtype.name.replace('float', 'f').replace('int', 's')}\[{','.join(map(str, array.shape))}\]"
         made = re.findall(rf"= {shape}\{{[^}}]*\}} ([\w-]+)\(", hlo)

@@ -1,5 +1,6 @@
 """The paged KV cache: same tokens as the contiguous cache, shared prompts stored once, honest pool bounds."""
 
+import importlib
 import re
 
 import numpy as np
@@ -142,19 +143,25 @@ def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward,
 
 def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
     import dantinox.paged as paged
+    import dantinox.pool_kernel
 
     monkeypatch.setattr(paged, "POOL_READ_MAX", 10**9 if whole else -1)
     cfg, model = make(cache_layout="paged", page_size=4, **variant)
     contiguous = dantinox.Transformer(cfg.replace(cache_layout="contiguous"), rngs=nnx.Rngs(0))
+    wanted, ids, cache = [], token_ids(2, 7, seed=4), dantinox.init_cache(contiguous.cfg, 2, 12)
+    with monkeypatch.context() as xla:  # the contiguous cache through XLA's own arithmetic, never the kernel
+        xla.setattr(dantinox.pool_kernel, "handles", lambda k_dtype, quantized: False)
+        for _ in range(3):  # the prompt, then two decode steps (the second crosses into a new page)
+            want, cache, _ = contiguous(ids, use_cache=True, kv_caches=cache)
+            wanted.append((ids, want))
+            ids = np.asarray(want[:, -1].argmax(-1))[:, None]
+    importlib.import_module("dantinox.model")._compiled_forward.clear_cache()  # the paged model traced anew
     table = np.array([[5, 2, 7], [0, 6, 3]], np.int32)  # 12 slots each; pages 1, 4 and 8 held by nobody
-    caches = [paged.init_pool(cfg, 9, table), dantinox.init_cache(contiguous.cfg, 2, 12)]
-    ids = token_ids(2, 7, seed=4)
-    for _ in range(3):  # the prompt, then two decode steps (the second crosses into a new page)
-        (logits, caches[0], _), (want, caches[1], _) = (m(ids, use_cache=True, kv_caches=c)
-                                                        for m, c in zip((model, contiguous), caches, strict=True))
+    cache = paged.init_pool(cfg, 9, table)
+    for ids, want in wanted:
+        logits, cache, _ = model(ids, use_cache=True, kv_caches=cache)
         np.testing.assert_allclose(logits, want, rtol=2e-5, atol=2e-5)
-        ids = np.asarray(want[:, -1].argmax(-1))[:, None]
-    assert dantinox.filled_slots(caches[0]).tolist() == [9, 9]
+    assert dantinox.filled_slots(cache).tolist() == [9, 9]
     assert paged.Paged(4).reads_pool(1, 9, 3) is whole
 
 
@@ -190,14 +197,15 @@ def _lowered_paged_decode(batch=8, **kw):
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "int8"])
 def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype):
     """The compiled batch-8 decode loop of a paged cache calls dantinox/pool_kernel.py once per layer and
-    step, gathers no pool page, and takes the default compiler options."""
+    step, gathers no pool page, and takes the default compiler options; at batch 1 only int8 codes go to it."""
     from dantinox.generate import compiler_options
 
     cfg, lowered = _lowered_paged_decode(cache_dtype=cache_dtype)
     target = {"float32": "float", "bfloat16": "bf16", "int8": "int8"}[cache_dtype]
     assert lowered.as_text().count(f"dantinox_pool_attend_{target}") == cfg.n_layers
     assert compiler_options(8, cfg, 256) is None
-    assert "dantinox_pool_attend" not in _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()
+    one = _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()  # batch 1: its own pool, a row
+    assert ("dantinox_pool_attend" in one) is (cache_dtype == "int8")  # dantinox.attention.uses_kernel
 
 
 def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_pool_reads):

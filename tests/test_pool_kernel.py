@@ -9,30 +9,32 @@ from dantinox import pool_kernel
 
 
 def reference(q, k, v, mask, scale, ks=None, vs=None):
-    """Softmax attention in float64, each sequence over the slots its mask marks; zeros where it marks none."""
+    """Softmax attention in float64, each sequence over the slots its mask marks; zeros where it marks none.
+    Keys [R, K, H, S] and values [R, K, S, H]: one pool (R = 1) or a row per sequence."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     if ks is not None:
-        k, v = k * np.asarray(ks)[:, None, :], v * np.asarray(vs)[:, :, None]
+        k, v = k * np.asarray(ks)[:, :, None, :], v * np.asarray(vs)[..., None]
     out = np.zeros(q.shape)
     for b in range(q.shape[0]):
-        seen = np.asarray(mask[b])
+        seen, r = np.asarray(mask[b]), 0 if k.shape[0] == 1 else b
         if not seen.any():
             continue
-        scores = np.einsum("kgh,khs->kgs", q[b], k[:, :, seen]) * scale
+        scores = np.einsum("kgh,khs->kgs", q[b], k[r][:, :, seen]) * scale
         w = np.exp(scores - scores.max(-1, keepdims=True))
-        out[b] = np.einsum("kgs,ksh->kgh", w / w.sum(-1, keepdims=True), v[:, seen])
+        out[b] = np.einsum("kgs,ksh->kgh", w / w.sum(-1, keepdims=True), v[r][:, seen])
     return out
 
 
-def problem(B=4, K=2, G=3, H=8, S=37, seed=0):
+def problem(B=4, K=2, G=3, H=8, S=37, R=1, seed=0):
     rng = np.random.default_rng(seed)
     mask = rng.random((B, S)) < 0.4
     mask[1] = False  # a sequence that sees nothing
     mask[2] = False
     mask[2, S - 1] = True  # one slot, in the last, partial block of 16
     mask[3, :16] = False  # a whole block skipped
-    return (rng.standard_normal((B, K, G, H)).astype(np.float32), rng.standard_normal((K, H, S)).astype(np.float32),
-            rng.standard_normal((K, S, H)).astype(np.float32), mask, H ** -0.5)
+    return (rng.standard_normal((B, K, G, H)).astype(np.float32),
+            rng.standard_normal((R, K, H, S)).astype(np.float32),
+            rng.standard_normal((R, K, S, H)).astype(np.float32), mask, H ** -0.5)
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +42,10 @@ def built():
     assert pool_kernel.available(), pool_kernel.why_not()
 
 
+@pytest.mark.parametrize("rows", [1, 4], ids=["shared-pool", "row-per-sequence"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_float_pools_match_the_reference(dtype):
-    q, k, v, mask, scale = problem()
+def test_float_caches_match_the_reference(dtype, rows):
+    q, k, v, mask, scale = problem(R=rows)
     k, v = jnp.asarray(k, dtype), jnp.asarray(v, dtype)
     out = jax.jit(lambda *a: pool_kernel.attend(*a, scale))(q, k, v, mask)
     np.testing.assert_allclose(out, reference(q, k.astype(np.float32), v.astype(np.float32), mask, scale),
@@ -50,11 +53,12 @@ def test_float_pools_match_the_reference(dtype):
     assert not np.asarray(out[1]).any()  # no visible slot: zeros, not NaN
 
 
-def test_int8_codes_fold_their_scales():
+@pytest.mark.parametrize("rows", [1, 4], ids=["shared-pool", "row-per-sequence"])
+def test_int8_codes_fold_their_scales(rows):
     q, _, _, mask, scale = problem(S=70, seed=1)
     rng = np.random.default_rng(2)
-    k, v = (rng.integers(-127, 128, shape).astype(np.int8) for shape in ((2, 8, 70), (2, 70, 8)))
-    ks, vs = (rng.random((2, 70)).astype(np.float32) / 64 for _ in range(2))
+    k, v = (rng.integers(-127, 128, shape).astype(np.int8) for shape in ((rows, 2, 8, 70), (rows, 2, 70, 8)))
+    ks, vs = (rng.random((rows, 2, 70)).astype(np.float32) / 64 for _ in range(2))
     out = jax.jit(lambda *a: pool_kernel.attend(*a[:4], scale, *a[4:]))(q, k, v, mask, ks, vs)
     np.testing.assert_allclose(out, reference(q, k, v, mask, scale, ks, vs), rtol=1e-5, atol=1e-6)
 
@@ -64,14 +68,20 @@ def test_only_the_masked_slots_count():
     q, k, v, mask, scale = problem()
     hidden = np.flatnonzero(~mask.any(0))[0]
     other = v.copy()
-    other[:, hidden] = 1e6
+    other[:, :, hidden] = 1e6
     same = pool_kernel.attend(q, k, other, mask, scale)
     np.testing.assert_array_equal(same, pool_kernel.attend(q, k, v, mask, scale))
-    other[:, np.flatnonzero(mask[0])[0]] += 1.0
+    other[:, :, np.flatnonzero(mask[0])[0]] += 1.0
     assert not np.allclose(pool_kernel.attend(q, k, other, mask, scale)[0], same[0])
 
 
-def test_which_pools_it_takes():
+def test_rows_other_than_one_or_the_batch_are_refused():
+    q, k, v, mask, scale = problem(R=2)
+    with pytest.raises(ValueError, match="k_RKHS: expected 1 or 4 rows"):
+        pool_kernel.attend(q, k, v, mask, scale)
+
+
+def test_which_caches_it_takes():
     assert pool_kernel.handles(jnp.float32, False) and pool_kernel.handles(jnp.bfloat16, False)
     assert pool_kernel.handles(jnp.int8, True) and not pool_kernel.handles(jnp.int8, False)
     assert not pool_kernel.handles(jnp.float8_e4m3fn, True) and not pool_kernel.handles(jnp.float16, False)
@@ -98,3 +108,33 @@ def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="could not build pool_attend.cc: pool_attend.cc:1: error: this compiler"):
         pool_kernel.build()
     assert not list((tmp_path / "kernels").iterdir())  # nothing half-written is left to load
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fresh_forward, batch):
+    """A contiguous int8 cache (a row per sequence): the kernel's decode logits equal XLA's folded-scale path."""
+    import importlib
+
+    from flax import nnx
+    from invariants import token_ids
+
+    import dantinox
+
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8")
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    forward = importlib.import_module("dantinox.model")._compiled_forward
+    assert dantinox.attention.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, True)
+    runs = []
+    for kernel in (True, False):
+        with monkeypatch.context() as m:
+            if not kernel:
+                m.setattr(pool_kernel, "handles", lambda k_dtype, quantized: False)
+            forward.clear_cache()
+            cache, ids, steps = dantinox.init_cache(cfg, batch, 16), token_ids(batch, 5, seed=7), []
+            for _ in range(4):  # the prompt, then three one-token steps
+                logits, cache, _ = model(ids, use_cache=True, kv_caches=cache)
+                steps.append(np.asarray(logits))
+                ids = np.asarray(logits[:, -1].argmax(-1))[:, None]
+            runs.append(steps)
+    for got, want in zip(*runs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)

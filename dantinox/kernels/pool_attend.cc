@@ -7,8 +7,10 @@
 // block the sequence's mask leaves empty, and folds the blocks it reads into a running softmax (the
 // max-and-rescale recurrence of online softmax), so the bytes read are the sequence's own slots.
 //
-// Shapes (float32 unless named): q [B, K, G, H]; keys [K, H, S] (slot axis last, as the cache stores them)
-// and values [K, S, H], in float32 or bfloat16 (widened as they are read); mask [B, S] (bool); for int8 codes, key and value scales [K, S]; out [B, K, G, H].
+// Shapes (float32 unless named): q [B, K, G, H]; keys [R, K, H, S] (slot axis last, as the cache stores them)
+// and values [R, K, S, H], in float32 or bfloat16 (widened as they are read), R = 1 for a pool all sequences
+// share or R = B for one row each; mask [B, S] (bool); for int8 codes, key and value scales [R, K, S];
+// out [B, K, G, H].
 // A sequence that sees no slot gets zeros.
 
 #include <algorithm>
@@ -43,7 +45,7 @@ inline float value(Bf16 x) {
 }
 
 struct Problem {
-  int64_t B, K, G, H, S;
+  int64_t B, K, G, H, S, R;  // R: rows of keys and values, 1 (a pool every sequence reads) or B (one each)
   float scale;
   const float* q;
   const void* k;
@@ -57,11 +59,12 @@ struct Problem {
 template <typename Code>
 void one_pair(const Problem& p, int64_t pair) {
   const int64_t b = pair / p.K, kh = pair % p.K, G = p.G, H = p.H, S = p.S;
+  const int64_t head = (p.R == 1 ? 0 : b) * p.K + kh;  // the cached head this pair reads
   const float* q = p.q + pair * G * H;
-  const Code* keys = static_cast<const Code*>(p.k) + kh * H * S;
-  const Code* vals = static_cast<const Code*>(p.v) + kh * S * H;
-  const float* ks = p.k_scale ? p.k_scale + kh * S : nullptr;
-  const float* vs = p.v_scale ? p.v_scale + kh * S : nullptr;
+  const Code* keys = static_cast<const Code*>(p.k) + head * H * S;
+  const Code* vals = static_cast<const Code*>(p.v) + head * S * H;
+  const float* ks = p.k_scale ? p.k_scale + head * S : nullptr;
+  const float* vs = p.v_scale ? p.v_scale + head * S : nullptr;
   const bool* mask = p.mask + b * S;
   float* out = p.out + pair * G * H;
 
@@ -154,7 +157,7 @@ ffi::Error attend_float(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buff
                         ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> mask, float scale,
                         ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
-  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
             v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
   return launch(pool, p, one_pair<float>);
 }
@@ -163,7 +166,7 @@ ffi::Error attend_bf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
                        ffi::Buffer<ffi::BF16> v, ffi::Buffer<ffi::PRED> mask, float scale,
                        ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
-  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
             v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
   return launch(pool, p, one_pair<Bf16>);
 }
@@ -172,7 +175,7 @@ ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
                        ffi::Buffer<ffi::S8> v, ffi::Buffer<ffi::F32> k_scale, ffi::Buffer<ffi::F32> v_scale,
                        ffi::Buffer<ffi::PRED> mask, float scale, ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
-  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[2], scale, q.typed_data(), k.typed_data(),
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
             v.typed_data(), k_scale.typed_data(), v_scale.typed_data(), mask.typed_data(), out->typed_data()};
   return launch(pool, p, one_pair<int8_t>);
 }
@@ -183,8 +186,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendFloat, attend_float,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // keys [K, H, S]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // values [K, S, H]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // keys [R, K, H, S]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // values [R, K, S, H]
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
                                   .Attr<float>("scale")
                                   .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
@@ -193,8 +196,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendBf16, attend_bf16,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
-                                  .Arg<ffi::Buffer<ffi::BF16>>()  // keys [K, H, S]
-                                  .Arg<ffi::Buffer<ffi::BF16>>()  // values [K, S, H]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // keys [R, K, H, S]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // values [R, K, S, H]
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
                                   .Attr<float>("scale")
                                   .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
@@ -203,10 +206,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendInt8, attend_int8,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
-                                  .Arg<ffi::Buffer<ffi::S8>>()  // key codes [K, H, S]
-                                  .Arg<ffi::Buffer<ffi::S8>>()  // value codes [K, S, H]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // key scales [K, S]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // value scales [K, S]
+                                  .Arg<ffi::Buffer<ffi::S8>>()  // key codes [R, K, H, S]
+                                  .Arg<ffi::Buffer<ffi::S8>>()  // value codes [R, K, S, H]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // key scales [R, K, S]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value scales [R, K, S]
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
                                   .Attr<float>("scale")
                                   .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
