@@ -13,8 +13,9 @@ project's environment never holds torch.
 at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the attention arrangements for one new token (dantinox/attention.py: the general one, and _attend_one_token as
-matmuls or as reductions), each forced through dantinox.model's two arrangement rules, and
+the attention arrangements for one new token (dantinox/attention.py: the general one, _attend_one_token as
+matmuls or as reductions, and the kernel of dantinox/pool_kernel.py), each forced through
+dantinox.attention's arrangement rules, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
 
@@ -73,24 +74,29 @@ def decode_grid(repeats: int) -> dict[str, float]:
     return out
 
 
-ARRANGEMENTS = ("general", "one-token", "reduction")
+ARRANGEMENTS = ("general", "one-token", "reduction", "kernel")  # kernel: dantinox/pool_kernel.py
 
 
 @contextlib.contextmanager
 def _arrangement(name: str | None):
     """Trace with attention arrangement `name` (one of ARRANGEMENTS) forced; None: as dantinox chooses."""
-    keep = dantinox.attention.uses_one_token_arrangement, dantinox.attention.uses_reduction_arrangement
+    att = dantinox.attention
+    keep = att.uses_one_token_arrangement, att.uses_reduction_arrangement, att.uses_kernel
     if name is not None:
-        dantinox.attention.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
-        dantinox.attention.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
+        att.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
+        att.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
+        att.uses_kernel = lambda B, T, G, rows, k_dtype, quantized: (
+            T == 1 and name == "kernel" and att.reads_in_place(k_dtype, quantized))
     try:
         yield
     finally:
-        dantinox.attention.uses_one_token_arrangement, dantinox.attention.uses_reduction_arrangement = keep
+        att.uses_one_token_arrangement, att.uses_reduction_arrangement, att.uses_kernel = keep
 
 
 def arrangement_used(batch: int, cfg: dantinox.ModelConfig) -> str:
     """The arrangement dantinox.attention.attend takes for one new token per sequence of `batch`."""
+    if dantinox.attention.uses_kernel(batch, 1, cfg.groups, batch, cfg.cache_jnp_dtype, cfg.quantized_cache):
+        return "kernel"
     if dantinox.attention.uses_reduction_arrangement(batch, 1, cfg.groups):
         return "reduction"
     one_token = dantinox.attention.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups)

@@ -1,12 +1,12 @@
 """Scaled dot-product attention over what a cache layout's View gives: one path for every layout.
 
 `attend` scores grouped queries against K/V heads (never repeated), with int8 scales folded into the
-contractions, attention sinks, and a shared pool read whole (a paged pool). One new token per sequence over
-a shared pool, or over int8 codes, goes to the kernel of dantinox/pool_kernel.py where it is built
-(`uses_kernel`, a measured rule). Otherwise, for one new token per sequence
-it takes one of two arrangements of the same numbers that XLA:CPU runs faster (`_attend_one_token`);
+contractions, attention sinks, and a shared pool read whole (a paged pool). One new token per sequence goes
+to the kernel of dantinox/pool_kernel.py where it is built and where `uses_kernel` (a measured rule: a
+shared pool, few query heads per KV head, int8 codes) says so. Otherwise, for one new token per sequence it
+takes one of two arrangements of the same numbers that XLA:CPU runs faster (`_attend_one_token`);
 `uses_one_token_arrangement` and `uses_reduction_arrangement` are the measured rules that choose, and
-benchmarks/decode.py times every arrangement against the others in each run.
+benchmarks/decode.py times every arrangement and the kernel against the others in each run.
 """
 
 from __future__ import annotations
@@ -101,18 +101,19 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool
 
     A pool all B > 1 sequences share (`rows` 1, a paged cache): always, for the storage the kernel takes;
     XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
-    sequence (`rows` B): int8 codes with up to 4 query heads per KV head. Measured against XLA's paths
-    (benchmarks/cache_steps.py's timing; reference model, 1,024 slots, 2026-12-03), kernel / XLA: int8 MHA
-    0.57 at batch 1 and 0.66 at batch 8, int8 GQA (K = 2, G = 4) 0.91 at batch 1, but int8 MQA (G = 8)
-    1.15 at batch 8. Float32 rows keep XLA's arrangements below: the kernel measured 0.70 (MHA, batch 1),
-    0.84 (MHA, batch 8) and 0.89 (GQA K = 2, batch 8), but 1.21 (GQA K = 2, batch 1), 1.10 (batch 2) and
-    1.06-1.13 (MQA, batches 2-16); the float rule is left to be settled with benchmarks/decode.py.
+    sequence (`rows` B): up to 2 query heads per KV head, or up to 4 for int8 codes. Measured against
+    XLA's paths (benchmarks/cache_steps.py's timing; reference model, 1,024 slots, 2026-12-03), kernel / XLA:
+    float32 MHA 0.70 and 0.63 at batch 1, 0.84, 0.82 and 0.82 at batch 8; K = 4 (G = 2) 0.92 at batch 1;
+    int8 MHA 0.57 at batch 1 and 0.66 at batch 8, int8 K = 2 (G = 4) 0.91 at batch 1. Slower, so left to
+    XLA's arrangements below: float32 K = 2 (G = 4) 1.21 at batch 1 and 1.10 at batch 2 (0.89 at batch 8,
+    0.97 at 16), MQA (G = 8) 1.06-1.13 at batches 2-16 and 1.15 in int8 at batch 8. benchmarks/decode.py
+    times the kernel against the arrangements in each run.
     """
     if T != 1 or not reads_in_place(k_dtype, quantized):
         return False
     if rows == 1 < B:
         return True
-    return quantized and G <= 4
+    return G <= (4 if quantized else 2)
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:

@@ -131,8 +131,9 @@ def test_decode_loop_updates_the_donated_cache_in_place():
 def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype):
     """Batch 1 with grouped queries: the compiled loop writes each layer's keys and values in place and makes no
     other array of their shape (no whole-cache copy into another order for a matmul), and its greedy tokens are
-    those of the uncached model. Float32 attends by reductions, int8 codes by dantinox/pool_kernel.py."""
-    cfg, model = make(kv_heads=2, max_context=64, cache_dtype=cache_dtype)
+    those of the uncached model. With 4 query heads per KV head float32 attends by reductions, int8 codes by
+    dantinox/pool_kernel.py (dantinox.attention.uses_kernel)."""
+    cfg, model = make(kv_heads=1, max_context=64, cache_dtype=cache_dtype)
     graphdef, params = nnx.split(model)
     one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
     state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))

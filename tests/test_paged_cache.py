@@ -197,15 +197,18 @@ def _lowered_paged_decode(batch=8, **kw):
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "int8"])
 def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype):
     """The compiled batch-8 decode loop of a paged cache calls dantinox/pool_kernel.py once per layer and
-    step, gathers no pool page, and takes the default compiler options; at batch 1 only int8 codes go to it."""
+    step, gathers no pool page, and takes the default compiler options."""
     from dantinox.generate import compiler_options
 
     cfg, lowered = _lowered_paged_decode(cache_dtype=cache_dtype)
     target = {"float32": "float", "bfloat16": "bf16", "int8": "int8"}[cache_dtype]
     assert lowered.as_text().count(f"dantinox_pool_attend_{target}") == cfg.n_layers
     assert compiler_options(8, cfg, 256) is None
-    one = _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()  # batch 1: its own pool, a row
-    assert ("dantinox_pool_attend" in one) is (cache_dtype == "int8")  # dantinox.attention.uses_kernel
+    # batch 1: its own pool, read as a row per sequence (dantinox.attention.uses_kernel): MHA's one query head
+    # per KV head goes to the kernel, four (K = 1) only in int8
+    assert "dantinox_pool_attend" in _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()
+    mqa = _lowered_paged_decode(batch=1, cache_dtype=cache_dtype, kv_heads=1)[1].as_text()
+    assert ("dantinox_pool_attend" in mqa) is (cache_dtype == "int8")
 
 
 def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_pool_reads):
