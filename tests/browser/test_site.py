@@ -86,13 +86,6 @@ def _run_all(page) -> None:
     _wait_for(lambda: _ran(page, cells), 180, "Run All did not finish")
 
 
-def _run_cell(page, cell) -> None:
-    cell.locator(".jp-InputPrompt").click()
-    page.keyboard.press("Control+Enter")
-    _wait_for(lambda: re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip()), 120,
-              "a cell did not finish")
-
-
 def _errors(page) -> list[str]:
     return page.locator(STDERR).all_inner_texts()
 
@@ -160,8 +153,9 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
         page.reload()
         _kernel_ready(page)
         code = page.locator(".jp-CodeCell")
-        for cell in (code.first, code.last):  # the imports, then the quiz: the map's cells are not needed again
-            _run_cell(page, cell)
+        # Run All, as on the first visit: running the imports and the quiz cell alone, by a click and
+        # Ctrl+Enter each, left a cell unrun or its widget undrawn in 3 of 9 runs here (2026-12-03)
+        _run_all(page)
         assert _errors(page) == []
         question = code.last.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)")
         _wait_for(lambda: "Your earlier answer" in question.first.inner_text(), 30,
