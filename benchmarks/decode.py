@@ -41,6 +41,7 @@ from flax import nnx
 
 import dantinox
 import dantinox.attention
+import dantinox.pool_kernel
 from dantinox.generate import VECTOR_512, bucket_for, compiler_options, decode_loop_jit
 from dantinox.roofline import generate_seconds, measure_machine, run_decode, timing_state
 
@@ -86,7 +87,7 @@ def _arrangement(name: str | None):
         att.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
         att.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
         att.uses_kernel = lambda B, T, G, rows, k_dtype, quantized: (
-            T == 1 and name == "kernel" and att.reads_in_place(k_dtype, quantized))
+            T == 1 and name == "kernel" and dantinox.pool_kernel.handles(k_dtype, quantized))
     try:
         yield
     finally:

@@ -90,12 +90,6 @@ def _attend_pool(q_BTKGH: jax.Array, k: jax.Array, v_KSH: jax.Array, mask_BTS: j
     return out_KRH.reshape(K, B, T, G, -1).transpose(1, 2, 0, 3, 4)
 
 
-def reads_in_place(k_dtype: Any, quantized: bool) -> bool:
-    """Whether one new token per sequence over a shared pool stored in `k_dtype` (float32 or bfloat16, or int8 codes
-    with scales) is read by dantinox/pool_kernel.py, each sequence's slots where they lie."""
-    return pool_kernel.handles(k_dtype, quantized)
-
-
 def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool) -> bool:
     """Whether `attend` hands one new token per sequence to dantinox/pool_kernel.py (measured rule).
 
@@ -109,7 +103,7 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool
     0.97 at 16), MQA (G = 8) 1.06-1.13 at batches 2-16 and 1.15 in int8 at batch 8. benchmarks/decode.py
     times the kernel against the arrangements in each run.
     """
-    if T != 1 or not reads_in_place(k_dtype, quantized):
+    if T != 1 or not pool_kernel.handles(k_dtype, quantized):
         return False
     if rows == 1 < B:
         return True

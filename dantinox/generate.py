@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import sharding
-from dantinox.attention import reads_in_place
+from dantinox import pool_kernel, sharding
 from dantinox.cache import KVCache, cache_length, empty_cache, grow_cache
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
@@ -172,7 +171,7 @@ def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | No
     options = dict(VECTOR_512) if batch == 1 else {}
     if (batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.attention == "heads"
             and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)
-            and not reads_in_place(cfg.cache_jnp_dtype, cfg.quantized_cache)):
+            and not pool_kernel.handles(cfg.cache_jnp_dtype, cfg.quantized_cache)):
         options |= EIGEN_DOTS
     return options or None
 

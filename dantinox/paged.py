@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox import pool_kernel
 from dantinox.cache import KVCache, LayerCache, Linear, empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
@@ -75,15 +76,12 @@ class Paged(Linear):
         """Whether attention reads the pool with dantinox/pool_kernel.py: one new token per sequence, K/V heads
         stored in float32, bfloat16 or int8 codes. Each sequence's slots are read where they lie, with neither a
         copy nor other sequences' scores, so the pool is read whole whatever `reads_pool` says."""
-        from dantinox.attention import reads_in_place
-
-        return T == 1 and payload is LayerCache and reads_in_place(k_dtype, quantized)
+        return T == 1 and payload is LayerCache and pool_kernel.handles(k_dtype, quantized)
 
     def read(self, layer, table, lengths_B, T):
         ps, (B, M) = self.page_size, table.shape
         P = layer.slots // ps
-        in_place = isinstance(layer, LayerCache) and self.reads_in_place(T, LayerCache, layer.k.dtype,
-                                                                        layer.k_scale is not None)
+        in_place = self.reads_in_place(T, type(layer), layer[0].dtype, layer[-1] is not None)  # last: a scale
         if not in_place and not self.reads_pool(T, P, M):
             return layer.gather(table, ps), self.positions(lengths_B, M * ps)
         # logical page of every physical page for each sequence (-1: not one of its written pages)

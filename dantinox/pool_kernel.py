@@ -1,4 +1,4 @@
-"""A kernel of its own for one paged decode step: each sequence's slots read where they lie in the pool.
+"""A kernel of its own for one decode step: each sequence's cached slots read where they lie.
 
 XLA:CPU can read a paged pool in two ways, and both cost: gathering each sequence's pages copies them every
 step, and scoring every query against the whole pool computes the other sequences' scores only to mask them
@@ -7,10 +7,11 @@ in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps
 rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
 It is C++ built on first use with the machine's compiler (`$CXX`, else g++) against the headers jaxlib
-ships, into the user cache directory (`cache_dir`), and registered with XLA for the CPU. `attend` uses it for one new
-token per sequence over a shared pool; where it cannot be built or the backend is not the CPU, `available()`
-is False, `why_not()` says why in one line, and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns
-it off (benchmarks/cache_steps.py times both).
+ships, into the user cache directory (`cache_dir`), and registered with XLA for the CPU.
+dantinox.attention.attend uses it for one new token per sequence over a shared pool (paged) or, where its
+measured rule `uses_kernel` says so, over a cache row per sequence. Where it cannot be built or the backend
+is not the CPU, `available()` is False, `why_not()` says why in one line, and attention keeps XLA's reads.
+`DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
 """
 
 from __future__ import annotations

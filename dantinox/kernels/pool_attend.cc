@@ -153,22 +153,26 @@ ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Proble
   return ffi::Error::Success();
 }
 
-ffi::Error attend_float(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                        ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> mask, float scale,
-                        ffi::Result<ffi::Buffer<ffi::F32>> out) {
+// Float keys and values (float32, or bfloat16 read as Bf16), no scales.
+template <ffi::DataType kType, typename Code>
+ffi::Error attend_float(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<kType> k, ffi::Buffer<kType> v,
+                        ffi::Buffer<ffi::PRED> mask, float scale, ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
-  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
-            v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
-  return launch(pool, p, one_pair<float>);
+  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.untyped_data(),
+            v.untyped_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
+  return launch(pool, p, one_pair<Code>);
 }
 
-ffi::Error attend_bf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::BF16> k,
-                       ffi::Buffer<ffi::BF16> v, ffi::Buffer<ffi::PRED> mask, float scale,
-                       ffi::Result<ffi::Buffer<ffi::F32>> out) {
-  auto d = q.dimensions();
-  Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
-            v.typed_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
-  return launch(pool, p, one_pair<Bf16>);
+template <ffi::DataType kType>
+auto float_binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
+      .template Arg<ffi::Buffer<kType>>()  // keys [R, K, H, S]
+      .template Arg<ffi::Buffer<kType>>()  // values [R, K, S, H]
+      .template Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
+      .template Attr<float>("scale")
+      .template Ret<ffi::Buffer<ffi::F32>>();  // out [B, K, G, H]
 }
 
 ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::S8> k,
@@ -182,25 +186,8 @@ ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendFloat, attend_float,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // keys [R, K, H, S]
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // values [R, K, S, H]
-                                  .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
-                                  .Attr<float>("scale")
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendBf16, attend_bf16,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // q [B, K, G, H]
-                                  .Arg<ffi::Buffer<ffi::BF16>>()  // keys [R, K, H, S]
-                                  .Arg<ffi::Buffer<ffi::BF16>>()  // values [R, K, S, H]
-                                  .Arg<ffi::Buffer<ffi::PRED>>()  // mask [B, S]
-                                  .Attr<float>("scale")
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [B, K, G, H]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendFloat, (attend_float<ffi::F32, float>), float_binding<ffi::F32>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendBf16, (attend_float<ffi::BF16, Bf16>), float_binding<ffi::BF16>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PoolAttendInt8, attend_int8,
                               ffi::Ffi::Bind()
