@@ -6,8 +6,8 @@ step, and scoring every query against the whole pool computes the other sequence
 in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over the
 rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
-It is C++ built on first use with the machine's compiler (`$CXX`, else g++) against the headers jaxlib
-ships, into the user cache directory (`cache_dir`), and registered with XLA for the CPU.
+It is C++ built on first use by dantinox/native.py (the machine's compiler, the user cache directory) and
+registered with XLA for the CPU.
 dantinox.attention.attend uses it for one new token per sequence over a shared pool (paged) or, where its
 measured rule `uses_kernel` says so, over a cache row per sequence. Where it cannot be built or the backend
 is not the CPU, `available()` is False, `why_not()` says why in one line, and attention keeps XLA's reads.
@@ -16,84 +16,31 @@ is not the CPU, `available()` is False, `why_not()` says why in one line, and at
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-from importlib import resources
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dantinox import native
+
 ENV = "DANTINOX_POOL_KERNEL"
-CACHE_ENV = "DANTINOX_KERNEL_CACHE"
+CACHE_ENV = native.CACHE_ENV
 SOURCE = "pool_attend.cc"
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-std=c++17", "-shared", "-fPIC")
 _TARGETS = {"float32": ("dantinox_pool_attend_float", "PoolAttendFloat"),
             "bfloat16": ("dantinox_pool_attend_bf16", "PoolAttendBf16"),
             "int8": ("dantinox_pool_attend_int8", "PoolAttendInt8")}
 _state: dict[str, object] = {}
 
 
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ""
-
-
-def cache_dir() -> Path:
-    """`$DANTINOX_KERNEL_CACHE`, else dantinox-labs/kernels in the user cache directory."""
-    import platformdirs
-
-    return Path(os.environ.get(CACHE_ENV) or Path(platformdirs.user_cache_dir("dantinox-labs")) / "kernels")
-
-
-def library_path(source: bytes, compiler: str) -> Path:
-    """Where the built library is kept: one file per source, jaxlib, compiler, flags and CPU."""
-    key = hashlib.sha256(b"\0".join([source, jax.lib.__version__.encode(), compiler.encode(),
-                                     " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
-    return cache_dir() / f"pool_attend-{key}.so"
-
-
-def build() -> Path:
+def build():
     """Compile the kernel if it is not in the cache yet; the path of the shared library."""
-    source = resources.files("dantinox").joinpath("kernels", SOURCE).read_bytes()
-    compiler = os.environ.get("CXX") or "g++"
-    if shutil.which(compiler) is None:
-        raise RuntimeError(f"no C++ compiler found ({compiler!r}; set CXX)")
-    out = library_path(source, compiler)
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        src, lib = Path(tmp) / SOURCE, Path(tmp) / out.name
-        src.write_bytes(source)
-        done = subprocess.run([compiler, *FLAGS, "-isystem", jax.ffi.include_dir(), str(src), "-o", str(lib)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise RuntimeError(f"{compiler} could not build {SOURCE}: {last}")
-        os.replace(lib, out)  # atomic: two processes building at once both end with a whole file
-    return out
+    return native.build(SOURCE)
 
 
 def available() -> bool:
     """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
     if "ok" not in _state:
         try:
-            if os.environ.get(ENV, "1") == "0":
-                raise RuntimeError(f"turned off by {ENV}=0")
-            if jax.default_backend() != "cpu":
-                raise RuntimeError(f"the kernel is for the CPU; the backend is {jax.default_backend()!r}")
-            lib = ctypes.CDLL(str(build()))
-            for target, symbol in _TARGETS.values():
-                jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+            native.load(SOURCE, dict(_TARGETS.values()), ENV)
             _state.update(ok=True, why="")
         except (OSError, RuntimeError, AttributeError) as e:
             _state.update(ok=False, why=f"dantinox.pool_kernel: not used ({e}); paged decode reads through XLA")
