@@ -95,19 +95,24 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool
 
     A pool all B > 1 sequences share (`rows` 1, a paged cache): always, for the storage the kernel takes;
     XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
-    sequence (`rows` B): up to 2 query heads per KV head, or up to 4 for int8 codes. Measured against
-    XLA's paths (benchmarks/cache_steps.py's timing; reference model, 1,024 slots, 2026-12-03), kernel / XLA:
-    float32 MHA 0.70 and 0.63 at batch 1, 0.84, 0.82 and 0.82 at batch 8; K = 4 (G = 2) 0.92 at batch 1;
-    int8 MHA 0.57 at batch 1 and 0.66 at batch 8, int8 K = 2 (G = 4) 0.91 at batch 1. Slower, so left to
-    XLA's arrangements below: float32 K = 2 (G = 4) 1.21 at batch 1 and 1.10 at batch 2 (0.89 at batch 8,
-    0.97 at 16), MQA (G = 8) 1.06-1.13 at batches 2-16 and 1.15 in int8 at batch 8. benchmarks/decode.py
-    times the kernel against the arrangements in each run.
+    sequence (`rows` B): up to 2 query heads per KV head, up to 4 for int8 codes, and for float32 up to 3 at
+    batch 1 and 4 above it. Measured against the best of XLA's arrangements below (benchmarks/decode.py's
+    arrangement A/B, 384 slots, 2026-12-03, after the kernel read key rows in order), kernel / XLA, reference
+    model (head size 32): MHA 0.63 at batch 1, 0.72 at 2, 0.82 at 8, 0.77 at 16; float32 K = 2 (G = 4) 0.69
+    at batch 2, 0.94 at 8, 0.92 at 16; int8 K = 2 0.87 at batch 8. SmolLM2-135M (G = 3, head size 64,
+    float32, 288 slots, benchmarks/decode_profile.py): attention 1.14 against 2.16 ms a step at batch 1 and
+    7.8 against 11.6 at batch 8. Left to XLA: float32 G = 4 at batch 1 (1.17), MQA (G = 8: 0.99 at batch 1,
+    1.01 at 8), a bfloat16 cache with G > 2 (1.01-1.19).
     """
     if T != 1 or not pool_kernel.handles(k_dtype, quantized):
         return False
     if rows == 1 < B:
         return True
-    return G <= (4 if quantized else 2)
+    if quantized:
+        return G <= 4
+    if jnp.dtype(k_dtype) == jnp.float32:
+        return G <= (4 if B > 1 else 3)
+    return G <= 2
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:

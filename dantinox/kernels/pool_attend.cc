@@ -30,6 +30,9 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t kBlock = 16;
+constexpr int64_t kAheadRows = 4;  // key rows  // key rows (channels) read ahead
+constexpr int64_t kAheadSlots = 8;  // value rows  // value rows (slots) read ahead
+
 
 struct Bf16 {  // bfloat16 as stored: the high half of a float32
   uint16_t bits;
@@ -68,59 +71,98 @@ void one_pair(const Problem& p, int64_t pair) {
   const bool* mask = p.mask + b * S;
   float* out = p.out + pair * G * H;
 
-  // A large negative, not -inf: masked slots and the first block's carry give exp(...) == 0 exactly, and the
-  // arithmetic stays finite (the build uses -ffast-math so that exp is vectorized).
-  constexpr float kNeg = -1e30f;
-  std::vector<float> acc(G * H, 0.0f), run_max(G, kNeg), total(G, 0.0f), s(G * kBlock);
-  float w[kBlock];
-  bool seen[kBlock];
+  // The runs of consecutive blocks that hold a slot the mask lets this sequence see (its own pages in a pool).
+  std::vector<std::pair<int64_t, int64_t>> runs;
   for (int64_t start = 0; start < S; start += kBlock) {
-    const int64_t n = std::min(kBlock, S - start);
-    bool any = false;
-    for (int64_t j = 0; j < kBlock; ++j) {
-      seen[j] = j < n && mask[start + j];
-      any |= seen[j];
-    }
-    if (!any) continue;
-    std::fill(s.begin(), s.end(), 0.0f);
-    for (int64_t h = 0; h < H; ++h) {  // each key row of the block is loaded once for all G query heads
-      const Code* row = keys + h * S + start;
+    const int64_t end = std::min(S, start + kBlock);
+    if (std::none_of(mask + start, mask + end, [](bool m) { return m; })) continue;
+    if (!runs.empty() && runs.back().second == start)
+      runs.back().second = end;
+    else
+      runs.emplace_back(start, end);
+  }
+  if (runs.empty()) {
+    std::fill(out, out + G * H, 0.0f);
+    return;
+  }
+  // Scores of the G query heads, key row by key row: each row (one channel, slots in order) is read along its
+  // length, once for all G heads, so the bytes stream in the order they are stored.
+  std::vector<float> s(G * S);
+  for (const auto& [start, end] : runs)
+    for (int64_t g = 0; g < G; ++g) std::fill(s.begin() + g * S + start, s.begin() + g * S + end, 0.0f);
+  constexpr int64_t kLine = 64 / sizeof(Code);
+  int64_t h = 0;
+  for (; h + 4 <= H; h += 4) {  // four key rows at a time: one load and store of a score per four products
+    const Code *r0 = keys + h * S, *r1 = r0 + S, *r2 = r1 + S, *r3 = r2 + S;
+    for (const auto& [start, end] : runs) {
+      // The same slots kAheadRows key rows on: past a 4 KiB page the hardware's own prefetch stops.
+      if (h + 4 + kAheadRows <= H)
+        for (int64_t j = start; j < end; j += kLine)
+          for (int64_t i = 0; i < 4; ++i) __builtin_prefetch(r0 + (kAheadRows + i) * S + j);
       for (int64_t g = 0; g < G; ++g) {
-        const float qh = q[g * H + h];
-        float* sg = s.data() + g * kBlock;
-        for (int64_t j = 0; j < n; ++j) sg[j] += qh * value(row[j]);
-      }
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      float* sg = s.data() + g * kBlock;
-      float block_max = kNeg;
-      for (int64_t j = 0; j < kBlock; ++j) {
-        sg[j] = seen[j] ? sg[j] * p.scale * (ks ? ks[start + j] : 1.0f) : kNeg;
-        block_max = std::max(block_max, sg[j]);
-      }
-      const float new_max = std::max(run_max[g], block_max);
-      const float carry = std::exp(run_max[g] - new_max);
-      float added = 0.0f;
-      for (int64_t j = 0; j < kBlock; ++j) {
-        w[j] = std::exp(sg[j] - new_max);
-        added += w[j];
-      }
-      if (vs)
-        for (int64_t j = 0; j < n; ++j) w[j] *= vs[start + j];
-      total[g] = total[g] * carry + added;
-      run_max[g] = new_max;
-      float* ag = acc.data() + g * H;
-      for (int64_t h = 0; h < H; ++h) ag[h] *= carry;
-      for (int64_t j = 0; j < n; ++j) {
-        if (!seen[j]) continue;
-        const Code* row = vals + (start + j) * H;
-        const float wj = w[j];
-        for (int64_t h = 0; h < H; ++h) ag[h] += wj * value(row[h]);
+        const float* qg = q + g * H + h;
+        const float q0 = qg[0], q1 = qg[1], q2 = qg[2], q3 = qg[3];
+        float* sg = s.data() + g * S;
+        for (int64_t j = start; j < end; ++j)
+          sg[j] += q0 * value(r0[j]) + q1 * value(r1[j]) + q2 * value(r2[j]) + q3 * value(r3[j]);
       }
     }
   }
+  for (; h < H; ++h) {
+    const Code* row = keys + h * S;
+    for (const auto& [start, end] : runs)
+      for (int64_t g = 0; g < G; ++g) {
+        const float qh = q[g * H + h];
+        float* sg = s.data() + g * S;
+        for (int64_t j = start; j < end; ++j) sg[j] += qh * value(row[j]);
+      }
+  }
+  // Softmax over the seen slots (0 elsewhere), then the weighted sum of value rows, slot by slot.
+  std::vector<float> acc(G * H, 0.0f), total(G, 0.0f);
+  for (int64_t g = 0; g < G; ++g) {
+    float* sg = s.data() + g * S;
+    float top = -std::numeric_limits<float>::max();
+    for (const auto& [start, end] : runs)
+      for (int64_t j = start; j < end; ++j) {
+        sg[j] *= p.scale * (ks ? ks[j] : 1.0f);
+        if (mask[j]) top = std::max(top, sg[j]);
+      }
+    for (const auto& [start, end] : runs) {
+      for (int64_t j = start; j < end; ++j) sg[j] = std::exp(sg[j] - top);  // a plain loop: vectorized
+      for (int64_t j = start; j < end; ++j) {
+        sg[j] = mask[j] ? sg[j] : 0.0f;
+        total[g] += sg[j];
+        if (vs) sg[j] *= vs[j];
+      }
+    }
+  }
+  for (int64_t g = 0; g < G; ++g) {  // one query head's sum at a time, four value rows at a time
+    float* ag = acc.data() + g * H;
+    const float* wg = s.data() + g * S;
+    for (const auto& [start, end] : runs) {
+      int64_t j = start;
+      for (; j + 4 <= end; j += 4) {
+        const Code* r0 = vals + j * H;
+        if (g == 0)
+          for (int64_t i = 0; i < 4 * H; i += kLine) __builtin_prefetch(r0 + kAheadSlots * H + i);
+        if (!(mask[j] && mask[j + 1] && mask[j + 2] && mask[j + 3])) {
+          for (int64_t i = 0; i < 4; ++i)
+            if (mask[j + i])
+              for (int64_t c = 0; c < H; ++c) ag[c] += wg[j + i] * value(r0[i * H + c]);
+          continue;
+        }
+        const Code *r1 = r0 + H, *r2 = r1 + H, *r3 = r2 + H;
+        const float w0 = wg[j], w1 = wg[j + 1], w2 = wg[j + 2], w3 = wg[j + 3];
+        for (int64_t c = 0; c < H; ++c)
+          ag[c] += w0 * value(r0[c]) + w1 * value(r1[c]) + w2 * value(r2[c]) + w3 * value(r3[c]);
+      }
+      for (; j < end; ++j)
+        if (mask[j])
+          for (int64_t c = 0; c < H; ++c) ag[c] += wg[j] * value(vals[j * H + c]);
+    }
+  }
   for (int64_t g = 0; g < G; ++g)
-    for (int64_t h = 0; h < H; ++h) out[g * H + h] = total[g] > 0.0f ? acc[g * H + h] / total[g] : 0.0f;
+    for (int64_t h = 0; h < H; ++h) out[g * H + h] = acc[g * H + h] / total[g];
 }
 
 // The (sequence, KV head) pairs, claimed one at a time by the calling thread and by helpers on XLA's
