@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 
 CACHE_ENV = "DANTINOX_KERNEL_CACHE"
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-std=c++17", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-std=c++17", "-shared", "-fPIC")
 
 
 def _cpu_flags() -> str:
