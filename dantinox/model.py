@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox import dense_kernel
 from dantinox.attention import attend
 from dantinox.cache import (
     KVCache,
@@ -34,15 +35,23 @@ from dantinox.config import ModelConfig
 
 def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_element_type=None,
                 out_sharding=None) -> jax.Array:
-    """`jax.lax.dot_general`, except that bfloat16 operands over more than one row accumulate in float32.
+    """Every dense layer's product (nnx.Linear's `dot_general`); the tied logits go through it too.
 
-    The inputs are the same bf16 numbers either way, and the result comes back as `preferred_element_type`
-    (default bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32
-    temporary first. Measured,
-    SmolLM2 with dtype="bfloat16" at batch 8, 2026-12-02: 116 -> 189 tok/s. One row (a batch-1 decode step)
-    keeps the default formulation, which measured no slower there. Every dense layer's product goes through
-    here (nnx.Linear's `dot_general`), and so do the tied logits.
+    bfloat16 weights times a few rows (a decode step) go to dantinox/dense_kernel.py, which reads each weight
+    once and widens it in registers, with float32 sums. Measured, SmolLM2-135M stored in bf16 at batch 1,
+    2026-12-03: its layers' products took 9-10 ms a step, where XLA:CPU, converting each matrix to a float32
+    temporary first, was slower than the same products on float32 weights.
+
+    Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's promotion
+    did before it handed them over); bfloat16 operands over more than one row accumulate in float32. The inputs
+    are the same bf16 numbers either way, and the result comes back as `preferred_element_type` (default
+    bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32 temporary
+    first. Measured, SmolLM2 with dtype="bfloat16" at batch 8, 2026-12-02: 116 -> 189 tok/s.
     """
+    if dims == (((x.ndim - 1,), (0,)), ((), ())) and dense_kernel.takes(x, w) and out_sharding is None:
+        return dense_kernel.matmul(x, w).astype(preferred_element_type or x.dtype)
+    if x.dtype != w.dtype and x.dtype == jnp.float32:
+        w = w.astype(x.dtype)
     if not x.dtype == w.dtype == jnp.bfloat16:
         return jax.lax.dot_general(x, w, dims, precision, preferred_element_type=preferred_element_type,
                                    out_sharding=out_sharding)
@@ -51,10 +60,19 @@ def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_elem
                                out_sharding=out_sharding).astype(preferred_element_type or jnp.bfloat16)
 
 
+def _promote(args, *, dtype=None, inexact=True):
+    """nnx.Linear's dtype promotion, except that a bfloat16 kernel is handed to `dot_general` as stored."""
+    promoted = nnx.nn.dtypes.promote_dtype(args, dtype=dtype, inexact=inexact)
+    kernel = args[1]
+    if kernel.dtype == jnp.bfloat16 and promoted[0].dtype == jnp.float32:
+        return (promoted[0], kernel, *promoted[2:])
+    return promoted
+
+
 def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
     init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
     return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
-                      kernel_init=init, dot_general=dot_general, rngs=rngs)
+                      kernel_init=init, dot_general=dot_general, promote_dtype=_promote, rngs=rngs)
 
 
 class RMSNorm(nnx.Module):
@@ -357,6 +375,8 @@ class Transformer(nnx.Module):
         if self.head is None:
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
             embedding = self.embed.embedding[...]
+            if dense_kernel.takes(x_BTD, embedding):
+                return dense_kernel.matmul(x_BTD, embedding, transposed=True) * scale
             if x_BTD.dtype == embedding.dtype == jnp.bfloat16:  # bf16 already: no rounding, f32 accumulation
                 dims = (((x_BTD.ndim - 1,), (1,)), ((), ()))
                 return dot_general(x_BTD, embedding, dims, preferred_element_type=jnp.float32) * scale

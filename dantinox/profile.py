@@ -91,8 +91,9 @@ def categorize(hlo_text: str, slots: int) -> dict[str, str]:
         scope = _scope(op_name.group(1)) if op_name else None
         operands = re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
         reads_cache = any(on_cache.search(s) for s in (shape, *(shapes.get(o, "") for o in operands)))
-        is_dot = kind == "dot" or (name.startswith("ynn_fusion") and op_name is not None
-                                   and op_name.group(1).endswith("dot_general"))
+        is_dot = (kind == "dot" or 'custom_call_target="dantinox_dense_bf16' in rest
+                  or (name.startswith("ynn_fusion") and op_name is not None
+                      and op_name.group(1).endswith("dot_general")))
         if scope == "attend" or (scope is None and reads_cache):
             out[name] = ATTENTION
         elif scope == "cache_write":

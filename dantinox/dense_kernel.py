@@ -1,0 +1,86 @@
+"""A kernel of its own for a decode step's weight products: a few rows times bfloat16 weights, in one pass.
+
+A decode step multiplies one row per sequence by every weight matrix, so its time is the time to read the
+weights. Stored in bfloat16 they are half the bytes of float32, but XLA:CPU converts each matrix to a float32
+temporary before its dot (it reads 2 bytes, writes 4 and reads 4 per weight), so a model stored in bfloat16
+decoded no faster than in float32 (docs/benchmarks.md, SmolLM2-135M). dantinox/kernels/dense.cc widens each
+weight in registers as it is read (exact: a bfloat16 is the high half of a float32) and multiplies and sums in
+float32: the float32 model's arithmetic on the stored weights, summed in another order.
+
+`matmul(x, w)` is x · w for flax's [in, out] kernels, `matmul(x, w, transposed=True)` x · wᵀ for the tied
+output head ([vocabulary, d_model]). dantinox/model.py uses them where `takes` says so: bfloat16 weights, at
+most `MAX_ROWS` rows (decode steps; prompts and training keep XLA's dots). Derivatives go through XLA
+(a custom JVP), so a gradient through a short batch is still right. Built on first use by
+dantinox/native.py; where it cannot be built, `why_not()` says why in one line and the products stay XLA's.
+`DANTINOX_DENSE_KERNEL=0` turns it off (benchmarks/decode.py times both).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from dantinox import native
+
+ENV = "DANTINOX_DENSE_KERNEL"
+SOURCE = "dense.cc"
+MAX_ROWS = 8  # the kernel's row tiles are compiled for 1..8 rows
+_TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T"}
+_state: dict[str, object] = {}
+
+
+def available() -> bool:
+    """Whether `matmul` can run: enabled, on the CPU backend, built and registered (once per process)."""
+    if "ok" not in _state:
+        try:
+            native.load(SOURCE, _TARGETS, ENV)
+            _state.update(ok=True, why="")
+        except (OSError, RuntimeError, AttributeError) as e:
+            _state.update(ok=False, why=f"dantinox.dense_kernel: not used ({e}); weight products go through XLA")
+    return bool(_state["ok"])
+
+
+def why_not() -> str:
+    """One line on why the kernel is not used ('' when it is)."""
+    available()
+    return str(_state["why"])
+
+
+def takes(x: jax.Array, w: jax.Array) -> bool:
+    """Whether `matmul` takes x [..., D] (float32 or bfloat16) times the 2-D bfloat16 `w`: at most MAX_ROWS rows."""
+    rows = 1
+    for n in x.shape[:-1]:
+        rows *= n
+    return (w.dtype == jnp.bfloat16 and w.ndim == 2 and x.dtype in (jnp.float32, jnp.bfloat16)
+            and 1 <= rows <= MAX_ROWS and available())
+
+
+def matmul(x: jax.Array, w: jax.Array, transposed: bool = False) -> jax.Array:
+    """x [..., D] · w (w [D, N]; or wᵀ for w [N, D] with `transposed`) in float32: [..., N] float32."""
+    D = w.shape[1] if transposed else w.shape[0]
+    if x.shape[-1] != D or not takes(x, w):
+        raise ValueError(f"dense_kernel.matmul: expected x [..., {D}] of at most {MAX_ROWS} rows (float32 or "
+                         f"bfloat16) and bfloat16 w; got x {x.shape} {x.dtype}, w {w.shape} {w.dtype}")
+    y = _product(x.reshape(-1, D).astype(jnp.float32), w, transposed)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _product(x_MD: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    N = w.shape[0] if transposed else w.shape[1]
+    target = "dantinox_dense_bf16_t" if transposed else "dantinox_dense_bf16"
+    out = jax.ShapeDtypeStruct((x_MD.shape[0], N), jnp.float32)
+    return jax.ffi.ffi_call(target, out, vmap_method="sequential")(x_MD, w)
+
+
+@_product.defjvp
+def _product_jvp(transposed, primals, tangents):
+    (x, w), (dx, dw) = primals, tangents
+
+    def times(a, b):  # through XLA: this is what gets transposed for a gradient
+        b = b.astype(jnp.float32)
+        return a @ (b.T if transposed else b)
+
+    return _product(x, w, transposed), times(dx, w) + times(x, dw)

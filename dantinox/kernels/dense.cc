@@ -1,0 +1,237 @@
+// A few rows of float32 activations times a bfloat16 weight matrix, the weights widened as they are read.
+//
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/native.py with the machine's C++ compiler. A decode
+// step multiplies one row per sequence by every weight matrix, so it is bound by reading the weights. Stored in
+// bfloat16 they are half the bytes of float32, but XLA:CPU first converts each matrix into a float32 temporary
+// (reading 2 bytes, writing 4 and reading 4 again per weight). Here each weight is widened in registers (a
+// bfloat16 is the high half of a float32, so this is exact) and multiplied in float32 with float32 sums: the
+// float32 model's arithmetic on the stored weights, in one pass over them.
+//
+// Two shapes of product, M <= kMaxRows rows of x [M, D] (float32):
+//   "nn": y [M, N] = x · W for W [D, N], a dense layer's kernel as flax stores it ([in, out]);
+//   "nt": y [M, N] = x · Wᵀ for W [N, D], the tied output head (the embedding table, one row per token).
+// Columns (nn) or rows (nt) of W are split into tiles that the calling thread and helpers on XLA's intra-op
+// pool claim one at a time.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kMaxRows = 8;
+
+inline float widen(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof out);
+  return out;
+}
+
+struct Problem {
+  int64_t M, D, N, blocks;  // blocks: how many parts W's rows are cut into (nn)
+  const float* x;     // [M, D]
+  const uint16_t* w;  // [D, N] (nn) or [N, D] (nt), bfloat16 bits
+  float* y;           // [M, N]
+  float* partial;     // [blocks - 1, M, N]: the other blocks' sums (nn)
+};
+
+#if defined(__AVX512F__)
+inline __m512 widen16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+// nn: one block of W's rows (its share of the D inputs) for all M rows of x, into its own partial sum
+// [M, N]: rows of W are read in order, four at a time, into column chunks of accumulators that stay in L1.
+// Measured on SmolLM2-135M's layers (2026-12-03, 2 cores): a chunk of 1,024 columns and prefetching the rows 8
+// ahead read 213 MB of bfloat16 weights at batch 1 in 9-10 ms, against 14 ms without prefetching and with
+// chunks of 512.
+constexpr int64_t kChunk = 1024;
+constexpr int64_t kAheadRows = 8;
+constexpr int64_t kAheadRowsNt = 4;
+
+template <int M>
+void nn_block(const float* x, const uint16_t* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
+  alignas(64) float acc[M][kChunk];
+  for (int64_t c0 = 0; c0 < N; c0 += kChunk) {
+    const int64_t n = std::min(kChunk, N - c0);
+    for (int m = 0; m < M; ++m) std::fill(acc[m], acc[m] + n, 0.0f);
+    int64_t d = d0;
+    for (; d + 4 <= d1; d += 4) {
+      const uint16_t* w0 = w + d * N + c0;
+      const uint16_t *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+      int64_t j = 0;
+#if defined(__AVX512F__)
+      for (; j + 16 <= n; j += 16) {
+        if (j % 32 == 0) {  // one cache line of each of the four rows kAheadRows further on
+          const uint16_t* ahead = w0 + kAheadRows * N + j;
+          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + N), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + 2 * N), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + 3 * N), _MM_HINT_T0);
+        }
+        const __m512 a = widen16(w0 + j), b = widen16(w1 + j), c = widen16(w2 + j), e = widen16(w3 + j);
+        for (int m = 0; m < M; ++m) {
+          const float* xm = x + m * D + d;
+          __m512 s = _mm512_load_ps(acc[m] + j);
+          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[0]), a, s);
+          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[1]), b, s);
+          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[2]), c, s);
+          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[3]), e, s);
+          _mm512_store_ps(acc[m] + j, s);
+        }
+      }
+#endif
+      for (; j < n; ++j)
+        for (int m = 0; m < M; ++m) {
+          const float* xm = x + m * D + d;
+          acc[m][j] += xm[0] * widen(w0[j]) + xm[1] * widen(w1[j]) + xm[2] * widen(w2[j]) + xm[3] * widen(w3[j]);
+        }
+    }
+    for (; d < d1; ++d)
+      for (int m = 0; m < M; ++m)
+        for (int64_t j = 0; j < n; ++j) acc[m][j] += x[m * D + d] * widen(w[d * N + c0 + j]);
+    for (int m = 0; m < M; ++m) std::copy(acc[m], acc[m] + n, out + m * N + c0);
+  }
+}
+
+// nt: the outputs [r0, r0 + kRowsNt) of y for all M rows: dot products of x's rows with contiguous rows of W.
+constexpr int64_t kRowsNt = 64;
+
+template <int M>
+void nt_tile(const Problem& p, int64_t tile) {
+  constexpr int R = M >= 8 ? 1 : 8 / M;  // rows of W at once: R * M independent sums in flight
+  const int64_t r0 = tile * kRowsNt, D = p.D, N = p.N;
+  const int64_t n = std::min(kRowsNt, N - r0);
+  for (int64_t r = 0; r < n; r += R) {
+    const int rows = static_cast<int>(std::min<int64_t>(R, n - r));
+    const uint16_t* w = p.w + (r0 + r) * D;
+    float sum[R][M] = {};
+    int64_t d = 0;
+#if defined(__AVX512F__)
+    if (rows == R) {
+      __m512 acc[R][M];
+      for (int i = 0; i < R; ++i)
+        for (int m = 0; m < M; ++m) acc[i][m] = _mm512_setzero_ps();
+      for (; d + 16 <= D; d += 16) {
+        if (d % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kAheadRowsNt * D + d), _MM_HINT_T0);
+        __m512 xs[M];
+        for (int m = 0; m < M; ++m) xs[m] = _mm512_loadu_ps(p.x + m * D + d);
+        for (int i = 0; i < R; ++i) {
+          const __m512 wd = widen16(w + i * D + d);
+          for (int m = 0; m < M; ++m) acc[i][m] = _mm512_fmadd_ps(xs[m], wd, acc[i][m]);
+        }
+      }
+      for (int i = 0; i < R; ++i)
+        for (int m = 0; m < M; ++m) sum[i][m] = _mm512_reduce_add_ps(acc[i][m]);
+    }
+#endif
+    for (int i = 0; i < rows; ++i)
+      for (int64_t e = d; e < D; ++e)
+        for (int m = 0; m < M; ++m) sum[i][m] += p.x[m * D + e] * widen(w[i * D + e]);
+    for (int i = 0; i < rows; ++i)
+      for (int m = 0; m < M; ++m) p.y[m * N + r0 + r + i] = sum[i][m];
+  }
+}
+
+// nn tile b: block b of W's rows, its partial sum written to y (b = 0) or to partial b - 1.
+template <int M>
+void nn_tile(const Problem& p, int64_t b) {
+  const int64_t d0 = p.D * b / p.blocks, d1 = p.D * (b + 1) / p.blocks;
+  nn_block<M>(p.x, p.w, p.D, p.N, d0, d1, b == 0 ? p.y : p.partial + (b - 1) * p.M * p.N);
+}
+
+using TileFn = void (*)(const Problem&, int64_t);
+
+template <int M>
+struct NnFn {
+  static constexpr TileFn fn = nn_tile<M>;
+};
+template <int M>
+struct NtFn {
+  static constexpr TileFn fn = nt_tile<M>;
+};
+
+template <template <int> class Fn>
+TileFn for_rows(int64_t M) {
+  static constexpr TileFn fns[kMaxRows] = {Fn<1>::fn, Fn<2>::fn, Fn<3>::fn, Fn<4>::fn,
+                                           Fn<5>::fn, Fn<6>::fn, Fn<7>::fn, Fn<8>::fn};
+  return fns[M - 1];
+}
+
+// The tiles, claimed one at a time by the calling thread and by helpers on XLA's intra-op pool. The shared
+// state lives on the heap: a helper that starts after the call has returned finds no tile and touches nothing.
+struct Work {
+  Problem problem;
+  TileFn fn;
+  int64_t tiles;
+  std::unique_ptr<float[]> partial;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  void run() {
+    for (int64_t i; (i = next.fetch_add(1)) < tiles;) {
+      fn(problem, i);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+template <bool kTransposed>
+ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
+                 ffi::Result<ffi::Buffer<ffi::F32>> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  const int64_t M = xd[0], D = xd[1], N = kTransposed ? wd[0] : wd[1];
+  if (M < 1 || M > kMaxRows || (kTransposed ? wd[1] : wd[0]) != D)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M <= 8, D] and W [D, N]");
+  auto work = std::make_shared<Work>();
+  Problem& p = work->problem;
+  p = Problem{M, D, N, 1, x.typed_data(), reinterpret_cast<const uint16_t*>(w.untyped_data()), y->typed_data(),
+              nullptr};
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  if (kTransposed) {
+    work->fn = for_rows<NtFn>(M);
+    work->tiles = (N + kRowsNt - 1) / kRowsNt;
+  } else {  // one block of rows per thread, each summing into its own [M, N], added up at the end
+    p.blocks = std::min<int64_t>(threads, std::max<int64_t>(1, D / 64));
+    work->partial.reset(new float[(p.blocks - 1) * M * N]);
+    p.partial = work->partial.get();
+    work->fn = for_rows<NnFn>(M);
+    work->tiles = p.blocks;
+  }
+  const int64_t helpers = std::min<int64_t>(threads, work->tiles) - 1;
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->run(); });
+  work->run();
+  while (work->done.load(std::memory_order_acquire) < work->tiles) std::this_thread::yield();
+  for (int64_t b = 1; b < p.blocks; ++b) {
+    const float* part = p.partial + (b - 1) * M * N;
+    for (int64_t i = 0; i < M * N; ++i) p.y[i] += part[i];
+  }
+  return ffi::Error::Success();
+}
+
+auto binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()  // x [M, D]
+      .Arg<ffi::Buffer<ffi::BF16>>()  // W [D, N] (nn) or [N, D] (nt)
+      .Ret<ffi::Buffer<ffi::F32>>();  // y [M, N]
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseBf16, dense<false>, binding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseBf16T, dense<true>, binding());

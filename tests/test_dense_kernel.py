@@ -1,0 +1,141 @@
+"""dantinox/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import dantinox
+from dantinox import dense_kernel
+
+
+@pytest.fixture(autouse=True)
+def built():
+    assert dense_kernel.available(), dense_kernel.why_not()
+
+
+def operands(M, D, N, transposed=False, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((M, D)).astype(np.float32)
+    w = jnp.asarray(rng.standard_normal((N, D) if transposed else (D, N)) * 0.1, jnp.bfloat16)
+    return x, w
+
+
+def exact(x, w, transposed=False):
+    """The product in float64 of the float32 rows and the bfloat16 weights (widened exactly)."""
+    w64 = np.asarray(w.astype(jnp.float32), np.float64)
+    return np.asarray(x, np.float64) @ (w64.T if transposed else w64)
+
+
+# D = 37 leaves rows of W over after the groups of four; N = 1,100 a chunk of 1,024 columns and a part one,
+# and not a whole number of 16-wide vectors; D = 40 a part 16-wide vector of each row of the tied head
+@pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("D,N", [(37, 1100), (64, 48)])
+def test_layer_products_match_float64(M, D, N):
+    x, w = operands(M, D, N)
+    out = jax.jit(dense_kernel.matmul)(x, w)
+    assert out.dtype == jnp.float32 and out.shape == (M, N)
+    np.testing.assert_allclose(out, exact(x, w), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("M", [1, 2, 5, 8])
+@pytest.mark.parametrize("D,N", [(40, 300), (64, 67)])
+def test_head_products_match_float64(M, D, N):
+    x, w = operands(M, D, N, transposed=True)
+    out = jax.jit(lambda x, w: dense_kernel.matmul(x, w, transposed=True))(x, w)
+    assert out.shape == (M, N)
+    np.testing.assert_allclose(out, exact(x, w, transposed=True), rtol=2e-5, atol=2e-5)
+
+
+def test_bfloat16_rows_are_widened_and_leading_axes_kept():
+    x, w = operands(6, 32, 40)
+    x16 = jnp.asarray(x, jnp.bfloat16).reshape(2, 3, 32)
+    out = dense_kernel.matmul(x16, w)
+    assert out.shape == (2, 3, 40)
+    np.testing.assert_allclose(out.reshape(6, 40), exact(x16.astype(jnp.float32).reshape(6, 32), w),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_what_it_takes_and_a_bad_call_in_one_line():
+    x, w = operands(8, 16, 24)
+    assert dense_kernel.takes(x, w) and dense_kernel.takes(x[:1], w)
+    assert not dense_kernel.takes(np.zeros((9, 16), np.float32), w)  # a prompt: XLA's dot
+    assert not dense_kernel.takes(x, w.astype(jnp.float32))  # float32 weights: XLA's dot
+    with pytest.raises(ValueError, match=r"expected x \[\.\.\., 16\] of at most 8 rows") as e:
+        dense_kernel.matmul(np.zeros((9, 16), np.float32), w)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"got x \(8, 15\) float32"):
+        dense_kernel.matmul(x[:, :15], w)
+
+
+def test_gradients_go_through_xla():
+    x, w = operands(4, 24, 40)
+
+    def loss(x, w, product):
+        return jnp.sum(jnp.sin(product(x, w)))
+
+    xla = lambda x, w: x @ w.astype(jnp.float32)  # noqa: E731
+    for argnum in (0, 1):
+        got = jax.grad(loss, argnum)(x, w, dense_kernel.matmul)
+        want = jax.grad(loss, argnum)(x, w, xla)
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=1e-2, atol=1e-3)
+
+
+def test_vmap_maps_calls():
+    x, w = operands(8, 16, 24)
+    out = jax.vmap(lambda r: dense_kernel.matmul(r, w))(x.reshape(4, 2, 16))
+    np.testing.assert_allclose(out.reshape(8, 24), exact(x, w), rtol=2e-5, atol=2e-5)
+
+
+def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("DANTINOX_KERNEL_CACHE", str(tmp_path))  # no built library here
+    monkeypatch.setattr(dense_kernel, "_state", {})
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    x, w = operands(1, 16, 16)
+    assert not dense_kernel.available() and not dense_kernel.takes(x, w)
+    why = dense_kernel.why_not()
+    assert "no C++ compiler found" in why and "weight products go through XLA" in why and "\n" not in why
+    monkeypatch.setattr(dense_kernel, "_state", {})
+    monkeypatch.setenv(dense_kernel.ENV, "0")
+    assert not dense_kernel.available() and "DANTINOX_DENSE_KERNEL=0" in dense_kernel.why_not()
+
+
+def _bf16_model():
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, param_dtype="bfloat16")
+    return cfg, dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_forward):
+    """Weights stored in bf16 with float32 compute: the decode step's logits through the kernel equal those of
+    XLA widening each weight first, and a prompt (more than 8 rows) keeps XLA's dots."""
+    cfg, model = _bf16_model()
+    forward = importlib.import_module("dantinox.model")._compiled_forward
+    prompt = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 6)))
+    runs = []
+    for kernel in (True, False):
+        with monkeypatch.context() as m:
+            if not kernel:
+                m.setattr(dense_kernel, "takes", lambda x, w: False)
+            forward.clear_cache()
+            _, cache, _ = model(prompt, use_cache=True)  # 12 rows: XLA
+            step = jnp.asarray([[5], [7]])
+            graphdef, state = nnx.split(model)
+            text = forward.lower(graphdef, state, step, cache).as_text()
+            # the four products of each layer and the tied head, at 2 rows
+            assert text.count("dantinox_dense_bf16") == (4 * cfg.n_layers + 1 if kernel else 0)
+            logits, _, _ = model(step, use_cache=True, kv_caches=cache)
+            runs.append(np.asarray(logits))
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5, atol=1e-5)
+    prompt_text = forward.lower(*nnx.split(model), prompt, None).as_text()
+    assert "dantinox_dense_bf16" not in prompt_text
+
+
+def test_float32_weights_keep_xla(fresh_forward):
+    cfg = dantinox.ModelConfig.preset("test")
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    text = importlib.import_module("dantinox.model")._compiled_forward.lower(
+        *nnx.split(model), jnp.asarray([[3]]), None).as_text()
+    assert "dantinox_dense_bf16" not in text
