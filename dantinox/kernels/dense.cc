@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -75,14 +76,39 @@ void nn_block(const float* x, const uint16_t* w, int64_t D, int64_t N, int64_t d
       const uint16_t *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
       int64_t j = 0;
 #if defined(__AVX512F__)
-      for (; j + 16 <= n; j += 16) {
-        if (j % 32 == 0) {  // one cache line of each of the four rows kAheadRows further on
-          const uint16_t* ahead = w0 + kAheadRows * N + j;
-          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + N), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + 2 * N), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + 3 * N), _MM_HINT_T0);
+      // 64 columns at a time: each broadcast of an x value serves four vectors of products
+      for (; j + 64 <= n; j += 64) {
+        const uint16_t* ahead = w0 + kAheadRows * N + j;  // the next lines of the four rows kAheadRows on
+        for (int r = 0; r < 4; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * N), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * N + 32), _MM_HINT_T0);
         }
+        __m512 wv[4][4];
+        for (int v = 0; v < 4; ++v) {
+          wv[0][v] = widen16(w0 + j + 16 * v);
+          wv[1][v] = widen16(w1 + j + 16 * v);
+          wv[2][v] = widen16(w2 + j + 16 * v);
+          wv[3][v] = widen16(w3 + j + 16 * v);
+        }
+        for (int m = 0; m < M; ++m) {
+          const float* xm = x + m * D + d;
+          float* am = acc[m] + j;
+          __m512 s0 = _mm512_load_ps(am), s1 = _mm512_load_ps(am + 16), s2 = _mm512_load_ps(am + 32),
+                 s3 = _mm512_load_ps(am + 48);
+          for (int r = 0; r < 4; ++r) {
+            const __m512 xr = _mm512_set1_ps(xm[r]);
+            s0 = _mm512_fmadd_ps(xr, wv[r][0], s0);
+            s1 = _mm512_fmadd_ps(xr, wv[r][1], s1);
+            s2 = _mm512_fmadd_ps(xr, wv[r][2], s2);
+            s3 = _mm512_fmadd_ps(xr, wv[r][3], s3);
+          }
+          _mm512_store_ps(am, s0);
+          _mm512_store_ps(am + 16, s1);
+          _mm512_store_ps(am + 32, s2);
+          _mm512_store_ps(am + 48, s3);
+        }
+      }
+      for (; j + 16 <= n; j += 16) {
         const __m512 a = widen16(w0 + j), b = widen16(w1 + j), c = widen16(w2 + j), e = widen16(w3 + j);
         for (int m = 0; m < M; ++m) {
           const float* xm = x + m * D + d;
@@ -178,7 +204,6 @@ struct Work {
   Problem problem;
   TileFn fn;
   int64_t tiles;
-  std::unique_ptr<float[]> partial;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
 
@@ -207,8 +232,11 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
     work->tiles = (N + kRowsNt - 1) / kRowsNt;
   } else {  // one block of rows per thread, each summing into its own [M, N], added up at the end
     p.blocks = std::min<int64_t>(threads, std::max<int64_t>(1, D / 64));
-    work->partial.reset(new float[(p.blocks - 1) * M * N]);
-    p.partial = work->partial.get();
+    // The calling thread's scratch, kept between calls (a fresh allocation this size is fresh pages, and
+    // their faults cost more than the product); it outlives the helpers' use: the call waits for every block.
+    thread_local std::vector<float> scratch;
+    scratch.resize(std::max<size_t>(scratch.size(), (p.blocks - 1) * M * N));
+    p.partial = scratch.data();
     work->fn = for_rows<NnFn>(M);
     work->tiles = p.blocks;
   }

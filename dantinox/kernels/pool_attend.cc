@@ -72,7 +72,10 @@ void one_pair(const Problem& p, int64_t pair) {
   float* out = p.out + pair * G * H;
 
   // The runs of consecutive blocks that hold a slot the mask lets this sequence see (its own pages in a pool).
-  std::vector<std::pair<int64_t, int64_t>> runs;
+  // Scratch kept per thread between calls: fresh allocations of a large pool's size would be fresh pages.
+  thread_local std::vector<std::pair<int64_t, int64_t>> runs;
+  thread_local std::vector<float> s;
+  runs.clear();
   for (int64_t start = 0; start < S; start += kBlock) {
     const int64_t end = std::min(S, start + kBlock);
     if (std::none_of(mask + start, mask + end, [](bool m) { return m; })) continue;
@@ -87,7 +90,7 @@ void one_pair(const Problem& p, int64_t pair) {
   }
   // Scores of the G query heads, key row by key row: each row (one channel, slots in order) is read along its
   // length, once for all G heads, so the bytes stream in the order they are stored.
-  std::vector<float> s(G * S);
+  s.resize(std::max<size_t>(s.size(), G * S));
   for (const auto& [start, end] : runs)
     for (int64_t g = 0; g < G; ++g) std::fill(s.begin() + g * S + start, s.begin() + g * S + end, 0.0f);
   constexpr int64_t kLine = 64 / sizeof(Code);
