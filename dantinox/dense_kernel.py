@@ -12,7 +12,7 @@ output head ([vocabulary, d_model]). dantinox/model.py uses them where `takes` s
 most `MAX_ROWS` rows (decode steps; prompts and training keep XLA's dots). Derivatives go through XLA
 (a custom JVP), so a gradient through a short batch is still right. Built on first use by
 dantinox/native.py; where it cannot be built, `why_not()` says why in one line and the products stay XLA's.
-`DANTINOX_DENSE_KERNEL=0` turns it off (benchmarks/decode.py times both).
+`DANTINOX_DENSE_KERNEL=0` turns it off.
 """
 
 from __future__ import annotations

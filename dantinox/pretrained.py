@@ -338,11 +338,11 @@ def load_pretrained(source: str | os.PathLike, dtype: str = "float32", param_dty
     """(config, model, tokenizer) of a catalogue name, a llama .gguf file or a Hugging Face checkpoint folder.
 
     `dtype` ("float32" or "bfloat16") is the compute dtype; `param_dtype` the weights' storage (None: `dtype`).
-    `param_dtype="bfloat16"` with float32 compute halves the stored bytes and gives exactly the float32 model
-    on rounded weights; on XLA:CPU each weight is converted to a float32 temporary before its matmul, so it
-    is not faster. `dtype="bfloat16"` multiplies bf16 operands with float32 accumulation (XLA:CPU's bf16
-    dot): the fastest mode at batch > 1, slower than float32 at batch 1 (docs/benchmarks.md measures all
-    three). The tokenizer is None for a Hugging Face folder without tokenizer.json.
+    `param_dtype="bfloat16"` with float32 compute halves the stored bytes and gives the float32 model on
+    rounded weights. `dtype="bfloat16"` also rounds the activations to bf16, with float32 accumulation. In
+    both, a decode step's weight products go to dantinox/dense_kernel.py, which reads the bf16 weights once
+    (XLA:CPU would convert each to a float32 temporary first), so on the CPU the two bf16 modes decode faster
+    than float32 (docs/benchmarks.md measures all three). The tokenizer is None for a Hugging Face folder without tokenizer.json.
     """
     for arg, value in (("dtype", dtype), ("param_dtype", param_dtype)):
         if value not in ("float32", "bfloat16") and not (arg == "param_dtype" and value is None):
