@@ -342,7 +342,8 @@ def load_pretrained(source: str | os.PathLike, dtype: str = "float32", param_dty
     rounded weights. `dtype="bfloat16"` also rounds the activations to bf16, with float32 accumulation. In
     both, a decode step's weight products go to dantinox/dense_kernel.py, which reads the bf16 weights once
     (XLA:CPU would convert each to a float32 temporary first), so on the CPU the two bf16 modes decode faster
-    than float32 (docs/benchmarks.md measures all three). The tokenizer is None for a Hugging Face folder without tokenizer.json.
+    than float32 (docs/benchmarks.md measures all three). The tokenizer is None for a Hugging Face folder
+    without tokenizer.json.
     """
     for arg, value in (("dtype", dtype), ("param_dtype", param_dtype)):
         if value not in ("float32", "bfloat16") and not (arg == "param_dtype" and value is None):
