@@ -62,7 +62,6 @@ inline __m512 widen16(const uint16_t* p) {
 // chunks of 512.
 constexpr int64_t kChunk = 1024;
 constexpr int64_t kAheadRows = 8;
-constexpr int64_t kAheadRowsNt = 4;
 
 template <int M>
 void nn_block(const float* x, const uint16_t* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
@@ -153,7 +152,8 @@ void nt_tile(const Problem& p, int64_t tile) {
       for (int i = 0; i < R; ++i)
         for (int m = 0; m < M; ++m) acc[i][m] = _mm512_setzero_ps();
       for (; d + 16 <= D; d += 16) {
-        if (d % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kAheadRowsNt * D + d), _MM_HINT_T0);
+        if (d % 32 == 0)  // the same line of each row of the next group of R
+          for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(w + (R + i) * D + d), _MM_HINT_T0);
         __m512 xs[M];
         for (int m = 0; m < M; ++m) xs[m] = _mm512_loadu_ps(p.x + m * D + d);
         for (int i = 0; i < R; ++i) {
