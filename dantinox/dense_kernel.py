@@ -33,13 +33,7 @@ _state: dict[str, object] = {}
 
 def available() -> bool:
     """Whether `matmul` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    if "ok" not in _state:
-        try:
-            native.load(SOURCE, _TARGETS, ENV)
-            _state.update(ok=True, why="")
-        except (OSError, RuntimeError, AttributeError) as e:
-            _state.update(ok=False, why=f"dantinox.dense_kernel: not used ({e}); weight products go through XLA")
-    return bool(_state["ok"])
+    return native.loaded(_state, SOURCE, _TARGETS, ENV, "dense_kernel", "weight products go through XLA")
 
 
 def why_not() -> str:

@@ -80,3 +80,17 @@ def load(name: str, targets: dict[str, str], off_switch: str) -> None:
     lib = ctypes.CDLL(str(build(name)))
     for target, symbol in targets.items():
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+
+
+def loaded(state: dict, name: str, targets: dict[str, str], off_switch: str, module: str, otherwise: str) -> bool:
+    """Load `name` once per process into `state` (ok, and why not in one line); whether it is usable.
+
+    `module` and `otherwise` make the line: "dantinox.<module>: not used (<reason>); <otherwise>".
+    """
+    if "ok" not in state:
+        try:
+            load(name, targets, off_switch)
+            state.update(ok=True, why="")
+        except (OSError, RuntimeError, AttributeError) as e:
+            state.update(ok=False, why=f"dantinox.{module}: not used ({e}); {otherwise}")
+    return bool(state["ok"])

@@ -38,13 +38,7 @@ def build():
 
 def available() -> bool:
     """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    if "ok" not in _state:
-        try:
-            native.load(SOURCE, dict(_TARGETS.values()), ENV)
-            _state.update(ok=True, why="")
-        except (OSError, RuntimeError, AttributeError) as e:
-            _state.update(ok=False, why=f"dantinox.pool_kernel: not used ({e}); paged decode reads through XLA")
-    return bool(_state["ok"])
+    return native.loaded(_state, SOURCE, dict(_TARGETS.values()), ENV, "pool_kernel", "paged decode reads through XLA")
 
 
 def why_not() -> str:
