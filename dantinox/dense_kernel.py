@@ -18,6 +18,7 @@ dantinox/native.py; where it cannot be built, `why_not()` says why in one line a
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -44,9 +45,7 @@ def why_not() -> str:
 
 def takes(x: jax.Array, w: jax.Array) -> bool:
     """Whether `matmul` takes x [..., D] (float32 or bfloat16) times the 2-D bfloat16 `w`: at most MAX_ROWS rows."""
-    rows = 1
-    for n in x.shape[:-1]:
-        rows *= n
+    rows = math.prod(x.shape[:-1])
     return (w.dtype == jnp.bfloat16 and w.ndim == 2 and x.dtype in (jnp.float32, jnp.bfloat16)
             and 1 <= rows <= MAX_ROWS and available())
 
