@@ -10,8 +10,8 @@
 // Two shapes of product, M <= kMaxRows rows of x [M, D] (float32):
 //   "nn": y [M, N] = x · W for W [D, N], a dense layer's kernel as flax stores it ([in, out]);
 //   "nt": y [M, N] = x · Wᵀ for W [N, D], the tied output head (the embedding table, one row per token).
-// Columns (nn) or rows (nt) of W are split into tiles that the calling thread and helpers on XLA's intra-op
-// pool claim one at a time.
+// The calling thread and helpers on XLA's intra-op pool claim the work one piece at a time: for nn, one block
+// of W's rows per thread, each summed into its own [M, N] and added up at the end; for nt, tiles of W's rows.
 
 #include <algorithm>
 #include <atomic>
