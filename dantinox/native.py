@@ -38,9 +38,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(platformdirs.user_cache_dir("dantinox-labs")) / "kernels")
 
 
+def _headers() -> dict[str, bytes]:
+    """The headers the kernels share (dantinox/kernels/*.h): name -> text."""
+    folder = resources.files("dantinox").joinpath("kernels")
+    return {f.name: f.read_bytes() for f in folder.iterdir() if f.name.endswith(".h")}
+
+
 def library_path(name: str, source: bytes, compiler: str) -> Path:
-    """Where the library built from `name` is kept: one file per source, jaxlib, compiler, flags and CPU."""
-    key = hashlib.sha256(b"\0".join([source, jax.lib.__version__.encode(), compiler.encode(),
+    """Where the library built from `name` is kept: one file per source (with the headers), jaxlib, compiler,
+    flags and CPU."""
+    headers = b"\0".join(text for _, text in sorted(_headers().items()))
+    key = hashlib.sha256(b"\0".join([source, headers, jax.lib.__version__.encode(), compiler.encode(),
                                      " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
     return cache_dir() / f"{Path(name).stem}-{key}.so"
 
@@ -58,6 +66,8 @@ def build(name: str) -> Path:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         src, lib = Path(tmp) / name, Path(tmp) / out.name
         src.write_bytes(source)
+        for header, text in _headers().items():  # beside the source, where its #include "..." finds them
+            (Path(tmp) / header).write_bytes(text)
         done = subprocess.run([compiler, *FLAGS, "-isystem", jax.ffi.include_dir(), str(src), "-o", str(lib)],
                               capture_output=True, text=True)
         if done.returncode != 0:

@@ -21,38 +21,30 @@
 #include <thread>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
+#include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int64_t kMaxRows = 8;
+using namespace dantinox;
 
-inline float widen(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof out);
-  return out;
-}
+constexpr int64_t kMaxRows = 8;
 
 struct Problem {
   int64_t M, D, N, blocks;  // blocks: how many parts W's rows are cut into (nn)
   const float* x;     // [M, D]
-  const uint16_t* w;  // [D, N] (nn) or [N, D] (nt), bfloat16 bits
+  const Bf16* w;  // [D, N] (nn) or [N, D] (nt)
   float* y;           // [M, N]
   float* partial;     // [blocks - 1, M, N]: the other blocks' sums (nn)
 };
 
 #if defined(__AVX512F__)
-inline __m512 widen16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+constexpr int kVecs = 4;  // vectors of columns per step of nn: 32 registers hold 4 rows x 4 vectors of W
+#else
+constexpr int kVecs = 2;  // 16 registers: 4 rows x 2 vectors of W, two sums and a broadcast
 #endif
 
 // nn: one block of W's rows (its share of the D inputs) for all M rows of x, into its own partial sum
@@ -64,62 +56,50 @@ constexpr int64_t kChunk = 1024;
 constexpr int64_t kAheadRows = 8;
 
 template <int M>
-void nn_block(const float* x, const uint16_t* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
+void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
   alignas(64) float acc[M][kChunk];
   for (int64_t c0 = 0; c0 < N; c0 += kChunk) {
     const int64_t n = std::min(kChunk, N - c0);
     for (int m = 0; m < M; ++m) std::fill(acc[m], acc[m] + n, 0.0f);
     int64_t d = d0;
     for (; d + 4 <= d1; d += 4) {
-      const uint16_t* w0 = w + d * N + c0;
-      const uint16_t *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+      const Bf16* w0 = w + d * N + c0;
+      const Bf16 *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
       int64_t j = 0;
-#if defined(__AVX512F__)
-      // 64 columns at a time: each broadcast of an x value serves four vectors of products
-      for (; j + 64 <= n; j += 64) {
-        const uint16_t* ahead = w0 + kAheadRows * N + j;  // the next lines of the four rows kAheadRows on
-        for (int r = 0; r < 4; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * N), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * N + 32), _MM_HINT_T0);
+      // kStep columns at a time: each broadcast of an x value serves kVecs vectors of products
+      constexpr int64_t kStep = kVecs * kLanes;
+      for (; j + kStep <= n; j += kStep) {
+        if (j % 32 == 0) {  // the next 64-byte line of the four rows kAheadRows on
+          const Bf16* ahead = w0 + kAheadRows * N + j;
+          for (int r = 0; r < 4; ++r) __builtin_prefetch(ahead + r * N);
         }
-        __m512 wv[4][4];
-        for (int v = 0; v < 4; ++v) {
-          wv[0][v] = widen16(w0 + j + 16 * v);
-          wv[1][v] = widen16(w1 + j + 16 * v);
-          wv[2][v] = widen16(w2 + j + 16 * v);
-          wv[3][v] = widen16(w3 + j + 16 * v);
+        VecF wv[4][kVecs];
+        for (int v = 0; v < kVecs; ++v) {
+          wv[0][v] = widen_vec(w0 + j + kLanes * v);
+          wv[1][v] = widen_vec(w1 + j + kLanes * v);
+          wv[2][v] = widen_vec(w2 + j + kLanes * v);
+          wv[3][v] = widen_vec(w3 + j + kLanes * v);
         }
         for (int m = 0; m < M; ++m) {
           const float* xm = x + m * D + d;
           float* am = acc[m] + j;
-          __m512 s0 = _mm512_load_ps(am), s1 = _mm512_load_ps(am + 16), s2 = _mm512_load_ps(am + 32),
-                 s3 = _mm512_load_ps(am + 48);
+          VecF s[kVecs];
+          for (int v = 0; v < kVecs; ++v) s[v] = load(am + kLanes * v);
           for (int r = 0; r < 4; ++r) {
-            const __m512 xr = _mm512_set1_ps(xm[r]);
-            s0 = _mm512_fmadd_ps(xr, wv[r][0], s0);
-            s1 = _mm512_fmadd_ps(xr, wv[r][1], s1);
-            s2 = _mm512_fmadd_ps(xr, wv[r][2], s2);
-            s3 = _mm512_fmadd_ps(xr, wv[r][3], s3);
+            const VecF xr = splat(xm[r]);
+            for (int v = 0; v < kVecs; ++v) s[v] += xr * wv[r][v];
           }
-          _mm512_store_ps(am, s0);
-          _mm512_store_ps(am + 16, s1);
-          _mm512_store_ps(am + 32, s2);
-          _mm512_store_ps(am + 48, s3);
+          for (int v = 0; v < kVecs; ++v) store(am + kLanes * v, s[v]);
         }
       }
-      for (; j + 16 <= n; j += 16) {
-        const __m512 a = widen16(w0 + j), b = widen16(w1 + j), c = widen16(w2 + j), e = widen16(w3 + j);
+      for (; j + kLanes <= n; j += kLanes) {
+        const VecF a = widen_vec(w0 + j), b = widen_vec(w1 + j), c = widen_vec(w2 + j), e = widen_vec(w3 + j);
         for (int m = 0; m < M; ++m) {
           const float* xm = x + m * D + d;
-          __m512 s = _mm512_load_ps(acc[m] + j);
-          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[0]), a, s);
-          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[1]), b, s);
-          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[2]), c, s);
-          s = _mm512_fmadd_ps(_mm512_set1_ps(xm[3]), e, s);
-          _mm512_store_ps(acc[m] + j, s);
+          store(acc[m] + j, load(acc[m] + j) + splat(xm[0]) * a + splat(xm[1]) * b + splat(xm[2]) * c +
+                                splat(xm[3]) * e);
         }
       }
-#endif
       for (; j < n; ++j)
         for (int m = 0; m < M; ++m) {
           const float* xm = x + m * D + d;
@@ -143,28 +123,24 @@ void nt_tile(const Problem& p, int64_t tile) {
   const int64_t n = std::min(kRowsNt, N - r0);
   for (int64_t r = 0; r < n; r += R) {
     const int rows = static_cast<int>(std::min<int64_t>(R, n - r));
-    const uint16_t* w = p.w + (r0 + r) * D;
+    const Bf16* w = p.w + (r0 + r) * D;
     float sum[R][M] = {};
     int64_t d = 0;
-#if defined(__AVX512F__)
     if (rows == R) {
-      __m512 acc[R][M];
-      for (int i = 0; i < R; ++i)
-        for (int m = 0; m < M; ++m) acc[i][m] = _mm512_setzero_ps();
-      for (; d + 16 <= D; d += 16) {
+      VecF acc[R][M] = {};
+      for (; d + kLanes <= D; d += kLanes) {
         if (d % 32 == 0)  // the same line of each row of the next group of R
-          for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(w + (R + i) * D + d), _MM_HINT_T0);
-        __m512 xs[M];
-        for (int m = 0; m < M; ++m) xs[m] = _mm512_loadu_ps(p.x + m * D + d);
+          for (int i = 0; i < R; ++i) __builtin_prefetch(w + (R + i) * D + d);
+        VecF xs[M];
+        for (int m = 0; m < M; ++m) xs[m] = load(p.x + m * D + d);
         for (int i = 0; i < R; ++i) {
-          const __m512 wd = widen16(w + i * D + d);
-          for (int m = 0; m < M; ++m) acc[i][m] = _mm512_fmadd_ps(xs[m], wd, acc[i][m]);
+          const VecF wd = widen_vec(w + i * D + d);
+          for (int m = 0; m < M; ++m) acc[i][m] += xs[m] * wd;
         }
       }
       for (int i = 0; i < R; ++i)
-        for (int m = 0; m < M; ++m) sum[i][m] = _mm512_reduce_add_ps(acc[i][m]);
+        for (int m = 0; m < M; ++m) sum[i][m] = lane_sum(acc[i][m]);
     }
-#endif
     for (int i = 0; i < rows; ++i)
       for (int64_t e = d; e < D; ++e)
         for (int m = 0; m < M; ++m) sum[i][m] += p.x[m * D + e] * widen(w[i * D + e]);
@@ -224,7 +200,7 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M <= 8, D] and W [D, N]");
   auto work = std::make_shared<Work>();
   Problem& p = work->problem;
-  p = Problem{M, D, N, 1, x.typed_data(), reinterpret_cast<const uint16_t*>(w.untyped_data()), y->typed_data(),
+  p = Problem{M, D, N, 1, x.typed_data(), static_cast<const Bf16*>(w.untyped_data()), y->typed_data(),
               nullptr};
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   if (kTransposed) {

@@ -1,0 +1,68 @@
+// Vectors one register wide for dantinox's kernels, through GCC's vector extensions (Clang takes them too).
+//
+// kLanes float32 lanes: 16 where the compiler may use 512-bit vectors (-march=native on a CPU with AVX-512),
+// else 8 (AVX2, or whatever the target lowers them to). The kernels are written in whole vectors of kLanes,
+// so one source runs on both. `widen` reads kLanes stored values as float32: float32 as they are, bfloat16
+// by shifting its bits up 16 (a bfloat16 is the high half of a float32, so this is exact), int8 codes by
+// conversion.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace dantinox {
+
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+
+typedef float VecF __attribute__((vector_size(4 * kLanes)));
+typedef uint32_t VecU __attribute__((vector_size(4 * kLanes)));
+typedef uint16_t VecH __attribute__((vector_size(2 * kLanes)));
+typedef int8_t VecC __attribute__((vector_size(kLanes)));
+
+struct Bf16 {  // bfloat16 as stored: the high half of a float32
+  uint16_t bits;
+};
+
+inline float widen(float x) { return x; }
+inline float widen(int8_t x) { return static_cast<float>(x); }
+inline float widen(Bf16 x) {
+  const uint32_t wide = static_cast<uint32_t>(x.bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof out);
+  return out;
+}
+
+inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
+inline VecF splat(float x) { return VecF{} + x; }
+
+inline VecF widen_vec(const float* p) { return load(p); }
+inline VecF widen_vec(const Bf16* p) {
+  VecH h;
+  std::memcpy(&h, p, sizeof h);
+  const VecU wide = __builtin_convertvector(h, VecU) << 16;
+  VecF out;
+  std::memcpy(&out, &wide, sizeof out);
+  return out;
+}
+inline VecF widen_vec(const int8_t* p) {
+  VecC c;
+  std::memcpy(&c, p, sizeof c);
+  return __builtin_convertvector(c, VecF);
+}
+
+inline float lane_sum(VecF v) {
+  float total = 0.0f;
+  for (int i = 0; i < kLanes; ++i) total += v[i];
+  return total;
+}
+
+}  // namespace dantinox
