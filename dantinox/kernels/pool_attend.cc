@@ -3,9 +3,12 @@
 // An XLA:CPU custom call (the XLA FFI), built by dantinox/pool_kernel.py with the machine's C++ compiler.
 // A paged cache keeps every sequence's pages in one pool; attention through XLA either gathers each
 // sequence's pages into a copy or scores every query against the whole pool and masks the rest. This
-// kernel does neither: for each (sequence, KV head) it walks the pool in blocks of kBlock slots, skips every
-// block the sequence's mask leaves empty, and folds the blocks it reads into a running softmax (the
-// max-and-rescale recurrence of online softmax), so the bytes read are the sequence's own slots.
+// kernel does neither: for each (sequence, KV head) it finds the runs of kBlock-slot blocks the sequence's
+// mask leaves a slot visible in, and reads only those, so the bytes read are the sequence's own slots.
+// The query heads that share the KV head go through together, up to kMaxHeads at a time: their scores
+// over the runs, a softmax, then the weighted sum of the value rows. In both products the sums stay in
+// registers (blocks of slots, then of channels, as many as fit) and each cached key or value is widened
+// once for all the heads of the group.
 //
 // Shapes (float32 unless named): q [B, K, G, H]; keys [R, K, H, S] (slot axis last, as the cache stores them)
 // and values [R, K, S, H], in float32 or bfloat16 (widened as they are read), R = 1 for a pool all sequences
@@ -23,29 +26,25 @@
 #include <thread>
 #include <vector>
 
+#include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
+using namespace dantinox;
+
 constexpr int64_t kBlock = 16;
-constexpr int64_t kAheadRows = 4;  // key rows  // key rows (channels) read ahead
-constexpr int64_t kAheadSlots = 8;  // value rows  // value rows (slots) read ahead
+constexpr int64_t kAheadSlots = 8;  // value rows (slots) read ahead
+constexpr int64_t kAheadKeys = 64;  // slots of each key row read ahead
+constexpr int kMaxHeads = 4;  // query heads of one KV head handled together; more go in groups of this many
+constexpr int kRegisters = kLanes == 16 ? 32 : 16;  // vector registers: 32 with AVX-512, 16 with AVX2
 
-
-struct Bf16 {  // bfloat16 as stored: the high half of a float32
-  uint16_t bits;
-};
-
-inline float value(float x) { return x; }
-inline float value(int8_t x) { return static_cast<float>(x); }
-inline float value(Bf16 x) {
-  const uint32_t wide = static_cast<uint32_t>(x.bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof out);
-  return out;
-}
+// Vectors of slots (scores) or of channels (values) per step for NG heads: NG x that many sums, that many
+// widened keys or values and one broadcast fit in the registers.
+template <int NG>
+constexpr int kWidth = (kRegisters - 2) / (NG + 1);
 
 struct Problem {
   int64_t B, K, G, H, S, R;  // R: rows of keys and values, 1 (a pool every sequence reads) or B (one each)
@@ -58,6 +57,117 @@ struct Problem {
   const bool* mask;
   float* out;
 };
+
+using Runs = std::vector<std::pair<int64_t, int64_t>>;
+
+// Scores of NG query heads (rows of q, H apart) against the J * kLanes slots from j, into s (rows S apart):
+// the sums stay in registers over all H channels, and each key is widened once for the NG heads.
+template <int NG, int J, typename Code>
+inline void score_slots(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, float* s) {
+  VecF acc[NG][J] = {};
+  for (int64_t h = 0; h < H; ++h) {
+    const Code* row = keys + h * S + j;
+    __builtin_prefetch(row + kAheadKeys);  // this key row kAheadKeys slots on: past a 4 KiB page
+    VecF k[J];
+    for (int v = 0; v < J; ++v) k[v] = widen_vec(row + v * kLanes);
+    for (int g = 0; g < NG; ++g) {
+      const VecF qh = splat(q[g * H + h]);
+      for (int v = 0; v < J; ++v) acc[g][v] += qh * k[v];
+    }
+  }
+  for (int g = 0; g < NG; ++g)
+    for (int v = 0; v < J; ++v) store(s + g * S + j + v * kLanes, acc[g][v]);
+}
+
+// Weighted sums of the value rows over the seen slots, channels [c, c + C * kLanes), for NG heads whose
+// weights are rows of w (S apart), into acc (rows H apart); each value widened once for the NG heads.
+template <int NG, int C, typename Code>
+inline void sum_values(const float* w, int64_t S, const Code* vals, int64_t H, int64_t c, const Runs& runs,
+                       const bool* mask, float* out) {
+  constexpr int64_t kLine = 64 / sizeof(Code);
+  VecF acc[NG][C] = {};
+  for (const auto& [start, end] : runs)
+    for (int64_t j = start; j < end; ++j) {
+      const Code* row = vals + j * H;
+      if (c == 0)  // the first pass over the rows brings them in: kAheadSlots rows on
+        for (int64_t i = 0; i < H; i += kLine) __builtin_prefetch(row + kAheadSlots * H + i);
+      if (!mask[j]) continue;  // a hidden slot's weight is 0, and its value may be anything
+      VecF v[C];
+      for (int i = 0; i < C; ++i) v[i] = widen_vec(row + c + i * kLanes);
+      for (int g = 0; g < NG; ++g) {
+        const VecF wj = splat(w[g * S + j]);
+        for (int i = 0; i < C; ++i) acc[g][i] += wj * v[i];
+      }
+    }
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < C; ++i) store(out + g * H + c + i * kLanes, acc[g][i]);
+}
+
+// Slots [j, end) in steps of J vectors while they fit, then of fewer (so that NG * J sums stay in flight);
+// where the whole vectors end.
+template <int NG, int J, typename Code>
+int64_t score_run(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, int64_t end, float* s) {
+  for (; j + J * kLanes <= end; j += J * kLanes) score_slots<NG, J>(q, H, keys, S, j, s);
+  if constexpr (J > 1) j = score_run<NG, J - 1>(q, H, keys, S, j, end, s);
+  return j;
+}
+
+// Channels from c in steps of C vectors while they fit, then of fewer; where the whole vectors end.
+template <int NG, int C, typename Code>
+int64_t values_from(const float* w, int64_t S, const Code* vals, int64_t H, int64_t c, const Runs& runs,
+                    const bool* mask, float* out) {
+  for (; c + C * kLanes <= H; c += C * kLanes) sum_values<NG, C>(w, S, vals, H, c, runs, mask, out);
+  if constexpr (C > 1) c = values_from<NG, C - 1>(w, S, vals, H, c, runs, mask, out);
+  return c;
+}
+
+// Query heads [g0, g0 + NG) of one (sequence, KV head) pair: scores, softmax over the seen slots (0
+// elsewhere), weighted sum of the values, out.
+template <int NG, typename Code>
+void some_heads(const Problem& p, const Runs& runs, const float* q, const Code* keys, const Code* vals,
+                const float* ks, const float* vs, const bool* mask, float* out, float* s) {
+  const int64_t H = p.H, S = p.S;
+  for (const auto& [start, end] : runs) {
+    int64_t j = score_run<NG, kWidth<NG>>(q, H, keys, S, start, end, s);
+    for (; j < end; ++j)
+      for (int g = 0; g < NG; ++g) {
+        float dot = 0.0f;
+        for (int64_t h = 0; h < H; ++h) dot += q[g * H + h] * widen(keys[h * S + j]);
+        s[g * S + j] = dot;
+      }
+  }
+  float total[NG];
+  for (int g = 0; g < NG; ++g) {  // each loop plain, so that it is vectorized
+    float* sg = s + g * S;
+    float top = -std::numeric_limits<float>::max(), sum = 0.0f;
+    for (const auto& [start, end] : runs) {
+      if (ks)
+        for (int64_t j = start; j < end; ++j) sg[j] *= p.scale * ks[j];
+      else
+        for (int64_t j = start; j < end; ++j) sg[j] *= p.scale;
+      for (int64_t j = start; j < end; ++j) top = std::max(top, mask[j] ? sg[j] : top);
+    }
+    for (const auto& [start, end] : runs) {
+      for (int64_t j = start; j < end; ++j) sg[j] = std::exp(sg[j] - top);
+      for (int64_t j = start; j < end; ++j) sg[j] = mask[j] ? sg[j] : 0.0f;
+      for (int64_t j = start; j < end; ++j) sum += sg[j];
+      if (vs)
+        for (int64_t j = start; j < end; ++j) sg[j] *= vs[j];
+    }
+    total[g] = sum;
+  }
+  int64_t c = values_from<NG, kWidth<NG>>(s, S, vals, H, 0, runs, mask, out);
+  for (; c < H; ++c)
+    for (int g = 0; g < NG; ++g) {
+      float sum = 0.0f;
+      for (const auto& [start, end] : runs)
+        for (int64_t j = start; j < end; ++j)
+          if (mask[j]) sum += s[g * S + j] * widen(vals[j * H + c]);
+      out[g * H + c] = sum;
+    }
+  for (int g = 0; g < NG; ++g)
+    for (int64_t h = 0; h < H; ++h) out[g * H + h] /= total[g];
+}
 
 template <typename Code>
 void one_pair(const Problem& p, int64_t pair) {
@@ -73,7 +183,7 @@ void one_pair(const Problem& p, int64_t pair) {
 
   // The runs of consecutive blocks that hold a slot the mask lets this sequence see (its own pages in a pool).
   // Scratch kept per thread between calls: fresh allocations of a large pool's size would be fresh pages.
-  thread_local std::vector<std::pair<int64_t, int64_t>> runs;
+  thread_local Runs runs;
   thread_local std::vector<float> s;
   runs.clear();
   for (int64_t start = 0; start < S; start += kBlock) {
@@ -88,84 +198,17 @@ void one_pair(const Problem& p, int64_t pair) {
     std::fill(out, out + G * H, 0.0f);
     return;
   }
-  // Scores of the G query heads, key row by key row: each row (one channel, slots in order) is read along its
-  // length, once for all G heads, so the bytes stream in the order they are stored.
-  s.resize(std::max<size_t>(s.size(), G * S));
-  for (const auto& [start, end] : runs)
-    for (int64_t g = 0; g < G; ++g) std::fill(s.begin() + g * S + start, s.begin() + g * S + end, 0.0f);
-  constexpr int64_t kLine = 64 / sizeof(Code);
-  int64_t h = 0;
-  for (; h + 4 <= H; h += 4) {  // four key rows at a time: one load and store of a score per four products
-    const Code *r0 = keys + h * S, *r1 = r0 + S, *r2 = r1 + S, *r3 = r2 + S;
-    for (const auto& [start, end] : runs) {
-      // The same slots kAheadRows key rows on: past a 4 KiB page the hardware's own prefetch stops.
-      if (h + 4 + kAheadRows <= H)
-        for (int64_t j = start; j < end; j += kLine)
-          for (int64_t i = 0; i < 4; ++i) __builtin_prefetch(r0 + (kAheadRows + i) * S + j);
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qg = q + g * H + h;
-        const float q0 = qg[0], q1 = qg[1], q2 = qg[2], q3 = qg[3];
-        float* sg = s.data() + g * S;
-        for (int64_t j = start; j < end; ++j)
-          sg[j] += q0 * value(r0[j]) + q1 * value(r1[j]) + q2 * value(r2[j]) + q3 * value(r3[j]);
-      }
+  s.resize(std::max<size_t>(s.size(), kMaxHeads * S));
+  for (int64_t g0 = 0; g0 < G; g0 += kMaxHeads) {  // up to kMaxHeads query heads per pass over keys and values
+    const float* qg = q + g0 * H;
+    float* og = out + g0 * H;
+    switch (std::min<int64_t>(kMaxHeads, G - g0)) {
+      case 1: some_heads<1>(p, runs, qg, keys, vals, ks, vs, mask, og, s.data()); break;
+      case 2: some_heads<2>(p, runs, qg, keys, vals, ks, vs, mask, og, s.data()); break;
+      case 3: some_heads<3>(p, runs, qg, keys, vals, ks, vs, mask, og, s.data()); break;
+      default: some_heads<4>(p, runs, qg, keys, vals, ks, vs, mask, og, s.data()); break;
     }
   }
-  for (; h < H; ++h) {
-    const Code* row = keys + h * S;
-    for (const auto& [start, end] : runs)
-      for (int64_t g = 0; g < G; ++g) {
-        const float qh = q[g * H + h];
-        float* sg = s.data() + g * S;
-        for (int64_t j = start; j < end; ++j) sg[j] += qh * value(row[j]);
-      }
-  }
-  // Softmax over the seen slots (0 elsewhere), then the weighted sum of value rows, slot by slot.
-  std::vector<float> acc(G * H, 0.0f), total(G, 0.0f);
-  for (int64_t g = 0; g < G; ++g) {
-    float* sg = s.data() + g * S;
-    float top = -std::numeric_limits<float>::max();
-    for (const auto& [start, end] : runs)
-      for (int64_t j = start; j < end; ++j) {
-        sg[j] *= p.scale * (ks ? ks[j] : 1.0f);
-        if (mask[j]) top = std::max(top, sg[j]);
-      }
-    for (const auto& [start, end] : runs) {
-      for (int64_t j = start; j < end; ++j) sg[j] = std::exp(sg[j] - top);  // a plain loop: vectorized
-      for (int64_t j = start; j < end; ++j) {
-        sg[j] = mask[j] ? sg[j] : 0.0f;
-        total[g] += sg[j];
-        if (vs) sg[j] *= vs[j];
-      }
-    }
-  }
-  for (int64_t g = 0; g < G; ++g) {  // one query head's sum at a time, four value rows at a time
-    float* ag = acc.data() + g * H;
-    const float* wg = s.data() + g * S;
-    for (const auto& [start, end] : runs) {
-      int64_t j = start;
-      for (; j + 4 <= end; j += 4) {
-        const Code* r0 = vals + j * H;
-        if (g == 0)
-          for (int64_t i = 0; i < 4 * H; i += kLine) __builtin_prefetch(r0 + kAheadSlots * H + i);
-        if (!(mask[j] && mask[j + 1] && mask[j + 2] && mask[j + 3])) {
-          for (int64_t i = 0; i < 4; ++i)
-            if (mask[j + i])
-              for (int64_t c = 0; c < H; ++c) ag[c] += wg[j + i] * value(r0[i * H + c]);
-          continue;
-        }
-        const Code *r1 = r0 + H, *r2 = r1 + H, *r3 = r2 + H;
-        const float w0 = wg[j], w1 = wg[j + 1], w2 = wg[j + 2], w3 = wg[j + 3];
-        for (int64_t c = 0; c < H; ++c)
-          ag[c] += w0 * value(r0[c]) + w1 * value(r1[c]) + w2 * value(r2[c]) + w3 * value(r3[c]);
-      }
-      for (; j < end; ++j)
-        if (mask[j])
-          for (int64_t c = 0; c < H; ++c) ag[c] += wg[j] * value(vals[j * H + c]);
-    }
-  }
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t h = 0; h < H; ++h) out[g * H + h] = acc[g * H + h] / total[g];
 }
 
 // The (sequence, KV head) pairs, claimed one at a time by the calling thread and by helpers on XLA's
