@@ -95,14 +95,19 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool
 
     A pool all B > 1 sequences share (`rows` 1, a paged cache): always, for the storage the kernel takes;
     XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
-    sequence (`rows` B): up to 2 query heads per KV head, up to 4 for int8 codes, and for float32 up to 3 at
-    batch 1 and 4 above it. Measured against the best of XLA's arrangements below (benchmarks/decode.py's
+    sequence (`rows` B): a bfloat16 cache always; float32 up to 3 query heads per KV head at batch 1 and 4
+    above it; int8 codes up to 4. Measured against the best of XLA's arrangements below (benchmarks/decode.py's
     arrangement A/B, 384 slots, 2026-12-03, after the kernel read key rows in order), kernel / XLA, reference
     model (head size 32): MHA 0.63 at batch 1, 0.72 at 2, 0.82 at 8, 0.77 at 16; float32 K = 2 (G = 4) 0.69
     at batch 2, 0.94 at 8, 0.92 at 16; int8 K = 2 0.87 at batch 8. SmolLM2-135M (G = 3, head size 64,
     float32, 288 slots, benchmarks/decode_profile.py): attention 1.14 against 2.16 ms a step at batch 1 and
-    7.8 against 11.6 at batch 8. Left to XLA: float32 G = 4 at batch 1 (1.17), MQA (G = 8: 0.99 at batch 1,
-    1.01 at 8), a bfloat16 cache with G > 2 (1.01-1.19).
+    7.8 against 11.6 at batch 8. Left to XLA: float32 G = 4 at batch 1 (1.17), float32 MQA (G = 8: 0.99 at
+    batch 1, 1.01 at 8).
+    bfloat16, after the kernel kept its sums in registers and widened each value once for a group of heads
+    (2026-12-04, a 2-core AVX2 machine, 30 layers' calls in one program, interleaved): kernel / XLA at batch 8
+    0.09 for MHA (reference), 0.56 for G = 4, 0.59 for MQA, 0.17 for SmolLM2 (G = 3, 288 slots); SmolLM2 in
+    bfloat16 end to end (generate, 256 tokens) 173-194 against 144 tok/s at batch 8 and 55-59 against 52-54
+    at batch 1.
     """
     if T != 1 or not pool_kernel.handles(k_dtype, quantized):
         return False
@@ -112,7 +117,7 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, quantized: bool
         return G <= 4
     if jnp.dtype(k_dtype) == jnp.float32:
         return G <= (4 if B > 1 else 3)
-    return G <= 2
+    return True  # bfloat16
 
 
 def uses_one_token_arrangement(B: int, T: int, K: int, G: int) -> bool:
