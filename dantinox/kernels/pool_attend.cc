@@ -80,7 +80,7 @@ inline void score_slots(const float* q, int64_t H, const Code* keys, int64_t S, 
 }
 
 // Weighted sums of the value rows over the seen slots, channels [c, c + C * kLanes), for NG heads whose
-// weights are rows of w (S apart), into acc (rows H apart); each value widened once for the NG heads.
+// weights are rows of w (S apart), into out (rows H apart); each value widened once for the NG heads.
 template <int NG, int C, typename Code>
 inline void sum_values(const float* w, int64_t S, const Code* vals, int64_t H, int64_t c, const Runs& runs,
                        const bool* mask, float* out) {

@@ -27,14 +27,17 @@ struct Bf16 {  // bfloat16 as stored: the high half of a float32
   uint16_t bits;
 };
 
+template <typename To, typename From>
+inline To bits_as(const From& from) {  // the same bytes read as another type (std::bit_cast, C++20)
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
+}
+
 inline float widen(float x) { return x; }
 inline float widen(int8_t x) { return static_cast<float>(x); }
-inline float widen(Bf16 x) {
-  const uint32_t wide = static_cast<uint32_t>(x.bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof out);
-  return out;
-}
+inline float widen(Bf16 x) { return bits_as<float>(static_cast<uint32_t>(x.bits) << 16); }
 
 inline VecF load(const float* p) {
   VecF v;
@@ -48,10 +51,7 @@ inline VecF widen_vec(const float* p) { return load(p); }
 inline VecF widen_vec(const Bf16* p) {
   VecH h;
   std::memcpy(&h, p, sizeof h);
-  const VecU wide = __builtin_convertvector(h, VecU) << 16;
-  VecF out;
-  std::memcpy(&out, &wide, sizeof out);
-  return out;
+  return bits_as<VecF>(__builtin_convertvector(h, VecU) << 16);
 }
 inline VecF widen_vec(const int8_t* p) {
   VecC c;
