@@ -36,7 +36,7 @@ constexpr int64_t kMaxRows = 8;
 struct Problem {
   int64_t M, D, N, blocks;  // blocks: how many parts W's rows are cut into (nn)
   const float* x;     // [M, D]
-  const Bf16* w;  // [D, N] (nn) or [N, D] (nt)
+  const Bf16* w;      // [D, N] (nn) or [N, D] (nt)
   float* y;           // [M, N]
   float* partial;     // [blocks - 1, M, N]: the other blocks' sums (nn)
 };
@@ -69,10 +69,9 @@ void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, i
       // kStep columns at a time: each broadcast of an x value serves kVecs vectors of products
       constexpr int64_t kStep = kVecs * kLanes;
       for (; j + kStep <= n; j += kStep) {
-        if (j % 32 == 0) {  // the next 64-byte line of the four rows kAheadRows on
-          const Bf16* ahead = w0 + kAheadRows * N + j;
-          for (int r = 0; r < 4; ++r) __builtin_prefetch(ahead + r * N);
-        }
+        if (j % 32 == 0)  // the 64-byte lines this step starts, of the four rows kAheadRows on
+          for (int64_t i = 0; i < kStep; i += 32)
+            for (int r = 0; r < 4; ++r) __builtin_prefetch(w0 + (kAheadRows + r) * N + j + i);
         VecF wv[4][kVecs];
         for (int v = 0; v < kVecs; ++v) {
           wv[0][v] = widen_vec(w0 + j + kLanes * v);
