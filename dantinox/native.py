@@ -44,11 +44,11 @@ def _headers() -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in folder.iterdir() if f.name.endswith(".h")}
 
 
-def library_path(name: str, source: bytes, compiler: str) -> Path:
-    """Where the library built from `name` is kept: one file per source (with the headers), jaxlib, compiler,
-    flags and CPU."""
-    headers = b"\0".join(text for _, text in sorted(_headers().items()))
-    key = hashlib.sha256(b"\0".join([source, headers, jax.lib.__version__.encode(), compiler.encode(),
+def library_path(name: str, source: bytes, compiler: str, headers: dict[str, bytes]) -> Path:
+    """Where the library built from `name` is kept: one file per source and headers, jaxlib, compiler, flags
+    and CPU."""
+    shared = b"\0".join(text for _, text in sorted(headers.items()))
+    key = hashlib.sha256(b"\0".join([source, shared, jax.lib.__version__.encode(), compiler.encode(),
                                      " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
     return cache_dir() / f"{Path(name).stem}-{key}.so"
 
@@ -59,14 +59,15 @@ def build(name: str) -> Path:
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler found ({compiler!r}; set CXX)")
-    out = library_path(name, source, compiler)
+    headers = _headers()
+    out = library_path(name, source, compiler, headers)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         src, lib = Path(tmp) / name, Path(tmp) / out.name
         src.write_bytes(source)
-        for header, text in _headers().items():  # beside the source, where its #include "..." finds them
+        for header, text in headers.items():  # beside the source, where its #include "..." finds them
             (Path(tmp) / header).write_bytes(text)
         done = subprocess.run([compiler, *FLAGS, "-isystem", jax.ffi.include_dir(), str(src), "-o", str(lib)],
                               capture_output=True, text=True)
