@@ -67,7 +67,7 @@ inline void score_slots(const float* q, int64_t H, const Code* keys, int64_t S, 
   VecF acc[NG][J] = {};
   for (int64_t h = 0; h < H; ++h) {
     const Code* row = keys + h * S + j;
-    __builtin_prefetch(row + kAheadKeys);  // this key row kAheadKeys slots on: past a 4 KiB page
+    __builtin_prefetch(row + kAheadKeys);  // H rows are read side by side: too many streams for the hardware
     VecF k[J];
     for (int v = 0; v < J; ++v) k[v] = widen_vec(row + v * kLanes);
     for (int g = 0; g < NG; ++g) {
