@@ -51,12 +51,15 @@ constexpr int kVecs = 2;  // 16 registers: 4 rows x 2 vectors of W, two sums and
 // [M, N]: rows of W are read in order, four at a time, into column chunks of accumulators that stay in L1.
 // Measured on SmolLM2-135M's layers (2026-12-03, 2 cores): a chunk of 1,024 columns and prefetching the rows 8
 // ahead read 213 MB of bfloat16 weights at batch 1 in 9-10 ms, against 14 ms without prefetching and with
-// chunks of 512.
-constexpr int64_t kChunk = 1024;
+// chunks of 512. Past 4 rows the chunk narrows to 256 columns: 8 rows of 1,024 sums are 32 KiB, a whole L1
+// data cache on many x86 cores, so the sums went out to L2 and back on every step while W streamed past them.
+// Measured on a 2-core AMD Zen 3 (2026-12-04, alternating runs of all 30 layers and the head at M = 8): 24-25
+// ms with 1,024 columns, 21-22 ms with 256 or 128; M = 4 (16 KiB of sums) did not gain.
 constexpr int64_t kAheadRows = 8;
 
 template <int M>
 void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
+  constexpr int64_t kChunk = M <= 4 ? 1024 : 256;
   alignas(64) float acc[M][kChunk];
   for (int64_t c0 = 0; c0 < N; c0 += kChunk) {
     const int64_t n = std::min(kChunk, N - c0);
