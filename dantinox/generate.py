@@ -95,8 +95,10 @@ def _prefill(graphdef, params, prompt_BT, lengths_B, end_B, seed, caches: KVCach
     B, T = prompt_BT.shape
     tokens = jnp.zeros((B, model.cfg.max_context), jnp.int32).at[:, :T].set(prompt_BT)
     live_BT = jnp.arange(T)[None, :] < lengths_B[:, None]
-    logits_BTV, caches = model.forward(prompt_BT, caches, live_BT if caches is not None else None)
-    last_BV = jnp.take_along_axis(logits_BTV, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
+    # the vocabulary projection of each prompt's last token only: the others' logits would be thrown away
+    logits_B1V, caches = model.forward(prompt_BT, caches, live_BT if caches is not None else None,
+                                       logits_at_BP=(lengths_B - 1)[:, None])
+    last_BV = logits_B1V[:, 0]
     return DecodeState(tokens, caches, lengths_B, end_B, last_BV, jax.random.key(seed))
 
 
