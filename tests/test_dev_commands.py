@@ -91,6 +91,8 @@ def test_an_install_falls_back_to_pip_when_uv_fails(tmp_path, monkeypatch, capsy
     assert calls[1][1:4] == ["-m", "uv", "pip"] and calls[1][-2:] == ["--no-deps", "some-wheel"]
     assert calls[2][2] == "pip" and calls[2][-2:] == ["--no-deps", "some-wheel"]  # then pip, with the same args
     assert capsys.readouterr().out.strip() == "dev.py: uv could not install it; trying pip"
+    dev._install(["another-wheel"])
+    assert [c[-1] for c in calls[3:]] == ["another-wheel"] * 2  # uv, then pip: uv was not installed a second time
 
 
 def test_setup_without_network_says_in_one_line_that_the_labs_use_the_tiny_runs(tmp_path, monkeypatch, capsys):
