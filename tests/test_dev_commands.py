@@ -101,3 +101,40 @@ def test_setup_without_network_says_in_one_line_that_the_labs_use_the_tiny_runs(
     dev.model_wheel()  # does not exit: the rest of the set-up goes on
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"dev.py: could not install {dev.MODEL_WHEEL}; the labs will decode the small trained runs instead"
+
+
+def test_an_older_venv_is_installed_again_and_byte_compiled_once(tmp_path, monkeypatch):
+    dev = _dev_module(tmp_path, monkeypatch)
+    python, stamp = tmp_path / "venv" / "bin" / "python", tmp_path / "venv" / ".dantinox-installed"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    stamp.write_text("an older set-up's fingerprint")
+    monkeypatch.setattr(dev, "PY", python)
+    monkeypatch.setattr(dev, "STAMP", stamp)
+    monkeypatch.setattr(dev, "model_wheel", lambda: None)
+    calls = []
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    dev.setup()
+    assert [c for c in calls if "install" in c and c[-1] == f"{ROOT}[dev]"]  # installed again
+    assert "compileall" in calls[-1][-1] and stamp.read_text() == dev._fingerprint()
+    made = len(calls)
+    dev.setup()
+    assert len(calls) == made  # current: nothing installed, nothing compiled
+
+
+def test_the_set_up_byte_compiles_what_it_installs():
+    """Where PYTHONDONTWRITEBYTECODE is set (this project's machines), Python never caches a .pyc of its own: a
+    module installed without one is compiled again by every process that imports it."""
+    import importlib.util
+
+    import flax.nnx  # noqa: F401
+    import jax
+    import plotly.graph_objects  # noqa: F401
+
+    site = Path(jax.__file__).resolve().parents[1]
+    sources = {Path(m.__file__).resolve() for m in list(sys.modules.values())
+               if (getattr(m, "__file__", None) or "").endswith(".py")}
+    installed = [p for p in sources if p.is_relative_to(site)]
+    assert len(installed) > 500  # jax, flax and plotly's modules at least
+    missing = [p for p in installed if not Path(importlib.util.cache_from_source(str(p))).is_file()]
+    assert not missing, f"{len(missing)} of {len(installed)} imported modules in {site} have no bytecode: {missing[:3]}"
