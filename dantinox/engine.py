@@ -57,7 +57,7 @@ from flax import nnx
 
 from dantinox.cache import empty_cache, layouts
 from dantinox.checks import positive_int
-from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, shape_buckets
+from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, put_seat_rows, seat_rows, shape_buckets
 from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
 from dantinox.page_pool import PagePool, page_digest
@@ -299,7 +299,7 @@ class Engine:
             boundary = (m + 1) * self.page_size
             if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
                 if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
-                    rows = tuple(layer.map_slots(lambda a, axis: a[req.seat]) if r else None
+                    rows = tuple(seat_rows(layer, req.seat) if r else None
                                  for layer, r in zip(self.layers, self.ring, strict=True))
                 self.ring_at[digest] = rows
         req.registered = max(req.registered, full)
@@ -320,8 +320,7 @@ class Engine:
         if self.preempt == "swap":
             start = time.perf_counter()
             pages = jnp.asarray(req.pages, jnp.int32)
-            saved = [jax.device_get(layer.map_slots(lambda a, axis: a[req.seat]) if r
-                                    else take_pages(layer, pages, self.page_size))
+            saved = [jax.device_get(seat_rows(layer, req.seat) if r else take_pages(layer, pages, self.page_size))
                      for layer, r in zip(self.layers, self.ring, strict=True)]
             req.swapped = (len(req.pages), saved)
             self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
@@ -336,9 +335,7 @@ class Engine:
     def _put(self, seat: int, pages: jax.Array | None, saved: tuple) -> None:
         """Write host or device copies back: ring layers at the seat's row, paged layers at `pages`."""
         def put(layer, part, r):
-            if not r:
-                return put_pages(layer, pages, part, self.page_size)
-            return type(layer)(*(None if a is None else a.at[seat].set(s) for a, s in zip(layer, part, strict=True)))
+            return put_seat_rows(layer, part, seat) if r else put_pages(layer, pages, part, self.page_size)
         self.layers = tuple(layer if part is None else put(layer, part, r)
                             for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
 

@@ -34,15 +34,23 @@ def power_of_two(n: int, limit: int) -> int:
     return min(1 << (n - 1).bit_length(), limit)
 
 
+def seat_rows(layer, seat):
+    """A sliding-window layer's rings at `seat` (one seat, or [B] of them): its arrays' rows there."""
+    return layer.map_slots(lambda a, axis: a[seat])
+
+
+def put_seat_rows(layer, rows, seat):
+    """The layer with `rows` (as seat_rows gives them) written back at `seat`."""
+    return type(layer)(*(None if a is None else a.at[seat].set(p) for a, p in zip(layer, rows, strict=True)))
+
+
 def _rows_of(layers: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
-    return tuple(layer.map_slots(lambda a, axis: a[seat_B]) if r else layer
-                 for layer, r in zip(layers, ring, strict=True))
+    return tuple(seat_rows(layer, seat_B) if r else layer for layer, r in zip(layers, ring, strict=True))
 
 
 def _put_rows(layers: tuple, rows: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
-    def put(full, part):
-        return type(full)(*(None if a is None else a.at[seat_B].set(p) for a, p in zip(full, part, strict=True)))
-    return tuple(put(full, part) if r else part for full, part, r in zip(layers, rows, ring, strict=True))
+    return tuple(put_seat_rows(full, part, seat_B) if r else part
+                 for full, part, r in zip(layers, rows, ring, strict=True))
 
 
 def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
