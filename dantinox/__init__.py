@@ -24,7 +24,8 @@ from dantinox.cache import (
 )
 from dantinox.config import PRESETS, ModelConfig
 from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
-from dantinox.engine import Engine, StepReport
+from dantinox.engine import Engine
+from dantinox.engine_records import StepReport
 from dantinox.generate import DecodeState, StreamEvent, generate, stream
 from dantinox.kv_ledger import Ledger, kv_ledger
 from dantinox.memory import (

@@ -46,9 +46,8 @@ below within its window, one more window back per ring layer, so most of the pro
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +56,7 @@ from flax import nnx
 
 from dantinox.cache import empty_cache, layouts
 from dantinox.checks import positive_int
+from dantinox.engine_records import Request, Row, StepReport
 from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, put_seat_rows, seat_rows, shape_buckets
 from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
@@ -77,74 +77,6 @@ def lookup_drafts(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
             if tokens[start:start + n] == tail:
                 return tokens[start + n:start + n + k]
     return []
-
-
-@dataclasses.dataclass
-class _Request:
-    """Host state of one request; `tokens[:computed]` have their keys and values in the cache."""
-
-    rid: int
-    prompt: list[int]
-    max_new: int
-    arrival: int
-    stop: frozenset[int]
-    tokens: list[int]
-    temperature: float = 0.0  # 0: greedy
-    top_k: int = 0  # the vocabulary size when not cut
-    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
-    state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
-    computed: int = 0
-    pages: list[int] = dataclasses.field(default_factory=list)
-    digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full pages of `tokens`
-    registered: int = 0  # full pages of this request named in the pool
-    seat: int | None = None
-    swapped: Any = None  # host copy of its pages and ring rows while swapped out
-    hit_tokens: int = 0
-    preemptions: int = 0
-    arrived_at: float | None = None
-    token_times: list[float] = dataclasses.field(default_factory=list)
-
-    @property
-    def generated(self) -> list[int]:
-        return self.tokens[len(self.prompt):]
-
-    @property
-    def done(self) -> bool:
-        gen = self.generated
-        return len(gen) >= self.max_new or bool(gen and gen[-1] in self.stop)
-
-
-class Row(NamedTuple):
-    """One request's part of an iteration."""
-
-    rid: int
-    kind: str  # "prefill" (prompt or recompute chunk), "decode", or "verify" (decode + drafts)
-    start: int  # position of its first fed token
-    tokens: int  # tokens fed (drafts included)
-    drafts: int = 0
-    accepted: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class StepReport:
-    """What one iteration did (the serving lab draws these)."""
-
-    step: int
-    rows: tuple[Row, ...]
-    emitted: dict[int, list[int]]  # tokens produced per request
-    admitted: tuple[int, ...]
-    finished: tuple[int, ...]
-    preempted: tuple[int, ...]
-    hits: dict[int, int]  # prompt tokens found in the prefix cache, per admitted request
-    budget: int | None  # token budget of the iteration (chunk_tokens)
-    fed: int  # tokens fed this iteration
-    tables: dict[int, tuple[int, ...]]  # page table of every running request after the iteration
-    shared: frozenset[int]  # pages held by more than one request
-    free: int  # free pages (cached ones included)
-    cached_free: int  # free pages still holding a cached full page
-    waiting: tuple[int, ...]
-    seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
-    calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included
 
 
 class Engine:
@@ -208,9 +140,9 @@ class Engine:
         self.ring_at: dict[bytes, tuple] = {}  # page name -> ring rows of a request that had computed past it
         self._evicted = 0
         self.max_pages = min(pages_for(self.max_len, self.page_size), num_pages)  # table width
-        self.requests: dict[int, _Request] = {}
-        self.waiting: list[_Request] = []
-        self.running: list[_Request] = []  # in admission order: the last is preempted first
+        self.requests: dict[int, Request] = {}
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []  # in admission order: the last is preempted first
         self.free_seats = list(range(self.max_seqs))
         self.steps = 0
         self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
@@ -252,7 +184,7 @@ class Engine:
         rid = len(self.requests)
         tokens = [int(t) for t in prompt]
         rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
-        self.requests[rid] = _Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
+        self.requests[rid] = Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
                                       float(temperature), top_k or self.cfg.vocab_size, rng)
         return rid
 
@@ -272,7 +204,7 @@ class Engine:
         return {rid: r.generated for rid, r in self.requests.items()}
 
     # Pages.
-    def _digests(self, req: _Request, upto: int) -> list[bytes]:
+    def _digests(self, req: Request, upto: int) -> list[bytes]:
         """Names of the full pages among the first `upto` tokens (chained, cached on the request)."""
         ps = self.page_size
         while len(req.digests) < upto // ps:
@@ -280,7 +212,7 @@ class Engine:
             req.digests.append(page_digest(req.digests[-1] if m else b"", req.tokens[m * ps:(m + 1) * ps]))
         return req.digests[:upto // ps]
 
-    def _grow(self, req: _Request, upto: int) -> bool:
+    def _grow(self, req: Request, upto: int) -> bool:
         """Give `req` pages for its first `upto` tokens; False (nothing taken) if the pool is short."""
         need = pages_for(upto, self.page_size) - len(req.pages)
         if need > self.pool.num_free:
@@ -288,7 +220,7 @@ class Engine:
         req.pages += [self.pool.take() for _ in range(max(0, need))]
         return True
 
-    def _register(self, req: _Request) -> None:
+    def _register(self, req: Request) -> None:
         """Name the request's newly completed pages, so later requests with the same prefix can share them."""
         if not self.prefix_caching:
             return
@@ -304,7 +236,7 @@ class Engine:
                 self.ring_at[digest] = rows
         req.registered = max(req.registered, full)
 
-    def _free(self, req: _Request) -> None:
+    def _free(self, req: Request) -> None:
         for page in reversed(req.pages):  # a prefix's first pages are freed last, so evicted last
             self.pool.release(page)
         req.pages, req.registered = [], 0
@@ -312,7 +244,7 @@ class Engine:
             self.free_seats.append(req.seat)
             req.seat = None
 
-    def _preempt(self, req: _Request) -> None:
+    def _preempt(self, req: Request) -> None:
         """Take `req` out of the running set, back to the front of the queue, its pages freed."""
         self.running.remove(req)
         req.preemptions += 1
@@ -339,7 +271,7 @@ class Engine:
         self.layers = tuple(layer if part is None else put(layer, part, r)
                             for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
 
-    def _swap_in(self, req: _Request) -> None:
+    def _swap_in(self, req: Request) -> None:
         start = time.perf_counter()
         n_pages, saved = req.swapped
         req.pages = [self.pool.take() for _ in range(n_pages)]
@@ -349,7 +281,7 @@ class Engine:
         self.swap_seconds += time.perf_counter() - start
         self.counts["swaps_in"] += 1
 
-    def _admit(self, req: _Request, budget: float) -> int | None:
+    def _admit(self, req: Request, budget: float) -> int | None:
         """Start `req` if a seat, pages and budget allow; returns the tokens it feeds now (None: not admitted)."""
         if not self.free_seats:
             return None
@@ -397,7 +329,7 @@ class Engine:
                 req.state, req.arrived_at = "waiting", now
                 self.waiting.append(req)
         budget = float("inf") if self.chunk_tokens is None else self.chunk_tokens
-        plan: list[tuple[_Request, int, list[int]]] = []
+        plan: list[tuple[Request, int, list[int]]] = []
         preempted, admitted, hits = [], [], {}
         for req in list(self.running):  # running requests first, oldest first
             if req not in self.running or budget <= 0:
@@ -505,7 +437,7 @@ class Engine:
         chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
         return chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
 
-    def _accept(self, req: _Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
+    def _accept(self, req: Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
         """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.
 
         `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last),
