@@ -30,28 +30,14 @@ import content
 from classroom.grading import parse_number
 from classroom.store import AnswerStore, Attempt, current_learner, new_key
 from classroom.summary import question_rows
-from content.units import tolerance_text
 from widgets._html import error_box, esc
+from widgets.answer_text import DESKTOP_EXPORT_HINT, RIGHT, WRONG, accepted_text, answers_table, number_text
 
-RIGHT, WRONG = "#1b5e20", "#b71c1c"
-# "show my answers" on the desktop; a store that keeps answers elsewhere (the browser site's) has its own
-DESKTOP_EXPORT_HINT = "<code>dantinox answers export</code> writes them as JSON"
 # ipywidgets gives each radio label one line's fixed height and floats its input, so a long option overlaps
 # the next one: let the label grow, keep the input first (it follows the text in the DOM) and wrap beside it.
 WRAP_OPTIONS_CSS = ("<style>.dx-quiz .widget-radio-box label{height:auto;display:flex;flex-direction:row-reverse;"
                     "justify-content:flex-end;align-items:flex-start;line-height:1.4;padding:1px 0}"
                     ".dx-quiz .widget-radio-box input{flex:none;float:none}</style>")
-
-
-def _number_text(value: float) -> str:
-    return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
-
-
-def accepted_text(value: float, tolerance: float, unit: str) -> str:
-    """'answers from 98.85 to 99.65 MiB are accepted (±0.4 %)': what `content.is_correct` accepts, in words."""
-    lo, hi = sorted((value * (1 - tolerance), value * (1 + tolerance)))
-    return (f"answers from {_number_text(lo)} to {_number_text(hi)} {unit} are accepted "
-            f"({tolerance_text(tolerance)} of the formula's value)")
 
 
 class Quiz(widgets.VBox):
@@ -262,10 +248,10 @@ class Quiz(widgets.VBox):
             lines = [verdict, note] if note else [verdict]
         else:
             value = float(attempt.expected)
-            expected, accepted = _number_text(value), accepted_text(value, check.tolerance, check.unit)
+            expected, accepted = number_text(value), accepted_text(value, check.tolerance, check.unit)
             given = attempt.response
             try:
-                given = _number_text(parse_number(given, check.unit))
+                given = number_text(parse_number(given, check.unit))
             except ValueError:
                 pass
             lines = [f"Correct: {expected} {check.unit}; {accepted}." if attempt.correct else
@@ -356,29 +342,7 @@ class Quiz(widgets.VBox):
     def answers_html(self) -> str:
         """The attempts on screen as a table a learner reads (the JSON is `to_json`, or `dantinox answers
         export`)."""
-        if not self.attempts:
-            return "<i>No answers yet.</i>"
-        head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in
-                       ("question", "attempt", "your answer", "the formula's answer", "result", "when"))
-        rows = []
-        for a in self.attempts:
-            check = self.entry.checks[a.check_index] if a.check_index < len(self.entry.checks) else None
-            unit = f" {check.unit}" if check is not None and check.kind == "numeric" else ""
-            expected = a.expected
-            if unit:
-                try:
-                    expected = _number_text(float(a.expected))
-                except ValueError:
-                    pass
-            cells = (f"Q{a.check_index + 1}", str(a.attempt), f"{a.response}{unit}", f"{expected}{unit}",
-                     "right" if a.correct else "wrong", time.strftime("%Y-%m-%d %H:%M", time.localtime(a.time)))
-            colour = RIGHT if a.correct else WRONG
-            rows.append("<tr style='border-top:1px solid #eee'>" + "".join(
-                f"<td style='padding:2px 8px{';color:' + colour if k == 4 else ''}'>{esc(c)}</td>"
-                for k, c in enumerate(cells)) + "</tr>")
-        return (f"<table style='border-collapse:collapse;font-size:90%'><tr>{head}</tr>{''.join(rows)}</table>"
-                f"<div style='color:#555;font-size:90%'>{len(self.attempts)} answer(s) to {esc(self.entry.name)}; "
-                f"{getattr(self.store, 'export_hint', DESKTOP_EXPORT_HINT)}.</div>")
+        return answers_table(self.entry, self.attempts, getattr(self.store, "export_hint", DESKTOP_EXPORT_HINT))
 
     def _show_export(self) -> None:
         self.export_area.value = self.answers_html()
