@@ -74,7 +74,7 @@ def _wait_for_kernel(page, timeout_s: float = 60.0) -> None:
         page.wait_for_timeout(100)
 
 
-def _run_all(page, name: str) -> None:
+def run_all_cells(page, name: str) -> None:
     """Run All from the menu. Under load JupyterLab has been seen to drop the first request (a kernel shown idle,
     every prompt still "[ ]:" after 420 s, with four test workers on two cores): if no cell has started after
     60 s, no cell has run, so the learner's second click is safe and is made once."""
@@ -434,7 +434,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
         if spec.reopen:  # the learner's copy as first opened: saved widget outputs replaced, nothing broken
             _shows_no_broken_widget(page, f"{notebook.name} first visit")
         _menu(page, "Edit", "Clear Outputs of All Cells")  # saved outputs would look like a finished run
-        _run_all(page, notebook.name)
+        run_all_cells(page, notebook.name)
         page.wait_for_function(ALL_RAN, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
 
         errors = [t for t in page.locator(STDERR).all_inner_texts() if re.search(r"Traceback|\w+Error\b", t)]

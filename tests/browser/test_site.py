@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_run import _wait_for
+from lab_run import _menu, _wait_for, run_all_cells
 
 import content
 from dantinox_labs import site
@@ -80,10 +80,19 @@ def _ran(page, cells: int) -> bool:
 
 
 def _run_all(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    """Clear the outputs (the site's copy keeps the lab's, whose prompts would look like a finished run), Run All
+    from the menu (clicked again, once, if no cell has started 60 s later: lab_run.run_all_cells), then wait
+    until every cell has run."""
+    _menu(page, "Edit", "Clear Outputs of All Cells")
+    run_all_cells(page, "concepts.ipynb in the site")
     cells = len(page.evaluate(PROMPTS))
-    _wait_for(lambda: _ran(page, cells), 180, "Run All did not finish")
+    try:
+        _wait_for(lambda: _ran(page, cells), 180, "Run All did not finish")
+    except AssertionError as err:  # say where it stopped: the prompts, the kernel's state, what a cell printed
+        status = page.evaluate("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
+                               "?.getAttribute('data-status')")
+        raise AssertionError(f"{err}; {cells} cells, prompts {page.evaluate(PROMPTS)}, kernel {status!r}, "
+                             f"errors {_errors(page)[:2]}") from None
 
 
 def _errors(page) -> list[str]:
