@@ -1,4 +1,5 @@
-"""Every notebook in labs/, opened in JupyterLab in a real Chromium, run as a learner runs it.
+"""Every notebook in labs/, opened in JupyterLab in a real Chromium, run as a learner runs it (a lab whose spec says
+`in_site` is run so in the course site instead: test_site.py, with the same slider, presses, quiz and scenarios).
 
 The labs are cut in two shares, balanced by the time each takes (lab_specs.shares), and each share is one
 test file (test_labs_share0.py, test_labs_share1.py): `dev.py test` keeps a file on one worker, so the two
@@ -418,7 +419,7 @@ SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
 
 def notebooks(share: int) -> list[Path]:
     """The labs of one share: pass them to pytest.mark.parametrize (ids: their stems)."""
-    return [p for p in NOTEBOOKS if SHARE[p.stem] == share]
+    return [p for p in NOTEBOOKS if SHARE.get(p.stem) == share]
 
 
 def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:

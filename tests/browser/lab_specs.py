@@ -33,6 +33,9 @@ class LabSpec:
     scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
     reopen: bool = False  # day two: save the run lab, close it, reopen it twice; no widget may show broken
     seconds: float = 30.0  # about how long its browser test takes here: the two shares are balanced by it
+    # True: a lab the course site also serves runs in a browser there (tests/browser/test_site.py, JupyterLite on
+    # Pyodide) with its slider, press, quiz and scenarios, and not a second time in JupyterLab
+    in_site: bool = False
 
 
 DEFAULT = LabSpec()
@@ -52,10 +55,11 @@ SPECS: dict[str, LabSpec] = {
     "mesh": LabSpec(slider="batch B", seconds=17),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=33),
-    # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders
+    # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders;
+    # run in the course site, where a learner without the install meets it
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
-                        scenarios=("explorer_after_switching_entry",), seconds=25),
+                        scenarios=("explorer_after_switching_entry",), seconds=25, in_site=True),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
     "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
     # "time this model here" is not pressed: with the lab's settings unchanged it times again the sweep Run All has
@@ -76,10 +80,10 @@ def spec_for(stem: str) -> LabSpec:
 
 
 def shares(stems: list[str], workers: int = 2) -> dict[str, int]:
-    """Which of `workers` shares (test files, so workers) runs each lab: the longest first, each to the least
-    loaded share."""
+    """Which of `workers` shares (test files, so workers) runs each lab in JupyterLab: the longest first, each to
+    the least loaded share. A lab run in the course site instead (`in_site`) is in no share."""
     load, share = [0.0] * workers, {}
-    for stem in sorted(stems, key=lambda s: (-spec_for(s).seconds, s)):
+    for stem in sorted((s for s in stems if not spec_for(s).in_site), key=lambda s: (-spec_for(s).seconds, s)):
         share[stem] = min(range(workers), key=lambda w: (load[w], w))
         load[share[stem]] += spec_for(stem).seconds
     return share

@@ -4,7 +4,9 @@ Chromium runs with every host but 127.0.0.1 unresolvable (host-resolver rules: r
 are covered too), and every request the page makes outside the site's origin is recorded and refused. The concept
 map notebook runs every cell in the browser's kernel; the formula explorer's check prints the numbers the desktop
 computes; a slider moved with the keyboard changes the plot's data; a quiz answer is graded as the desktop grades
-it, and after a page reload (a new kernel) the quiz shows it again from the browser's own storage.
+it; the lab's own browser checks follow (lab_specs.py: a slider, the press that loads a published spec, switching
+entries in the explorer), which is why JupyterLab does not run this lab a second time; and after a page reload (a
+new kernel) the quiz shows its answer again from the browser's own storage.
 
     .venv/bin/python -m pytest tests/browser/test_site.py -q -p no:cacheprovider
 """
@@ -19,13 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_run import _menu, _wait_for, run_all_cells
+from lab_run import SCENARIOS, _menu, _move_slider, _press, _wait_for, run_all_cells
+from lab_specs import spec_for
 
 import content
 from dantinox_labs import site
 from widgets import FormulaExplorer
 from widgets.browser_store import STORAGE_KEY
 
+NAME = "concepts.ipynb in the site"
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 PROMPTS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim())"
 KERNEL_IDLE = ("() => document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status') "
@@ -84,7 +88,7 @@ def _run_all(page) -> None:
     from the menu (clicked again, once, if no cell has started 60 s later: lab_run.run_all_cells), then wait
     until every cell has run."""
     _menu(page, "Edit", "Clear Outputs of All Cells")
-    run_all_cells(page, "concepts.ipynb in the site")
+    run_all_cells(page, NAME)
     cells = len(page.evaluate(PROMPTS))
     try:
         _wait_for(lambda: _ran(page, cells), 180, "Run All did not finish")
@@ -157,6 +161,15 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
         _wait_for(lambda: page.evaluate(f"() => (localStorage.getItem({STORAGE_KEY!r}) || '').includes('attention')"),
                   10, "the answer is not in the browser's storage")
 
+        # What the JupyterLab test does in a lab (lab_specs.py): this lab runs in a browser here, not there.
+        spec = spec_for("concepts")
+        assert spec.in_site
+        _move_slider(page, NAME, spec)
+        for press in spec.presses:
+            _press(page, NAME, press)
+        for scenario in spec.scenarios:
+            SCENARIOS[scenario](page, NAME)
+
         # A reload is a new kernel: the stored answer comes back from the page's storage.
         first_visit = sum(fetched)
         page.reload()
@@ -176,3 +189,15 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
     assert console_errors == [], f"the browser console reported errors: {console_errors[:5]}"
     print(f"site: {size / 2**20:.1f} MiB on disk; the first visit fetched {first_visit / 2**20:.1f} MiB")
     assert first_visit < 50 * 2**20
+
+
+def test_every_lab_runs_in_a_browser_once():
+    """Each lab is run in JupyterLab (one of the two shares) or, if its spec says so, here in the site."""
+    from lab_run import NOTEBOOKS, SHARE
+    from lab_specs import spec_for
+
+    in_site = {p.stem for p in NOTEBOOKS if spec_for(p.stem).in_site}
+    assert in_site == {"concepts"}, f"test_site.py runs concepts.ipynb only, not {sorted(in_site)}"
+    assert {f"{stem}.ipynb" for stem in in_site} <= set(site.NOTEBOOKS)
+    assert set(SHARE) | in_site == {p.stem for p in NOTEBOOKS} and not set(SHARE) & in_site
+
