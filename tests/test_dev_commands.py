@@ -138,3 +138,51 @@ def test_the_set_up_byte_compiles_what_it_installs():
     assert len(installed) > 500  # jax, flax and plotly's modules at least
     missing = [p for p in installed if not Path(importlib.util.cache_from_source(str(p))).is_file()]
     assert not missing, f"{len(missing)} of {len(installed)} imported modules in {site} have no bytecode: {missing[:3]}"
+
+
+def _fake_programs(folder: Path, **scripts: str) -> None:
+    folder.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        path = folder / name.replace("_", "-")
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+
+
+def test_the_browser_tests_prefer_the_headless_shell_and_set_up_installs_it_once(tmp_path, monkeypatch):
+    """A system `chromium` alone: as root, set-up asks apt-get for the headless shell, which is then the one found;
+    where apt-get cannot install it, set-up says so by a file in .venv and does not ask again."""
+    sys.path.insert(0, str(ROOT / "tests" / "browser"))
+    try:
+        import chromium
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "browser"))
+    dev = _dev_module(tmp_path, monkeypatch)
+    marker = dev.VENV / dev.NO_HEADLESS_SHELL
+    bin_dir, log = tmp_path / "bin", tmp_path / "apt.log"
+    _fake_programs(bin_dir, chromium="exit 0",
+                   apt_get=f'echo "$@" >> {log}\n[ "$3" = "-qq" ] && [ -e {tmp_path}/apt-works ] || exit 100\n'
+                           f'printf "#!/bin/sh\\n" > {bin_dir}/chromium-headless-shell\n'
+                           f'/bin/chmod +x {bin_dir}/chromium-headless-shell')
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("DANTINOX_CHROMIUM", raising=False)
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # no Playwright-downloaded Chromium here
+    assert chromium.find_chromium() == str(bin_dir / "chromium")
+    monkeypatch.setattr(dev.os, "geteuid", lambda: 0, raising=False)
+    finder = [sys.executable, "-c", "import sys; sys.modules['playwright.sync_api'] = None; "
+              f"sys.path.insert(0, {str(ROOT / 'tests' / 'browser')!r}); import chromium; "
+              "print(chromium.find_chromium())"]
+    run = subprocess.run
+    monkeypatch.setattr(dev.subprocess, "run", lambda cmd, **kw: run(finder, **kw))
+
+    dev.browser()  # apt-get fails: chromium stays, and the failure is remembered
+    assert log.read_text().split("\n")[0] == "install -y -qq chromium-headless-shell" and marker.exists()
+    dev.browser()
+    assert len(log.read_text().splitlines()) == 1, "set-up asked apt-get again after it had failed"
+
+    marker.unlink()
+    (tmp_path / "apt-works").touch()
+    dev.browser()
+    assert chromium.find_chromium() == str(bin_dir / "chromium-headless-shell")
+    assert not marker.exists()
+    dev.browser()  # found: nothing asked
+    assert len(log.read_text().splitlines()) == 2
