@@ -123,31 +123,16 @@ def model_wheel() -> None:
               flush=True)
 
 
-HEADLESS_SHELL = "chromium-headless-shell"  # Debian's headless-only Chromium: less CPU (tests/browser/chromium.py)
-NO_HEADLESS_SHELL = ".no-headless-shell"  # in .venv: apt-get could not install the shell here, not asked again
-
-
 def browser() -> None:
-    """The browser tests need Chromium: found, or installed with apt-get as root, or one line saying what to do.
-
-    As root with apt-get, Debian's headless shell is installed beside a system `chromium` too (once per .venv: a
-    machine whose apt-get cannot fetch it keeps using `chromium`). A browser chosen by $DANTINOX_CHROMIUM, or
-    Playwright's own, is left as it is.
-    """
+    """The browser tests need Chromium: found, or installed with apt-get as root, or one line saying what to do."""
     find = [str(PY), str(ROOT / "tests" / "browser" / "chromium.py")]
     found = subprocess.run(find, cwd=ROOT, capture_output=True, text=True)
-    chosen = found.returncode == 0 and (os.environ.get("DANTINOX_CHROMIUM") or ".cache/ms-playwright" in found.stdout)
-    if (not chosen and not shutil.which(HEADLESS_SHELL) and not (VENV / NO_HEADLESS_SHELL).exists()
-            and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
-        print(f"dev.py: installing Chromium for the browser tests (apt-get install {HEADLESS_SHELL}) ...", flush=True)
+    if found.returncode and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("dev.py: installing Chromium for the browser tests (apt-get install chromium) ...", flush=True)
         quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if subprocess.call(["apt-get", "install", "-y", "-qq", HEADLESS_SHELL], **quiet) and found.returncode:
+        if subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], **quiet):
             subprocess.call(["apt-get", "update", "-qq"], **quiet)  # a fresh image has no package lists yet
-            if subprocess.call(["apt-get", "install", "-y", "-qq", HEADLESS_SHELL], **quiet):
-                subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], **quiet)  # a release without it
-        if not shutil.which(HEADLESS_SHELL):
-            VENV.mkdir(exist_ok=True)
-            (VENV / NO_HEADLESS_SHELL).touch()
+            subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], **quiet)
         found = subprocess.run(find, cwd=ROOT, capture_output=True, text=True)
     if found.returncode:
         sys.exit(f"dev.py: {found.stderr.strip()}")

@@ -1,12 +1,8 @@
 """Find a Chromium for the browser tests; `python tests/browser/chromium.py` prints its path or says what to install.
 
-Order: $DANTINOX_CHROMIUM, then Playwright's own Chromium (`playwright install chromium`), then on PATH Debian's
-`chromium-headless-shell` (the same engine built for headless use only), then `chromium`. dev.py calls this before
-the tests, so a missing browser stops the test command with one line instead of failing every browser test.
-
-The headless shell first: measured here (2026-12-04), one share of the browser tests alone (five labs) with each,
-Chromium's processes used 79 s of CPU with the shell against 91 s with `chromium` (118 against 125 s wall); the
-test run is CPU-bound, so that is time off the whole run.
+Order: $DANTINOX_CHROMIUM, then Playwright's own Chromium (`playwright install chromium`), then a system
+`chromium` on PATH (Debian's package). dev.py calls this before the tests, so a missing browser stops the
+test command with one line instead of failing every browser test.
 """
 
 from __future__ import annotations
@@ -16,10 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
-SYSTEM = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")  # on PATH, in this order
-INSTALL_HINT = ("browser tests: no Chromium found; install one with `apt-get install chromium-headless-shell` "
-                "(Debian/Ubuntu, as root) or `.venv/bin/playwright install chromium`, or set "
-                "DANTINOX_CHROMIUM=/path/to/chromium")
+INSTALL_HINT = ("browser tests: no Chromium found; install one with `apt-get install chromium` (Debian/Ubuntu, "
+                "as root) or `.venv/bin/playwright install chromium`, or set DANTINOX_CHROMIUM=/path/to/chromium")
 
 
 def find_chromium() -> str | None:
@@ -36,7 +30,7 @@ def find_chromium() -> str | None:
             return own
     except Exception:  # noqa: BLE001 - no playwright or no downloaded browser: fall back to the system one
         pass
-    for name in SYSTEM:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
         found = shutil.which(name)
         if found:
             return found
