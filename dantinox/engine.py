@@ -26,11 +26,10 @@ tokens equal `dantinox.generate` of that request alone, greedy or seeded samplin
                 still computes its last token: its logits give the first output token.
   chunked fill  at most `chunk_tokens` tokens are fed per iteration, decodes first, so a long prompt is
                 prefilled in chunks that share iterations with decodes (Sarathi-Serve, arXiv:2403.02310).
-  speculation   prompt-lookup drafts: the last n tokens are looked up earlier in the request's own tokens and
-                the `speculate` tokens that followed are proposed; one forward verifies them, the longest
-                prefix the model agrees with is kept plus the model's own next token. Rejected tokens are
-                rolled back: paged slots past the fill are never read, and a sliding-window ring's slots that
-                the rejected tokens overwrote are restored from a copy taken before the write.
+  speculation   prompt-lookup drafts (dantinox/speculation.py), verified by one forward; the longest agreed
+                prefix is kept plus the model's own next token. Rejected tokens are rolled back: paged slots
+                past the fill are never read, and a sliding-window ring's slots that the rejected tokens
+                overwrote are restored from a copy taken before the write.
 
 Sliding-window (ring) layers keep one ring per running request (a "seat"), beside the pool. Their prefix is
 cached by copying the ring, not by sharing pages: the keys a ring holds at page boundary P (positions
@@ -62,21 +61,10 @@ from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
 from dantinox.page_pool import PagePool, page_digest
 from dantinox.paged import put_pages, take_pages
+from dantinox.speculation import accept_drafts, lookup_drafts
 
 BATCHING = ("continuous", "static")
 PREEMPT = ("recompute", "swap")
-
-
-def lookup_drafts(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
-    """Prompt lookup: up to k tokens that followed the latest earlier match of the last n tokens (n = ngram..1)."""
-    if k <= 0:
-        return []
-    for n in range(min(ngram, len(tokens) - 1), 0, -1):
-        tail = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):  # latest match first
-            if tokens[start:start + n] == tail:
-                return tokens[start + n:start + n + k]
-    return []
 
 
 class Engine:
@@ -449,16 +437,8 @@ class Engine:
             req.computed += n
             return Row(req.rid, "prefill", start, n)
 
-        def after(j: int) -> int:
-            return int(greedy[j] if len(greedy) > 1 else greedy[0])
-        accepted = 0
-        while accepted < len(drafts) and drafts[accepted] == after(accepted):
-            accepted += 1
-        new = (drafts[:accepted] + [after(real - 1 + accepted)])[:req.max_new - len(req.generated)]
-        for i, tok in enumerate(new):  # stop at a stop id, even inside accepted drafts
-            if tok in req.stop:
-                new = new[:i + 1]
-                break
+        accepted, new = accept_drafts(drafts, lambda j: int(greedy[j] if len(greedy) > 1 else greedy[0]), real,
+                                      req.max_new - len(req.generated), req.stop)
         kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
         req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
         req.tokens += new
