@@ -32,7 +32,7 @@ class LabSpec:
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
     scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
     reopen: bool = False  # day two: save the run lab, close it, reopen it twice; no widget may show broken
-    seconds: float = 30.0  # about how long its browser test takes here: the two shares are balanced by it
+    seconds: float = 30.0  # about how long its JupyterLab browser test takes here: the shares are balanced by it
     # True: a lab the course site also serves runs in a browser there (tests/browser/test_site.py, JupyterLite on
     # Pyodide) with its slider, press, quiz and scenarios, and not a second time in JupyterLab
     in_site: bool = False
@@ -59,7 +59,7 @@ SPECS: dict[str, LabSpec] = {
     # run in the course site, where a learner without the install meets it
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
-                        scenarios=("explorer_after_switching_entry",), seconds=25, in_site=True),
+                        scenarios=("explorer_after_switching_entry",), in_site=True),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
     "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
     # "time this model here" is not pressed: with the lab's settings unchanged it times again the sweep Run All has

@@ -32,8 +32,7 @@ from widgets.browser_store import STORAGE_KEY
 NAME = "concepts.ipynb in the site"
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 PROMPTS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim())"
-KERNEL_IDLE = ("() => document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status') "
-               "=== 'idle'")
+KERNEL_STATUS = "() => document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status')"
 POINT_X = """cell => [...cell.querySelectorAll('.js-plotly-plot')].map(g => g.data.map(t => Array.from(t.x || [])))"""
 
 
@@ -70,7 +69,7 @@ def isolated_browser(browser, chromium_path):
 def _kernel_ready(page, timeout_s: float = 120) -> None:
     page.wait_for_selector(".jp-NotebookPanel", timeout=60_000)
     deadline = time.monotonic() + timeout_s
-    while not page.evaluate(KERNEL_IDLE):
+    while page.evaluate(KERNEL_STATUS) != "idle":
         dialog = page.locator(".jp-Dialog .jp-mod-accept")
         if dialog.count():  # a fresh site may ask which kernel to start: take the one it proposes
             dialog.first.click()
@@ -93,9 +92,8 @@ def _run_all(page) -> None:
     try:
         _wait_for(lambda: _ran(page, cells), 180, "Run All did not finish")
     except AssertionError as err:  # say where it stopped: the prompts, the kernel's state, what a cell printed
-        status = page.evaluate("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
-                               "?.getAttribute('data-status')")
-        raise AssertionError(f"{err}; {cells} cells, prompts {page.evaluate(PROMPTS)}, kernel {status!r}, "
+        raise AssertionError(f"{err}; {cells} cells, prompts {page.evaluate(PROMPTS)}, "
+                             f"kernel {page.evaluate(KERNEL_STATUS)!r}, "
                              f"errors {_errors(page)[:2]}") from None
 
 
