@@ -30,10 +30,11 @@ def exact(x, w, transposed=False):
     return np.asarray(x, np.float64) @ (w64.T if transposed else w64)
 
 
-# D = 37 leaves rows of W over after the groups of four; N = 1,100 a chunk of 1,024 columns and a part one,
-# and not a whole number of 16-wide vectors; D = 40 a part 16-wide vector of each row of the tied head
+# D = 37 leaves rows of W over after the groups of four; N = 1,100 is not a whole number of 16- or 32-wide
+# groups, and at M = 8 it is four chunks of 256 columns and a part one; D = 202 is cut into one block of rows
+# per thread, each with a row over; N = 4,100 at M = 1 a chunk of 4,096 columns and 4 over
 @pytest.mark.parametrize("M", [1, 3, 8])
-@pytest.mark.parametrize("D,N", [(37, 1100), (64, 48)])
+@pytest.mark.parametrize("D,N", [(37, 1100), (64, 48), (202, 4100)])
 def test_layer_products_match_float64(M, D, N):
     x, w = operands(M, D, N)
     out = jax.jit(dense_kernel.matmul)(x, w)
@@ -41,8 +42,10 @@ def test_layer_products_match_float64(M, D, N):
     np.testing.assert_allclose(out, exact(x, w), rtol=2e-5, atol=2e-5)
 
 
+# D = 40 leaves part of a group of each row of the tied head; D = 600 is 8 groups at a time (M = 1), then
+# single groups, then part of one; N = 300 rows of W are tiles of 64 and a part one
 @pytest.mark.parametrize("M", [1, 2, 5, 8])
-@pytest.mark.parametrize("D,N", [(40, 300), (64, 67)])
+@pytest.mark.parametrize("D,N", [(40, 300), (64, 67), (600, 130)])
 def test_head_products_match_float64(M, D, N):
     x, w = operands(M, D, N, transposed=True)
     out = jax.jit(lambda x, w: dense_kernel.matmul(x, w, transposed=True))(x, w)
