@@ -37,10 +37,10 @@ def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_elem
                 out_sharding=None) -> jax.Array:
     """Every dense layer's product (nnx.Linear's `dot_general`); the tied logits go through it too.
 
-    bfloat16 weights times a few rows (a decode step) go to dantinox/dense_kernel.py, which reads each weight
-    once and widens it in registers, with float32 sums. Measured, SmolLM2-135M stored in bf16 at batch 1,
-    2026-12-03: its layers' products took 9-10 ms a step, where XLA:CPU, converting each matrix to a float32
-    temporary first, was slower than the same products on float32 weights.
+    bfloat16 weights times a few rows (a decode step, a short prompt) go to dantinox/dense_kernel.py, which
+    reads each weight once and widens it in registers, with float32 sums. Measured, SmolLM2-135M stored in bf16
+    at batch 1, 2026-12-03: its layers' products took 9-10 ms a step, where XLA:CPU, converting each matrix to a
+    float32 temporary first, was slower than the same products on float32 weights.
 
     Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's promotion
     did before it handed them over); bfloat16 operands over more than one row accumulate in float32. The inputs

@@ -33,7 +33,7 @@ def exact(x, w, transposed=False):
 # D = 37 leaves rows of W over after the groups of four; N = 1,100 is not a whole number of 16- or 32-wide
 # groups, and at M = 8 it is four chunks of 256 columns and a part one; D = 202 is cut into one block of rows
 # per thread, each with a row over; N = 4,100 at M = 1 a chunk of 4,096 columns and 4 over
-@pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("M", [1, 3, 8, 19])  # 19: tiles of 8, 8 and 3 rows
 @pytest.mark.parametrize("D,N", [(37, 1100), (64, 48), (202, 4100)])
 def test_layer_products_match_float64(M, D, N):
     x, w = operands(M, D, N)
@@ -44,7 +44,7 @@ def test_layer_products_match_float64(M, D, N):
 
 # D = 40 leaves part of a group of each row of the tied head; D = 600 is 8 groups at a time (M = 1), then
 # single groups, then part of one; N = 300 rows of W are tiles of 64 and a part one
-@pytest.mark.parametrize("M", [1, 2, 5, 8])
+@pytest.mark.parametrize("M", [1, 2, 5, 8, 19])
 @pytest.mark.parametrize("D,N", [(40, 300), (64, 67), (600, 130)])
 def test_head_products_match_float64(M, D, N):
     x, w = operands(M, D, N, transposed=True)
@@ -64,11 +64,13 @@ def test_bfloat16_rows_are_widened_and_leading_axes_kept():
 
 def test_what_it_takes_and_a_bad_call_in_one_line():
     x, w = operands(8, 16, 24)
+    rows = dense_kernel.MAX_ROWS
     assert dense_kernel.takes(x, w) and dense_kernel.takes(x[:1], w)
-    assert not dense_kernel.takes(np.zeros((9, 16), np.float32), w)  # a prompt: XLA's dot
+    assert dense_kernel.takes(np.zeros((rows, 16), np.float32), w)  # a short prompt
+    assert not dense_kernel.takes(np.zeros((rows + 1, 16), np.float32), w)  # a longer one: XLA's dot
     assert not dense_kernel.takes(x, w.astype(jnp.float32))  # float32 weights: XLA's dot
-    with pytest.raises(ValueError, match=r"expected x \[\.\.\., 16\] of at most 8 rows") as e:
-        dense_kernel.matmul(np.zeros((9, 16), np.float32), w)
+    with pytest.raises(ValueError, match=rf"expected x \[\.\.\., 16\] of at most {rows} rows") as e:
+        dense_kernel.matmul(np.zeros((rows + 1, 16), np.float32), w)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"got x \(8, 15\) float32"):
         dense_kernel.matmul(x[:, :15], w)
@@ -112,8 +114,8 @@ def _bf16_model():
 
 
 def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_forward):
-    """Weights stored in bf16 with float32 compute: the decode step's logits through the kernel equal those of
-    XLA widening each weight first, and a prompt (more than 8 rows) keeps XLA's dots."""
+    """Weights stored in bf16 with float32 compute: the prompt's and the decode step's logits through the kernel
+    equal those of XLA widening each weight first, and a prompt of more than MAX_ROWS rows keeps XLA's dots."""
     cfg, model = _bf16_model()
     forward = importlib.import_module("dantinox.model")._compiled_forward
     prompt = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 6)))
@@ -123,17 +125,20 @@ def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_f
             if not kernel:
                 m.setattr(dense_kernel, "takes", lambda x, w: False)
             forward.clear_cache()
-            _, cache, _ = model(prompt, use_cache=True)  # 12 rows: XLA
+            prompt_logits, cache, _ = model(prompt, use_cache=True)  # 12 rows
             step = jnp.asarray([[5], [7]])
             graphdef, state = nnx.split(model)
             text = forward.lower(graphdef, state, step, cache).as_text()
             # the four products of each layer and the tied head, at 2 rows
             assert text.count("dantinox_dense_bf16") == (4 * cfg.n_layers + 1 if kernel else 0)
             logits, _, _ = model(step, use_cache=True, kv_caches=cache)
-            runs.append(np.asarray(logits))
-    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5, atol=1e-5)
-    prompt_text = forward.lower(*nnx.split(model), prompt, None).as_text()
-    assert "dantinox_dense_bf16" not in prompt_text
+            runs.append((np.asarray(prompt_logits), np.asarray(logits)))
+    for through_kernel, through_xla in zip(*runs):
+        np.testing.assert_allclose(through_kernel, through_xla, rtol=1e-5, atol=1e-5)
+    assert "dantinox_dense_bf16" in forward.lower(*nnx.split(model), prompt, None).as_text()
+    monkeypatch.setattr(dense_kernel, "MAX_ROWS", 11)
+    forward.clear_cache()
+    assert "dantinox_dense_bf16" not in forward.lower(*nnx.split(model), prompt, None).as_text()
 
 
 def test_float32_weights_keep_xla(fresh_forward):

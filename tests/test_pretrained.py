@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import pretrained
+from dantinox import dense_kernel, pretrained
 
 DATA = Path(__file__).parent / "data" / "pretrained"
 REF = json.loads((DATA / "reference.json").read_text())
@@ -166,8 +166,9 @@ def test_bfloat16_storage_is_a_choice():
     assert np.array_equal(model.blocks[1].mlp.down.kernel[...].astype(np.float32), f32)  # saved in bf16: exact
 
 
-def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_weights():
-    """param_dtype="bfloat16" stores the weights in bf16; every product is the f32 model's on those rounded values."""
+def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_weights(monkeypatch):
+    """param_dtype="bfloat16" stores the weights in bf16; every product is the f32 model's on those rounded values:
+    bit for bit through XLA, and summed in another order through dantinox/dense_kernel.py."""
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64)
     f32 = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
     graphdef, state = nnx.split(f32)
@@ -179,15 +180,23 @@ def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_w
     assert dantinox.param_bytes(stored) * 2 == dantinox.param_bytes(f32)
     prompt = np.random.RandomState(0).randint(0, 64, (2, 24)).astype(np.int32)
     ids = np.asarray(dantinox.generate(stored, prompt, 8))  # cached greedy tokens after the prompt
-    logits = np.asarray(_forward(*nnx.split(stored), ids))  # one full forward, no cache
-    assert logits.dtype == np.float32 and np.array_equal(logits, np.asarray(_forward(*nnx.split(f32), ids)))
+    logits = np.asarray(_forward(*nnx.split(stored), ids))  # one full forward, no cache, 64 rows: the kernel
+    want = np.asarray(_forward(*nnx.split(f32), ids))
+    assert logits.dtype == np.float32 and np.allclose(logits, want, rtol=1e-5, atol=1e-5)
     assert np.array_equal(logits[:, 23:-1].argmax(-1), ids[:, 24:])  # cached == uncached
+    monkeypatch.setattr(dense_kernel, "MAX_ROWS", 8)  # 64 rows through XLA's dots
+    _forward.clear_cache()
+    assert np.array_equal(np.asarray(_forward(*nnx.split(stored), ids)), want)
+    _forward.clear_cache()
 
 
-def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation():
-    """dtype="bfloat16": each matmul over several rows takes XLA's bf16 x bf16 -> f32 dot (not a convert to f32
-    and an f32 dot), the tied logits too; the numbers stay those of the bf16 inputs multiplied in float32."""
+def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation(monkeypatch):
+    """dtype="bfloat16": each matmul over more rows than dantinox/dense_kernel.py takes goes to XLA's bf16 x bf16
+    -> f32 dot (not a convert to f32 and an f32 dot), the tied logits too; the numbers stay those of the bf16
+    inputs multiplied in float32."""
     from dantinox.model import dot_general
+
+    monkeypatch.setattr(dense_kernel, "MAX_ROWS", 8)  # the 48 rows below are past it
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64, dtype="bfloat16")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))

@@ -7,7 +7,7 @@
 // bfloat16 is the high half of a float32, so this is exact) and multiplied in float32 with float32 sums: the
 // float32 model's arithmetic on the stored weights, in one pass over them.
 //
-// Two shapes of product, M <= kMaxRows rows of x [M, D] (float32):
+// Two shapes of product, M rows of x [M, D] (float32), kMaxRows at a time:
 //   "nn": y [M, N] = x · W for W [D, N], a dense layer's kernel as flax stores it ([in, out]);
 //   "nt": y [M, N] = x · Wᵀ for W [N, D], the tied output head (the embedding table, one row per token).
 // The calling thread and helpers on XLA's intra-op pool claim the work one piece at a time: for nn, one block
@@ -214,17 +214,12 @@ struct Work {
   }
 };
 
+// rows = M <= kMaxRows rows of x [M, D] times W into y [M, N].
 template <bool kTransposed>
-ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
-                 ffi::Result<ffi::Buffer<ffi::F32>> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions();
-  const int64_t M = xd[0], D = xd[1], N = kTransposed ? wd[0] : wd[1];
-  if (M < 1 || M > kMaxRows || (kTransposed ? wd[1] : wd[0]) != D)
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M <= 8, D] and W [D, N]");
+void product(ffi::ThreadPool& pool, int64_t M, int64_t D, int64_t N, const float* x, const Bf16* w, float* y) {
   auto work = std::make_shared<Work>();
   Problem& p = work->problem;
-  p = Problem{M, D, N, 1, x.typed_data(), nullptr, static_cast<const Bf16*>(w.untyped_data()),
-              y->typed_data(), nullptr};
+  p = Problem{M, D, N, 1, x, nullptr, w, y, nullptr};
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   if (kTransposed) {
     thread_local std::vector<float> xp;  // the calling thread's, kept between calls; it outlives the helpers' use
@@ -233,7 +228,7 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
     for (int64_t m = 0; m < M; ++m)
       for (int64_t d = 0; d < D; ++d) {
         const int64_t g = d - d % kGroup, k = d % kGroup;
-        xp[m * D + (d < grouped ? g + (k % 2) * kLanes + k / 2 : d)] = p.x[m * D + d];
+        xp[m * D + (d < grouped ? g + (k % 2) * kLanes + k / 2 : d)] = x[m * D + d];
       }
     p.xp = xp.data();
     work->fn = for_rows<NtFn>(M);
@@ -254,8 +249,23 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
   while (work->done.load(std::memory_order_acquire) < work->tiles) std::this_thread::yield();
   for (int64_t b = 1; b < p.blocks; ++b) {
     const float* part = p.partial + (b - 1) * M * N;
-    for (int64_t i = 0; i < M * N; ++i) p.y[i] += part[i];
+    for (int64_t i = 0; i < M * N; ++i) y[i] += part[i];
   }
+}
+
+// Any number of rows, kMaxRows at a time: W is read once per tile of rows. Past a tile or two the product is
+// bound by the arithmetic, not the reads, so a prompt's rows go through the same code as a decode step's.
+template <bool kTransposed>
+ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
+                 ffi::Result<ffi::Buffer<ffi::F32>> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  const int64_t M = xd[0], D = xd[1], N = kTransposed ? wd[0] : wd[1];
+  if (M < 1 || (kTransposed ? wd[1] : wd[0]) != D)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M >= 1, D] and W [D, N]");
+  const auto* weights = static_cast<const Bf16*>(w.untyped_data());
+  for (int64_t r0 = 0; r0 < M; r0 += kMaxRows)
+    product<kTransposed>(pool, std::min(kMaxRows, M - r0), D, N, x.typed_data() + r0 * D, weights,
+                         y->typed_data() + r0 * N);
   return ffi::Error::Success();
 }
 
