@@ -133,7 +133,7 @@ def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_f
             assert text.count("dantinox_dense_bf16") == (4 * cfg.n_layers + 1 if kernel else 0)
             logits, _, _ = model(step, use_cache=True, kv_caches=cache)
             runs.append((np.asarray(prompt_logits), np.asarray(logits)))
-    for through_kernel, through_xla in zip(*runs):
+    for through_kernel, through_xla in zip(*runs, strict=True):
         np.testing.assert_allclose(through_kernel, through_xla, rtol=1e-5, atol=1e-5)
     assert "dantinox_dense_bf16" in forward.lower(*nnx.split(model), prompt, None).as_text()
     monkeypatch.setattr(dense_kernel, "MAX_ROWS", 11)
