@@ -56,11 +56,18 @@ from flax import nnx
 from dantinox.cache import empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.engine_records import Request, Row, StepReport
-from dantinox.engine_step import bucket_of, forward_rows_jit, power_of_two, put_seat_rows, seat_rows, shape_buckets
+from dantinox.engine_step import (
+    bucket_of,
+    copy_in,
+    copy_out,
+    forward_rows_jit,
+    power_of_two,
+    ragged_feed,
+    shape_buckets,
+)
 from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
 from dantinox.page_pool import PagePool, page_digest
-from dantinox.paged import put_pages, take_pages
 from dantinox.speculation import accept_drafts, lookup_drafts
 
 BATCHING = ("continuous", "static")
@@ -219,8 +226,7 @@ class Engine:
             boundary = (m + 1) * self.page_size
             if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
                 if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
-                    rows = tuple(seat_rows(layer, req.seat) if r else None
-                                 for layer, r in zip(self.layers, self.ring, strict=True))
+                    rows = copy_out(self.layers, self.ring, req.seat, None, self.page_size)
                 self.ring_at[digest] = rows
         req.registered = max(req.registered, full)
 
@@ -239,9 +245,8 @@ class Engine:
         self.counts["preemptions"] += 1
         if self.preempt == "swap":
             start = time.perf_counter()
-            pages = jnp.asarray(req.pages, jnp.int32)
-            saved = [jax.device_get(seat_rows(layer, req.seat) if r else take_pages(layer, pages, self.page_size))
-                     for layer, r in zip(self.layers, self.ring, strict=True)]
+            saved = jax.device_get(copy_out(self.layers, self.ring, req.seat, jnp.asarray(req.pages, jnp.int32),
+                                            self.page_size))
             req.swapped = (len(req.pages), saved)
             self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
             self.swap_seconds += time.perf_counter() - start
@@ -252,18 +257,12 @@ class Engine:
         req.state = "waiting"
         self.waiting.insert(0, req)
 
-    def _put(self, seat: int, pages: jax.Array | None, saved: tuple) -> None:
-        """Write host or device copies back: ring layers at the seat's row, paged layers at `pages`."""
-        def put(layer, part, r):
-            return put_seat_rows(layer, part, seat) if r else put_pages(layer, pages, part, self.page_size)
-        self.layers = tuple(layer if part is None else put(layer, part, r)
-                            for layer, part, r in zip(self.layers, saved, self.ring, strict=True))
-
     def _swap_in(self, req: Request) -> None:
         start = time.perf_counter()
         n_pages, saved = req.swapped
         req.pages = [self.pool.take() for _ in range(n_pages)]
-        self._put(req.seat, jnp.asarray(req.pages, jnp.int32), saved)
+        self.layers = copy_in(self.layers, self.ring, req.seat, jnp.asarray(req.pages, jnp.int32), saved,
+                              self.page_size)
         jax.block_until_ready(self.layers)
         req.swapped = None
         self.swap_seconds += time.perf_counter() - start
@@ -300,7 +299,8 @@ class Engine:
         req.pages, req.registered, req.computed = list(hits), len(hits), start
         req.seat = self.free_seats.pop(0)
         if self.reach and hits:  # the rings as they were when a request had computed through the hit
-            self._put(req.seat, None, self.ring_at[self._digests(req, start)[-1]])
+            self.layers = copy_in(self.layers, self.ring, req.seat, None, self.ring_at[self._digests(req, start)[-1]],
+                                  self.page_size)
         self._grow(req, start + n)
         req.hit_tokens = start
         self.counts["prompt_tokens"] += len(req.tokens)
@@ -401,26 +401,10 @@ class Engine:
         else:
             B = power_of_two(len(group), self.max_seqs)
             M = power_of_two(max(len(r.pages) for r, _, _ in group), self.max_pages)
-        P = T if every else 1
-        ids = np.zeros((B, T), np.int32)
-        lengths, live, drafted = np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32)
-        table, seat = np.zeros((B, M), np.int32), np.full(B, self.max_seqs, np.int32)
-        at = np.zeros((B, P), np.int32)
-        temp, top_k = np.zeros(B, np.float32), np.full(B, self.cfg.vocab_size, np.int32)
-        rng, first = np.zeros((B, 2), np.uint32), np.zeros(B, np.int32)  # first: position of its first new token
-        for b, (req, n, drafts) in enumerate(group):
-            if req.rng is not None:
-                temp[b], top_k[b], rng[b] = req.temperature, req.top_k, req.rng
-                first[b] = n - len(drafts) - 1 if every else 0
-            feed = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
-            ids[b, :n] = feed
-            lengths[b], live[b], drafted[b], seat[b] = req.computed, n, len(drafts), req.seat
-            table[b, :len(req.pages)] = req.pages
-            at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
+        feed = ragged_feed(group, B, T, M, every, self.cfg.vocab_size, self.max_seqs)
         sampling = any(req.rng is not None for req, _, _ in group)
-        self.shapes.add((B, T, M, P, sampling))
-        self.layers, chosen, states = forward_rows_jit(self.graphdef, self.params, self.layers, ids, lengths, live,
-                                                        drafted, table, seat, at, temp, top_k, rng, first,
+        self.shapes.add((B, T, M, feed.at.shape[1], sampling))
+        self.layers, chosen, states = forward_rows_jit(self.graphdef, self.params, self.layers, *feed,
                                                         sampling=sampling)
         chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
         return chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
@@ -477,11 +461,4 @@ class Engine:
 
     def latencies(self) -> dict[int, tuple[float, float | None]]:
         """Per finished request: (time to first token, mean time per output token after it), in seconds."""
-        out = {}
-        for rid, r in self.requests.items():
-            if r.state != "finished" or not r.token_times:
-                continue
-            ttft = r.token_times[0] - r.arrived_at
-            tpot = (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1) if len(r.token_times) > 1 else None
-            out[rid] = (ttft, tpot)
-        return out
+        return {rid: r.latency() for rid, r in self.requests.items() if r.state == "finished" and r.token_times}

@@ -42,6 +42,11 @@ class Request:
         gen = self.generated
         return len(gen) >= self.max_new or bool(gen and gen[-1] in self.stop)
 
+    def latency(self) -> tuple[float, float | None]:
+        """(time to first token, mean time per output token after it), in seconds; it has emitted a token."""
+        times = self.token_times
+        return times[0] - self.arrived_at, ((times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None)
+
 
 class Row(NamedTuple):
     """One request's part of an iteration."""

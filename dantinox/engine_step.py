@@ -4,16 +4,22 @@
 (a prompt chunk, a sampled token, or drafts to verify) go through the model at once, sliding-window rings are
 read and written at each request's seat, and each row's next tokens are chosen as `dantinox.generate` would
 choose them for that request alone. The shapes it is compiled for are rounded up to a few buckets
-(`shape_buckets`, `power_of_two`), so a long trace compiles a handful of programs.
+(`shape_buckets`, `power_of_two`), so a long trace compiles a handful of programs. `ragged_feed` lays a
+group of requests out as that program's padded host arrays; `copy_out` and `copy_in` take a request's part
+of the layers out and put it back (a swap, a ring copy for the prefix cache).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from dantinox.cache import KVCache, layouts
+from dantinox.paged import put_pages, take_pages
 
 
 def shape_buckets(limit: int, small: int = 1) -> tuple[int, ...]:
@@ -42,6 +48,23 @@ def seat_rows(layer, seat):
 def put_seat_rows(layer, rows, seat):
     """The layer with `rows` (as seat_rows gives them) written back at `seat`."""
     return type(layer)(*(None if a is None else a.at[seat].set(p) for a, p in zip(layer, rows, strict=True)))
+
+
+def copy_out(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None, page_size: int) -> tuple:
+    """A request's part of each layer: its seat's row of a ring layer, its `pages` of a paged one (None for
+    paged layers when `pages` is None)."""
+    return tuple(seat_rows(layer, seat) if r else None if pages is None else take_pages(layer, pages, page_size)
+                 for layer, r in zip(layers, ring, strict=True))
+
+
+def copy_in(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None, saved: tuple,
+            page_size: int) -> tuple:
+    """`layers` with `saved` (as `copy_out` gave it, on the host or the device) written back at the seat's row
+    and at `pages`; a None part leaves its layer as it is."""
+    def put(layer, part, r):
+        return put_seat_rows(layer, part, seat) if r else put_pages(layer, pages, part, page_size)
+    return tuple(layer if part is None else put(layer, part, r)
+                 for layer, part, r in zip(layers, saved, ring, strict=True))
 
 
 def _rows_of(layers: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
@@ -76,6 +99,41 @@ def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
     drawn_BP = jax.vmap(jax.vmap(jax.random.categorical))(keys_BP, scaled_BPV)
     greedy_BP = jnp.argmax(logits_BPV, axis=-1)
     return jnp.where(temp_B[:, None] > 0, drawn_BP, greedy_BP).astype(jnp.int32), jnp.stack(states, axis=1)
+
+
+class Feed(NamedTuple):
+    """The host arrays of one ragged call, padded to its shape bucket [B, T] with table width M and P picks."""
+
+    ids: np.ndarray  # [B, T] each row's tokens to compute: its uncomputed tokens, then its drafts
+    lengths: np.ndarray  # [B] tokens already in the cache
+    live: np.ndarray  # [B] tokens of the row that are real (the rest, and padding rows, are not written)
+    drafted: np.ndarray  # [B] how many of them are drafts
+    table: np.ndarray  # [B, M] page table
+    seat: np.ndarray  # [B] ring seat (padding rows: one past the last seat)
+    at: np.ndarray  # [B, P] feed positions whose next token is chosen
+    temp: np.ndarray  # [B] sampling temperature, 0 for greedy
+    top_k: np.ndarray  # [B]
+    rng: np.ndarray  # [B, 2] generator key data
+    first: np.ndarray  # [B] position of the row's first new token (where its sampling starts)
+
+
+def ragged_feed(group, B: int, T: int, M: int, every: bool, vocab_size: int, seats: int) -> Feed:
+    """The arrays for (request, tokens to feed, drafts) triples: a token chosen after every feed position
+    (`every`: decodes and verifies) or after the last only (prompt chunks)."""
+    P = T if every else 1
+    f = Feed(np.zeros((B, T), np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros(B, np.int32),
+             np.zeros((B, M), np.int32), np.full(B, seats, np.int32), np.zeros((B, P), np.int32),
+             np.zeros(B, np.float32), np.full(B, vocab_size, np.int32), np.zeros((B, 2), np.uint32),
+             np.zeros(B, np.int32))
+    for b, (req, n, drafts) in enumerate(group):
+        if req.rng is not None:
+            f.temp[b], f.top_k[b], f.rng[b] = req.temperature, req.top_k, req.rng
+            f.first[b] = n - len(drafts) - 1 if every else 0
+        f.ids[b, :n] = req.tokens[req.computed:req.computed + n - len(drafts)] + drafts
+        f.lengths[b], f.live[b], f.drafted[b], f.seat[b] = req.computed, n, len(drafts), req.seat
+        f.table[b, :len(req.pages)] = req.pages
+        f.at[b] = np.minimum(np.arange(P), n - 1) if every else n - 1
+    return f
 
 
 def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP,
