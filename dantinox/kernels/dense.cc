@@ -146,22 +146,18 @@ void nt_tile(const Problem& p, int64_t tile) {
   for (int64_t r = 0; r < n; ++r) {
     const Bf16* w = p.w + (r0 + r) * D;
     VecF acc[U][M] = {};
-    int64_t d = 0;
-    for (; d + U * kGroup <= grouped; d += U * kGroup) {
-      for (int u = 0; u < U; ++u) {
-        if ((d + u * kGroup) % 32 == 0) __builtin_prefetch(w + d + u * kGroup + kAheadNt);
-        VecF even, odd;
-        widen_pairs(w + d + u * kGroup, even, odd);
-        for (int m = 0; m < M; ++m)
-          acc[u][m] += load(p.xp + m * D + d + u * kGroup) * even +
-                       load(p.xp + m * D + d + u * kGroup + kLanes) * odd;
-      }
-    }
-    for (; d < grouped; d += kGroup) {
+    const auto add_group = [&](VecF* sums, int64_t d) {  // the group of values at d into one set of M sums
       VecF even, odd;
       widen_pairs(w + d, even, odd);
-      for (int m = 0; m < M; ++m) acc[0][m] += load(p.xp + m * D + d) * even + load(p.xp + m * D + d + kLanes) * odd;
-    }
+      for (int m = 0; m < M; ++m) sums[m] += load(p.xp + m * D + d) * even + load(p.xp + m * D + d + kLanes) * odd;
+    };
+    int64_t d = 0;
+    for (; d + U * kGroup <= grouped; d += U * kGroup)
+      for (int u = 0; u < U; ++u) {
+        if ((d + u * kGroup) % 32 == 0) __builtin_prefetch(w + d + u * kGroup + kAheadNt);
+        add_group(acc[u], d + u * kGroup);
+      }
+    for (; d < grouped; d += kGroup) add_group(acc[0], d);
     for (int m = 0; m < M; ++m) {
       VecF t = acc[0][m];
       for (int u = 1; u < U; ++u) t += acc[u][m];
