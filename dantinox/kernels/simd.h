@@ -71,6 +71,7 @@ inline VecF widen_vec(const Bf16* p) {
 // 2 * kLanes bfloat16 values as two float32 vectors, with no shuffle at all: read as kLanes 32-bit words,
 // each word holds an even-numbered value in its low half and the next, odd-numbered one in its high half
 // (little-endian x86 and Arm), so a shift and a mask widen them. The fastest of the three (widen_vec above).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "widen_pairs reads the even value from the low half");
 inline void widen_pairs(const Bf16* p, VecF& even, VecF& odd) {
   VecU u;
   std::memcpy(&u, p, sizeof u);
