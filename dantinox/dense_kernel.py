@@ -14,6 +14,11 @@ keep XLA's dots). Derivatives go through XLA
 (a custom JVP), so a gradient through a short batch is still right. Built on first use by
 dantinox/native.py; where it cannot be built, `why_not()` says why in one line and the products stay XLA's.
 `DANTINOX_DENSE_KERNEL=0` turns it off.
+
+`rows(table, ids)` is the embedding lookup of a bfloat16 table, widened to float32 row by row: XLA:CPU gathers
+from a bfloat16 table by widening all of it first, and in a decode loop it lifted that widening out of the loop,
+so every call of the loop wrote a float32 copy of the whole table before its first step (dantinox/model.py,
+`embed_rows`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ SOURCE = "dense.cc"
 # and 90-100 against 283-322 with f32 activations (XLA widened every weight first); 128 rows 395-449 against
 # 431-514 and 317-414 against 461-466; 256 rows (batch 8) no better than XLA, 512 rows worse with f32 activations.
 MAX_ROWS = 128
-_TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T"}
+_TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T", "dantinox_rows_bf16": "RowsBf16"}
 _state: dict[str, object] = {}
 
 
@@ -82,3 +87,24 @@ def _product_jvp(transposed, primals, tangents):
         return a @ (b.T if transposed else b)
 
     return _product(x, w, transposed), times(dx, w) + times(x, dw)
+
+
+def rows(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """table [V, D] (bfloat16) at int32 `ids` [...]: [..., D] float32, jnp.take's values (NaN outside [-V, V))."""
+    if table.dtype != jnp.bfloat16 or table.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer) or not available():
+        raise ValueError(f"dense_kernel.rows: expected a bfloat16 table [V, D] and integer ids with the kernel "
+                         f"available; got table {table.shape} {table.dtype}, ids {ids.dtype}")
+    out = _rows(table, ids.reshape(-1).astype(jnp.int32))
+    return out.reshape(*ids.shape, table.shape[1])
+
+
+@jax.custom_jvp
+def _rows(table: jax.Array, ids_n: jax.Array) -> jax.Array:
+    out = jax.ShapeDtypeStruct((ids_n.shape[0], table.shape[1]), jnp.float32)
+    return jax.ffi.ffi_call("dantinox_rows_bf16", out, vmap_method="sequential")(ids_n, table)
+
+
+@_rows.defjvp
+def _rows_jvp(primals, tangents):
+    (table, ids_n), (d_table, _) = primals, tangents
+    return _rows(table, ids_n), jnp.take(d_table, ids_n, axis=0).astype(jnp.float32)

@@ -1,6 +1,7 @@
 """dantinox/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
 
 import importlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,8 @@ from flax import nnx
 
 import dantinox
 from dantinox import dense_kernel
+from dantinox.generate import decode_program
+from dantinox.roofline import timing_state
 
 
 @pytest.fixture(autouse=True)
@@ -106,6 +109,52 @@ def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypat
     monkeypatch.setattr(dense_kernel, "_state", {})
     monkeypatch.setenv(dense_kernel.ENV, "0")
     assert not dense_kernel.available() and "DANTINOX_DENSE_KERNEL=0" in dense_kernel.why_not()
+
+
+def test_rows_are_jnp_takes_values_widened():
+    """The embedding lookup: jnp.take's rows bit for bit, ids from the end included, NaN rows outside the table."""
+    rng = np.random.default_rng(3)
+    table = jnp.asarray(rng.standard_normal((50, 37)), jnp.bfloat16)
+    ids = jnp.asarray([[0, 49, -1, -50], [50, -51, 7, 7]], jnp.int32)
+    got = dense_kernel.rows(table, ids)
+    assert got.shape == (2, 4, 37) and got.dtype == jnp.float32
+    want = jnp.take(table, ids, axis=0).astype(jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert np.isnan(np.asarray(got)[1, :2]).all() and not np.isnan(np.asarray(got)[0]).any()
+    jitted = jax.jit(dense_kernel.rows)(table, ids)
+    np.testing.assert_array_equal(np.asarray(jitted), np.asarray(want))
+
+
+def test_rows_gradient_and_a_bad_call_in_one_line():
+    table = jnp.asarray(np.random.default_rng(4).standard_normal((20, 8)), jnp.bfloat16)
+    ids = jnp.asarray([3, 3, 19], jnp.int32)
+
+    def loss(t, lookup):
+        return jnp.sum(jnp.sin(lookup(t, ids)))
+
+    got = jax.grad(loss)(table, dense_kernel.rows)
+    want = jax.grad(loss)(table, lambda t, i: jnp.take(t, i, axis=0).astype(jnp.float32))
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    with pytest.raises(ValueError, match=r"expected a bfloat16 table \[V, D\].*got table \(20, 8\) float32") as e:
+        dense_kernel.rows(table.astype(jnp.float32), ids)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_decode_loop_never_widens_the_whole_table(dtype):
+    """XLA:CPU gathers bfloat16 by widening the whole table first and lifted that out of the decode loop: every
+    call of the loop wrote a float32 table before its first step. The compiled loop holds no array of the
+    table's shape but the parameter itself."""
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, param_dtype="bfloat16", dtype=dtype)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    state = timing_state(cfg, 1, 16, 8)
+    program = decode_program(1, donate=False, cfg=cfg, slots=16)
+    text = program.lower(graphdef, params, state, None, 16, top_k=None, use_cache=True, bucket=16).compile().as_text()
+    entry = text[text.index("\nENTRY") + 1:]
+    made = re.compile(rf"= [a-z0-9]+\[{cfg.vocab_size},{cfg.d_model}\]")  # an instruction whose result is a table
+    assert [line for line in entry.splitlines() if made.search(line) and "parameter(" not in line] == []
+    assert "dantinox_rows_bf16" in text
 
 
 def _bf16_model():

@@ -12,6 +12,11 @@
 //   "nt": y [M, N] = x · Wᵀ for W [N, D], the tied output head (the embedding table, one row per token).
 // The calling thread and helpers on XLA's intra-op pool claim the work one piece at a time: for nn, one block
 // of W's rows per thread, each summed into its own [M, N] and added up at the end; for nt, tiles of W's rows.
+//
+// And the embedding lookup of the same table: "rows" widens the rows of a bfloat16 table [V, D] at given ids.
+// XLA:CPU gathers bfloat16 by widening the whole table to float32 first; inside a decode loop that widening
+// does not depend on the step, so XLA lifts it out of the loop and every call of the loop wrote a float32 copy
+// of the table (113 MB for SmolLM2-135M) before its first step.
 
 #include <algorithm>
 #include <atomic>
@@ -265,6 +270,26 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
   return ffi::Error::Success();
 }
 
+// out [n, D] = the rows of table [V, D] at ids [n], widened; an id in [-V, 0) counts from the end and any
+// other id outside the table gives a row of NaN (jnp.take's default, which this replaces).
+ffi::Error rows(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::BF16> table, ffi::Result<ffi::Buffer<ffi::F32>> out) {
+  const auto td = table.dimensions();
+  if (td.size() != 2)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox rows: the table must be [V, D]");
+  const int64_t V = td[0], D = td[1], n = static_cast<int64_t>(ids.element_count());
+  const auto* t = static_cast<const Bf16*>(table.untyped_data());
+  const int32_t* id = ids.typed_data();
+  float* o = out->typed_data();
+  for (int64_t i = 0; i < n; ++i, o += D) {
+    const int64_t r = id[i] < 0 ? id[i] + V : id[i];
+    if (r < 0 || r >= V)
+      std::fill(o, o + D, __builtin_nanf(""));
+    else
+      for (int64_t d = 0; d < D; ++d) o[d] = widen(t[r * D + d]);
+  }
+  return ffi::Error::Success();
+}
+
 auto binding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::ThreadPool>()
@@ -277,3 +302,8 @@ auto binding() {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseBf16, dense<false>, binding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseBf16T, dense<true>, binding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RowsBf16, rows,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // ids [n]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // table [V, D]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // out [n, D]
