@@ -29,13 +29,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dantinox import pool_kernel
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.quant import quantize
 
 
 def _scatter(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_BT: jax.Array) -> jax.Array:
-    """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped."""
+    """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped.
+
+    bfloat16, float16 and fp8 arrays go to dantinox/pool_kernel.py's `store`, which writes in place: XLA:CPU
+    updates them by widening the whole array to float32 and back, a rewrite of the layer's cache every step."""
+    if pool_kernel.stores(a.dtype):
+        return pool_kernel.store(a, axis, rows_BT, slots_BT, new_BT)
     if writes_as_slice(*rows_BT.shape):  # one token of one row: a slice update, not a scatter
         row, slot = rows_BT[0, 0], slots_BT[0, 0]
         start = (row,) + (0,) * (axis - 1) + (jnp.maximum(slot, 0),) + (0,) * (a.ndim - axis - 1)

@@ -1,5 +1,7 @@
 """dantinox/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -160,3 +162,48 @@ def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fr
             runs.append(steps)
     for got, want in zip(*runs, strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def _xla_scatter(a, axis, rows, slots, new):
+    idx = (rows,) + (slice(None),) * (axis - 1) + (jnp.where(slots < 0, a.shape[axis], slots),)
+    return a.at[idx].set(new.astype(a.dtype), mode="drop")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3fn"])
+@pytest.mark.parametrize("axis", [2, 3])  # values [R, K, S, H], keys [R, K, H, S]
+def test_store_writes_what_xlas_scatter_writes(dtype, axis):
+    """Tokens into a narrow-float cache in place: the bytes XLA's scatter leaves, masked slots (-1) and rows
+    past the cache dropped; one token of one row (a batch-1 decode step) and a ragged batch of three."""
+    rng = np.random.default_rng(5)
+    a = jnp.asarray(rng.standard_normal((3, 2, 4, 10) if axis == 3 else (3, 2, 10, 4)), dtype)
+    for rows, slots in ((np.array([[1]]), np.array([[7]])),
+                        (np.array([[0, 0, 0], [2, 2, 2], [5, 5, 5]]), np.array([[3, 4, -1], [9, 0, 1], [2, 3, 4]]))):
+        new = jnp.asarray(rng.standard_normal((*rows.shape, 2, 4)), dtype)
+        rows, slots = jnp.asarray(rows, jnp.int32), jnp.asarray(slots, jnp.int32)
+        got = jax.jit(pool_kernel.store, static_argnums=1)(a, axis, rows, slots, new)
+        want = _xla_scatter(a, axis, rows, slots, new)
+        assert got.dtype == a.dtype and got.shape == a.shape
+        np.testing.assert_array_equal(np.asarray(got.view(jnp.uint8 if a.dtype.itemsize == 1 else jnp.uint16)),
+                                      np.asarray(want.view(jnp.uint8 if a.dtype.itemsize == 1 else jnp.uint16)))
+    assert pool_kernel.stores(dtype) and not pool_kernel.stores("float32") and not pool_kernel.stores("int8")
+
+
+def test_a_bfloat16_cache_is_written_in_place_in_the_decode_loop():
+    """XLA:CPU updates bfloat16 by widening the whole array and narrowing it back: every decode step rewrote each
+    layer's cache (3 MB of SmolLM2's keys at 8,192 slots: 1.26 ms against 1.3 µs in float32). The compiled loop
+    writes through `store` and makes no array of a cache layer's shape (no convert, copy or update of it)."""
+    from flax import nnx
+
+    import dantinox
+    from dantinox.generate import decode_program
+    from dantinox.roofline import timing_state
+
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="bfloat16")
+    graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
+    state = timing_state(cfg, 1, 16, 8)
+    text = decode_program(1, donate=True, cfg=cfg, slots=16).lower(
+        graphdef, params, state, None, 16, top_k=None, use_cache=True, bucket=16).compile().as_text()
+    assert text.count('custom_call_target="dantinox_cache_store"') == 2 * cfg.n_layers
+    shapes = {"[" + ",".join(map(str, a.shape)) + "]" for a in jax.tree.leaves(state.caches.layers)}
+    made = re.compile(r"= [a-z0-9]+(\[[0-9,]*\])\{[0-9,]*\} (convert|copy|fusion|dynamic-update-slice|scatter)\(")
+    assert [line for line in text.splitlines() if (m := made.search(line)) and m.group(1) in shapes] == []
