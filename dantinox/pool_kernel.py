@@ -15,9 +15,10 @@ is not the CPU, `available()` is False, `why_not()` says why in one line, and at
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
 dantinox/cache.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
-each decode step rewrote every layer's whole cache. SmolLM2-135M with a bfloat16 cache (float32 weights stored
-as bfloat16, batch 1) took 24.0 ms per step at 2,048 slots and 12.5 at 288, against 16.2 and 10.6 with a float32
-cache; with `store`, 13.6 and 10.4 (2026-12-04, one process).
+each decode step rewrote every layer's whole cache. SmolLM2-135M at batch 1 (weights stored in bfloat16, float32
+compute), two alternating pairs of processes (2026-12-04): with a bfloat16 cache 24.5-28.2 ms per step at 2,048
+slots and 13.1-15.8 at 288, slower than with a float32 cache (17.5-17.6 and 10.8-11.1); with `store`, 13.9-14.4
+and 10.7-11.4.
 """
 
 from __future__ import annotations
