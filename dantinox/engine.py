@@ -154,33 +154,10 @@ class Engine:
         generator seeded with `seed`, as `dantinox.generate(model, prompt, n, temperature=, top_k=, seed=)`
         draws them for this request alone.
         """
-        prompt = np.asarray(prompt_ids)
-        if prompt.ndim == 2 and prompt.shape[0] == 1:
-            prompt = prompt[0]
-        if prompt.ndim != 1 or prompt.size == 0 or not np.issubdtype(prompt.dtype, np.integer):
-            raise ValueError(f"prompt_ids: expected a non-empty list of token ids, got shape {prompt.shape}")
-        if prompt.min() < 0 or prompt.max() >= self.cfg.vocab_size:
-            raise ValueError(f"prompt_ids: token ids must lie in [0, {self.cfg.vocab_size}), got values in "
-                             f"[{prompt.min()}, {prompt.max()}]")
-        new = positive_int("max_new_tokens", max_new_tokens)
-        arrival = positive_int("arrival_step", arrival_step, minimum=0)
-        if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
-            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
-        if top_k is not None and not 1 <= positive_int("top_k", top_k) <= self.cfg.vocab_size:
-            raise ValueError(f"top_k: expected None or an integer in [1, {self.cfg.vocab_size}], got {top_k!r}")
-        seed = positive_int("seed", seed, minimum=0)
-        total = prompt.size + new
-        if total > self.max_len:
-            raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
-                             f"max_len={self.max_len}")
-        if pages_for(total, self.page_size) > self.pool.num_pages:
-            raise ValueError(f"num_pages: this request needs up to {pages_for(total, self.page_size)} pages of "
-                             f"{self.page_size} tokens, the pool has {self.pool.num_pages}")
         rid = len(self.requests)
-        tokens = [int(t) for t in prompt]
-        rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
-        self.requests[rid] = Request(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
-                                      float(temperature), top_k or self.cfg.vocab_size, rng)
+        self.requests[rid] = Request.checked(rid, prompt_ids, max_new_tokens, arrival_step, stop_ids, temperature,
+                                             top_k, seed, vocab_size=self.cfg.vocab_size, max_len=self.max_len,
+                                             page_size=self.page_size, num_pages=self.pool.num_pages)
         return rid
 
     @property

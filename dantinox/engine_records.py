@@ -1,11 +1,16 @@
-"""What the engine keeps per request and what it reports per iteration (dantinox/engine.py schedules them)."""
+"""What the engine keeps per request (built from `Engine.add`'s checked arguments) and what it reports per
+iteration (dantinox/engine.py schedules them)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
+
+from dantinox.checks import positive_int
+from dantinox.page_manager import pages_for
 
 
 @dataclasses.dataclass
@@ -32,6 +37,39 @@ class Request:
     preemptions: int = 0
     arrived_at: float | None = None
     token_times: list[float] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def checked(cls, rid: int, prompt_ids: Any, max_new_tokens: Any, arrival_step: Any, stop_ids: Any,
+                temperature: Any, top_k: Any, seed: Any, *, vocab_size: int, max_len: int, page_size: int,
+                num_pages: int) -> Request:
+        """A new request from `Engine.add`'s arguments, each checked (one line naming it where it is wrong)
+        against the model's vocabulary, the engine's longest request and its pool."""
+        prompt = np.asarray(prompt_ids)
+        if prompt.ndim == 2 and prompt.shape[0] == 1:
+            prompt = prompt[0]
+        if prompt.ndim != 1 or prompt.size == 0 or not np.issubdtype(prompt.dtype, np.integer):
+            raise ValueError(f"prompt_ids: expected a non-empty list of token ids, got shape {prompt.shape}")
+        if prompt.min() < 0 or prompt.max() >= vocab_size:
+            raise ValueError(f"prompt_ids: token ids must lie in [0, {vocab_size}), got values in "
+                             f"[{prompt.min()}, {prompt.max()}]")
+        new = positive_int("max_new_tokens", max_new_tokens)
+        arrival = positive_int("arrival_step", arrival_step, minimum=0)
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
+            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
+        if top_k is not None and not 1 <= positive_int("top_k", top_k) <= vocab_size:
+            raise ValueError(f"top_k: expected None or an integer in [1, {vocab_size}], got {top_k!r}")
+        seed = positive_int("seed", seed, minimum=0)
+        total = prompt.size + new
+        if total > max_len:
+            raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
+                             f"max_len={max_len}")
+        if pages_for(total, page_size) > num_pages:
+            raise ValueError(f"num_pages: this request needs up to {pages_for(total, page_size)} pages of "
+                             f"{page_size} tokens, the pool has {num_pages}")
+        tokens = [int(t) for t in prompt]
+        rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
+        return cls(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens), float(temperature),
+                   top_k or vocab_size, rng)
 
     @property
     def generated(self) -> list[int]:
