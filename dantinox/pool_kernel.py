@@ -36,8 +36,8 @@ CACHE_ENV = native.CACHE_ENV
 SOURCE = "pool_attend.cc"
 _TARGETS = {"float32": ("dantinox_pool_attend_float", "PoolAttendFloat"),
             "bfloat16": ("dantinox_pool_attend_bf16", "PoolAttendBf16"),
-            "int8": ("dantinox_pool_attend_int8", "PoolAttendInt8"),
-            "store": ("dantinox_cache_store", "CacheStore")}
+            "int8": ("dantinox_pool_attend_int8", "PoolAttendInt8")}
+_STORE = ("dantinox_cache_store", "CacheStore")  # tokens into a cache in place (`store`)
 _state: dict[str, object] = {}
 
 
@@ -48,7 +48,8 @@ def build():
 
 def available() -> bool:
     """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, SOURCE, dict(_TARGETS.values()), ENV, "pool_kernel", "paged decode reads through XLA")
+    return native.loaded(_state, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel",
+                         "paged decode reads through XLA")
 
 
 def why_not() -> str:
@@ -60,7 +61,7 @@ def why_not() -> str:
 def handles(k_dtype, quantized: bool) -> bool:
     """Whether the kernel takes a pool stored in `k_dtype` (float32 or bfloat16, or int8 codes with scales)."""
     name = jnp.dtype(k_dtype).name
-    return available() and (name == "int8") == quantized and name in _TARGETS and name != "store"
+    return available() and (name == "int8") == quantized and name in _TARGETS
 
 
 def attend(q_BKGH: jax.Array, k_RKHS: jax.Array, v_RKSH: jax.Array, mask_BS: jax.Array, scale: float,
@@ -95,6 +96,6 @@ def store(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_
     outer, inner = math.prod(a.shape[1:axis]), math.prod(a.shape[axis + 1:])
     n = math.prod(rows_BT.shape)
     tokens = new_BT.astype(a.dtype).reshape(n, outer, inner)
-    return jax.ffi.ffi_call(_TARGETS["store"][0], jax.ShapeDtypeStruct(a.shape, a.dtype), input_output_aliases={0: 0},
+    return jax.ffi.ffi_call(_STORE[0], jax.ShapeDtypeStruct(a.shape, a.dtype), input_output_aliases={0: 0},
                             vmap_method="sequential")(
         a, tokens, rows_BT.reshape(n).astype(jnp.int32), slots_BT.reshape(n).astype(jnp.int32), axis=np.int64(axis))
