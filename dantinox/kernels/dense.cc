@@ -24,6 +24,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 
@@ -70,32 +71,42 @@ constexpr int64_t nn_chunk() {  // columns of sums per pass, a multiple of every
   return M > 4 ? 256 : 4096 / M / 32 * 32;
 }
 
+// Rows read side by side from far-apart parts of W (streams). One core here keeps more reads in flight when it
+// follows several sequential streams at once than when it follows one: a bare sum over 1 GiB on both cores
+// read 30 GB/s as one stream per core and 45-47 as two or four (2026-12-04). So with few rows of x (whole
+// rows of W per pass, bound by the reads) the four rows taken at a time come one from each quarter of the
+// block, and the hardware's prefetchers follow them without help; software prefetching on top of that was
+// slower. With more rows the product is paced by its arithmetic and narrower chunks (above): there the four
+// rows are consecutive, prefetched kAheadRows on. Measured (2026-12-04, SmolLM2-135M's 30 layers and head as
+// one jitted chain of 121 products, 5 alternating rounds, medians): at M = 1 four streams took the chain from
+// 10.3 to 8.3 ms (with software prefetching 8.6, with two streams 9.4-9.9); at M = 8, 1.35x slower.
+constexpr int nn_streams(int64_t M) { return M > 4 ? 1 : 4; }
+
 template <int M>
 void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, int64_t d1, float* out) {
   constexpr int64_t kChunk = nn_chunk<M>();
+  constexpr int kStreams = nn_streams(M);
+  const int64_t steps = (d1 - d0) / 4;  // of four rows; the rows past d0 + 4 * steps follow one at a time
   alignas(64) float acc[M][kChunk];
   for (int64_t c0 = 0; c0 < N; c0 += kChunk) {
     const int64_t n = std::min(kChunk, N - c0), grouped = n - n % kGroup;
     for (int m = 0; m < M; ++m) std::fill(acc[m], acc[m] + n, 0.0f);
-    int64_t d = d0;
-    for (; d + 4 <= d1; d += 4) {
-      const Bf16* w0 = w + d * N + c0;
-      const Bf16 *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+    for (int64_t k = 0; k < steps; ++k) {
+      int64_t rows[4];  // four streams: row k of each quarter; one: four consecutive rows
+      for (int r = 0; r < 4; ++r) rows[r] = d0 + (kStreams == 4 ? r * steps + k : 4 * k + r);
+      const Bf16* wr[4];
+      for (int r = 0; r < 4; ++r) wr[r] = w + rows[r] * N + c0;
       for (int64_t j = 0; j < grouped; j += kGroup) {
-        if (j % 32 == 0)  // the 64-byte lines this group starts, of the four rows kAheadRows on
+        if (kStreams == 1 && j % 32 == 0)  // the 64-byte lines this group starts, of the four rows kAheadRows on
           for (int64_t i = 0; i < kGroup; i += 32)
-            for (int r = 0; r < 4; ++r) __builtin_prefetch(w0 + (kAheadRows + r) * N + j + i);
+            for (int r = 0; r < 4; ++r) __builtin_prefetch(wr[r] + kAheadRows * N + j + i);
         VecF even[4], odd[4];
-        widen_pairs(w0 + j, even[0], odd[0]);
-        widen_pairs(w1 + j, even[1], odd[1]);
-        widen_pairs(w2 + j, even[2], odd[2]);
-        widen_pairs(w3 + j, even[3], odd[3]);
+        for (int r = 0; r < 4; ++r) widen_pairs(wr[r] + j, even[r], odd[r]);
         for (int m = 0; m < M; ++m) {
-          const float* xm = x + m * D + d;
           float* am = acc[m] + j;
           VecF se = load(am), so = load(am + kLanes);
           for (int r = 0; r < 4; ++r) {
-            const VecF xr = splat(xm[r]);
+            const VecF xr = splat(x[m * D + rows[r]]);
             se += xr * even[r];
             so += xr * odd[r];
           }
@@ -104,12 +115,10 @@ void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, i
         }
       }
       for (int64_t j = grouped; j < n; ++j)
-        for (int m = 0; m < M; ++m) {
-          const float* xm = x + m * D + d;
-          acc[m][j] += xm[0] * widen(w0[j]) + xm[1] * widen(w1[j]) + xm[2] * widen(w2[j]) + xm[3] * widen(w3[j]);
-        }
+        for (int m = 0; m < M; ++m)
+          for (int r = 0; r < 4; ++r) acc[m][j] += x[m * D + rows[r]] * widen(wr[r][j]);
     }
-    for (; d < d1; ++d) {
+    for (int64_t d = d0 + 4 * steps; d < d1; ++d) {
       const Bf16* wd = w + d * N + c0;
       for (int64_t j = 0; j < grouped; j += kGroup) {
         VecF even, odd;
@@ -135,41 +144,58 @@ void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, i
   }
 }
 
-// nt: the outputs [r0, r0 + kRowsNt) of y for all M rows: dot products of x's rows with contiguous rows of W,
-// one row of W at a time, so W is read in address order. x comes in the order widen_pairs gives W (p.xp: each
-// group's even-numbered values, then its odd ones). Measured on a 2-core Zen 3 (2026-12-04, one call over 256
-// MiB, 15 alternating rounds): 23.4 GB/s, against 18.4 reading 8 rows side by side; a bare sum of the same
-// bytes read 24.7.
-constexpr int64_t kRowsNt = 64;
-constexpr int64_t kAheadNt = 256;  // values of W prefetched ahead of the one being read
+// nt: the outputs [r0, r0 + rows) of y for all M rows, one tile: dot products of x's rows with rows of W, each
+// row of W read in address order. x comes in the order widen_pairs gives W (p.xp: each group's even-numbered
+// values, then its odd ones). With few rows of x, kStreamsNt rows are read side by side, one from each part of
+// the tile (streams, as for nn above); with more, one row at a time. Measured on a 2-core Zen 3 (2026-12-04,
+// one call over 256 MiB, 15 alternating rounds): one row at a time read 23.4 GB/s, against 18.4 reading 8
+// *adjacent* rows side by side; in the chain above, four streams of 64 rows each took the whole chain from
+// 8.4 to 7.8 ms at M = 1.
+constexpr int64_t kAheadNt = 256;  // values of W prefetched ahead of the one being read (one row at a time)
+
+constexpr int nt_streams(int64_t M) { return M > 4 ? 1 : 4; }
+constexpr int64_t nt_rows(int64_t M) { return 64 * nt_streams(M); }  // rows of W per tile
 
 template <int M>
 void nt_tile(const Problem& p, int64_t tile) {
-  constexpr int U = M >= 8 ? 1 : 8 / M;  // groups of each row at once: U * M independent sums in flight
-  const int64_t r0 = tile * kRowsNt, D = p.D, N = p.N, grouped = D - D % kGroup;
-  const int64_t n = std::min(kRowsNt, N - r0);
-  for (int64_t r = 0; r < n; ++r) {
-    const Bf16* w = p.w + (r0 + r) * D;
-    VecF acc[U][M] = {};
-    const auto add_group = [&](VecF* sums, int64_t d) {  // the group of values at d into one set of M sums
+  constexpr int S = nt_streams(M);
+  constexpr int U = S > 1 ? 1 : M >= 8 ? 1 : 8 / M;  // groups of each row at once: S * U * M sums in flight
+  const int64_t r0 = tile * nt_rows(M), D = p.D, N = p.N, grouped = D - D % kGroup;
+  const int64_t n = std::min(nt_rows(M), N - r0), steps = n / S;
+  const auto dot = [&](const Bf16* const* w, int64_t row0, int64_t stride, auto streams) {
+    constexpr int kS = decltype(streams)::value;
+    VecF acc[kS][U][M] = {};
+    const auto add_group = [&](VecF* sums, const Bf16* ws, int64_t d) {  // one group into M sums
       VecF even, odd;
-      widen_pairs(w + d, even, odd);
+      widen_pairs(ws + d, even, odd);
       for (int m = 0; m < M; ++m) sums[m] += load(p.xp + m * D + d) * even + load(p.xp + m * D + d + kLanes) * odd;
     };
     int64_t d = 0;
     for (; d + U * kGroup <= grouped; d += U * kGroup)
-      for (int u = 0; u < U; ++u) {
-        if ((d + u * kGroup) % 32 == 0) __builtin_prefetch(w + d + u * kGroup + kAheadNt);
-        add_group(acc[u], d + u * kGroup);
+      for (int s = 0; s < kS; ++s)
+        for (int u = 0; u < U; ++u) {
+          if (kS == 1 && (d + u * kGroup) % 32 == 0) __builtin_prefetch(w[s] + d + u * kGroup + kAheadNt);
+          add_group(acc[s][u], w[s], d + u * kGroup);
+        }
+    for (; d < grouped; d += kGroup)
+      for (int s = 0; s < kS; ++s) add_group(acc[s][0], w[s], d);
+    for (int s = 0; s < kS; ++s)
+      for (int m = 0; m < M; ++m) {
+        VecF t = acc[s][0][m];
+        for (int u = 1; u < U; ++u) t += acc[s][u][m];
+        float sum = lane_sum(t);
+        for (int64_t e = grouped; e < D; ++e) sum += p.x[m * D + e] * widen(w[s][e]);
+        p.y[m * N + row0 + s * stride] = sum;
       }
-    for (; d < grouped; d += kGroup) add_group(acc[0], d);
-    for (int m = 0; m < M; ++m) {
-      VecF t = acc[0][m];
-      for (int u = 1; u < U; ++u) t += acc[u][m];
-      float sum = lane_sum(t);
-      for (int64_t e = grouped; e < D; ++e) sum += p.x[m * D + e] * widen(w[e]);
-      p.y[m * N + r0 + r] = sum;
-    }
+  };
+  for (int64_t k = 0; k < steps; ++k) {  // row k of each of the S parts of the tile
+    const Bf16* w[S];
+    for (int s = 0; s < S; ++s) w[s] = p.w + (r0 + s * steps + k) * D;
+    dot(w, r0 + k, steps, std::integral_constant<int, S>{});
+  }
+  for (int64_t r = r0 + S * steps; r < r0 + n; ++r) {  // the rows left over in a short last tile
+    const Bf16* w[1] = {p.w + r * D};
+    dot(w, r, 0, std::integral_constant<int, 1>{});
   }
 }
 
@@ -233,7 +259,7 @@ void product(ffi::ThreadPool& pool, int64_t M, int64_t D, int64_t N, const float
       }
     p.xp = xp.data();
     work->fn = for_rows<NtFn>(M);
-    work->tiles = (N + kRowsNt - 1) / kRowsNt;
+    work->tiles = (N + nt_rows(M) - 1) / nt_rows(M);
   } else {  // one block of rows per thread, each summing into its own [M, N], added up at the end
     p.blocks = std::min<int64_t>(threads, std::max<int64_t>(1, D / 64));
     // The calling thread's scratch, kept between calls (a fresh allocation this size is fresh pages, and
