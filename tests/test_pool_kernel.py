@@ -77,6 +77,40 @@ def test_every_grouping_of_query_heads_matches_the_reference(G, dtype):
                                               ks, vs), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("B,K", [(1, 3), (2, 1)])
+def test_few_pairs_split_their_slots_and_combine_the_parts(dtype, B, K):
+    """Fewer (sequence, KV head) pairs than twice the threads (SmolLM2 at batch 1: three KV heads) cut each
+    pair's slots into parts whose softmaxes are combined at the end. Long caches (1,100 and 3,000 slots, not a
+    multiple of the 16-slot blocks); a part that sees nothing, a part with one slot, and one part's scores far
+    above the others' (their weights must be rescaled, not added as they are), against the float64 reference."""
+    for S in (1100, 3000):
+        rng = np.random.default_rng(S + K)
+        q, k, v = (rng.standard_normal(shape).astype(np.float32)
+                   for shape in ((B, K, 3, 40), (B, K, 40, S), (B, K, S, 40)))
+        scale, mask = 40 ** -0.5, rng.random((B, S)) < 0.5
+        mask[0, : S // 2] = False  # the first half hidden: whole parts see nothing
+        mask[0, S // 2 + 1: S // 2 + 700] = False  # one slot alone in its part
+        k[0, :, :, S - 1] *= 8.0  # one late key whose scores dwarf the rest
+        if B > 1:
+            mask[1] = False  # a sequence that sees nothing at all: zeros
+        if dtype == "int8":
+            rng = np.random.default_rng(S)
+            k, v = (rng.integers(-127, 128, a.shape).astype(np.int8) for a in (k, v))
+            ks, vs = (rng.random((B, K, S)).astype(np.float32) / 16 for _ in range(2))
+            ks[0, :, S - 1] *= 8.0
+            out = pool_kernel.attend(q, k, v, mask, scale, ks, vs)
+            want = reference(q, k, v, mask, scale, ks, vs)
+        else:
+            k, v = jnp.asarray(k, dtype), jnp.asarray(v, dtype)
+            out = pool_kernel.attend(q, k, v, mask, scale)
+            want = reference(q, np.asarray(k, np.float32), np.asarray(v, np.float32), mask, scale)
+        # float32 sums over thousands of slots: 1e-4 (the int8 codes' larger values round at about 2e-5)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5, err_msg=f"{S} slots")
+        if B > 1:
+            assert not np.asarray(out[1]).any()
+
+
 @pytest.mark.parametrize("rows", [1, 4], ids=["shared-pool", "row-per-sequence"])
 def test_int8_codes_fold_their_scales(rows):
     q, _, _, mask, scale = problem(S=70, seed=1)
