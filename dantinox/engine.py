@@ -32,14 +32,9 @@ tokens equal `dantinox.generate` of that request alone, greedy or seeded samplin
                 overwrote are restored from a copy taken before the write.
 
 Sliding-window (ring) layers keep one ring per running request (a "seat"), beside the pool. Their prefix is
-cached by copying the ring, not by sharing pages: the keys a ring holds at page boundary P (positions
-[P - W, P)) depend only on the tokens before P, so a copy of a seat's rings taken when its request had computed
-through P is exactly the rings a request with the same first P tokens would build. A seat holds `reach` (the
-most tokens one iteration feeds a request: chunk_tokens) slots beyond its window, so at the end of every
-iteration each boundary it crossed is still covered; a copy is kept per named page while the pool keeps that
-page, and a hit ends at the longest cached boundary that has one. Recomputing the ring layers at a hit would
-save little: their keys at [P - W, P) need the hidden states below them there, which need each ring layer
-below within its window, one more window back per ring layer, so most of the prompt on a deep model.
+cached by copying the ring, not by sharing pages (dantinox/ring_prefixes.py). A seat holds `reach` (the most
+tokens one iteration feeds a request: chunk_tokens) slots beyond its window, so at the end of every iteration
+each page boundary it crossed is still covered by its ring.
 """
 
 from __future__ import annotations
@@ -68,6 +63,7 @@ from dantinox.engine_step import (
 from dantinox.model import Transformer
 from dantinox.page_manager import pages_for
 from dantinox.page_pool import PagePool, page_digest
+from dantinox.ring_prefixes import RingPrefixes
 from dantinox.speculation import accept_drafts, lookup_drafts
 
 BATCHING = ("continuous", "static")
@@ -132,8 +128,7 @@ class Engine:
             lay.payload.zeros(self.cfg, self.max_seqs + 1, min(lay.addressing.size + self.reach, self.max_len))
             if r and self.reach and lay.addressing.size + self.reach > layer.slots else layer
             for layer, lay, r in zip(layers, layouts(self.cfg), self.ring, strict=True))
-        self.ring_at: dict[bytes, tuple] = {}  # page name -> ring rows of a request that had computed past it
-        self._evicted = 0
+        self.ring_prefixes = RingPrefixes(self.ring, self.reach, self.page_size)
         self.max_pages = min(pages_for(self.max_len, self.page_size), num_pages)  # table width
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
@@ -197,14 +192,10 @@ class Engine:
         if not self.prefix_caching:
             return
         full = req.computed // self.page_size
-        rows = None
-        for m, digest in enumerate(self._digests(req, full * self.page_size)[req.registered:], req.registered):
+        named = list(enumerate(self._digests(req, full * self.page_size)[req.registered:], req.registered))
+        for m, digest in named:
             self.pool.register(req.pages[m], digest)
-            boundary = (m + 1) * self.page_size
-            if self.reach and digest not in self.ring_at and req.computed - boundary <= self.reach:
-                if rows is None:  # one copy of the seat's rings serves every boundary this iteration crossed
-                    rows = copy_out(self.layers, self.ring, req.seat, None, self.page_size)
-                self.ring_at[digest] = rows
+        self.ring_prefixes.keep(self.layers, req.seat, req.computed, named)
         req.registered = max(req.registered, full)
 
     def _free(self, req: Request) -> None:
@@ -264,8 +255,8 @@ class Engine:
                 if page is None:
                     break
                 hits.append(page)
-        while self.reach and hits and self._digests(req, len(hits) * self.page_size)[-1] not in self.ring_at:
-            hits.pop()  # ring layers: a hit must end at a boundary whose rings were kept
+        # ring layers: a hit must end at a boundary whose rings were kept
+        self.ring_prefixes.trim(hits, lambda n: self._digests(req, n * self.page_size)[-1])
         start = len(hits) * self.page_size
         n = int(min(len(req.tokens) - start, budget))
         reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached pages a hit takes off the free list
@@ -275,9 +266,8 @@ class Engine:
             self.pool.share(page)
         req.pages, req.registered, req.computed = list(hits), len(hits), start
         req.seat = self.free_seats.pop(0)
-        if self.reach and hits:  # the rings as they were when a request had computed through the hit
-            self.layers = copy_in(self.layers, self.ring, req.seat, None, self.ring_at[self._digests(req, start)[-1]],
-                                  self.page_size)
+        if self.ring_prefixes and hits:  # the rings as they were when a request had computed through the hit
+            self.layers = self.ring_prefixes.restore(self.layers, req.seat, self._digests(req, start)[-1])
         self._grow(req, start + n)
         req.hit_tokens = start
         self.counts["prompt_tokens"] += len(req.tokens)
@@ -338,9 +328,7 @@ class Engine:
                 self._free(req)
                 finished.append(req.rid)
         self.pool.check([r.pages for r in self.running])
-        if len(self.ring_at) > len(self.pool.by_hash) or self.pool.evicted != self._evicted:
-            self._evicted = self.pool.evicted  # rings of evicted pages are let go with them
-            self.ring_at = {d: rows for d, rows in self.ring_at.items() if d in self.pool.by_hash}
+        self.ring_prefixes.forget_evicted(self.pool)  # rings of evicted pages are let go with them
         self.steps += 1
         held = collections.Counter(b for r in self.running for b in r.pages)
         return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),
