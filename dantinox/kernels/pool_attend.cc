@@ -237,19 +237,19 @@ void one_pair(const Problem& p, int64_t unit) {
   }
 }
 
-// The (sequence, KV head) pairs, claimed one at a time by the calling thread and by helpers on XLA's
+// The (sequence, KV head) pairs, or their parts, claimed one at a time by the calling thread and by helpers on XLA's
 // intra-op pool. The shared state lives on the heap: a helper that starts after the call has returned finds
-// no pair left and touches nothing else.
+// no unit left and touches nothing else.
 struct Work {
   Problem problem;
   void (*fn)(const Problem&, int64_t);
-  int64_t pairs;  // units of work: (sequence, KV head) pairs times parts
+  int64_t units;  // of work: (sequence, KV head) pairs times parts
   std::vector<float> scratch;  // the parts' sums, highest scores and totals
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
 
   void run() {
-    for (int64_t i; (i = next.fetch_add(1)) < pairs;) {
+    for (int64_t i; (i = next.fetch_add(1)) < units;) {
       fn(problem, i);
       done.fetch_add(1, std::memory_order_release);
     }
@@ -280,11 +280,11 @@ ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Proble
     p.totals = p.tops + units * p.G;
   }
   work->fn = fn;
-  work->pairs = pairs * p.parts;
-  const int64_t helpers = std::min<int64_t>(threads, work->pairs) - 1;
+  work->units = pairs * p.parts;
+  const int64_t helpers = std::min<int64_t>(threads, work->units) - 1;
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->run(); });
   work->run();
-  while (work->done.load(std::memory_order_acquire) < work->pairs) std::this_thread::yield();
+  while (work->done.load(std::memory_order_acquire) < work->units) std::this_thread::yield();
   if (p.parts == 1) return ffi::Error::Success();
   for (int64_t pair = 0; pair < pairs; ++pair)
     for (int64_t g = 0; g < p.G; ++g) {
