@@ -7,6 +7,11 @@
 Writes are idempotent on the attempt's key, so delivering the same attempt twice never counts it twice.
 The file uses WAL and a busy timeout so several kernels (or one service) can write at once; a reset hides
 earlier attempts from resume and score but never deletes them. Standard library and platformdirs only.
+
+SQLite's locks are POSIX locks, which belong to the process and are dropped when the process closes *any*
+descriptor of the file (sqlite.org/howtocorrupt.html, section 2.2). So this module never opens an existing
+database file itself, and every AnswerStore of one process on one file shares one set of connections: a second
+store on the same path (two quizzes, a re-run cell) adds no descriptor that could be closed under the first.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import math
 import os
 import re
 import sqlite3
+import sys
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -73,7 +80,12 @@ def _is_int(x: Any) -> bool:
 
 
 def _is_number(x: Any) -> bool:
-    return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+    if _is_int(x):
+        return abs(x) <= _LARGEST  # an integer past float's range is no number SQLite or a formula can use
+    return isinstance(x, float) and math.isfinite(x)
+
+
+_LARGEST = int(sys.float_info.max)
 
 
 @dataclass(frozen=True)
@@ -180,8 +192,9 @@ def _row_to_attempt(row: tuple) -> Attempt:
 def _private_file(path: Path) -> None:
     """Create `path` readable and writable by this OS account only: missing directories 0700, the file 0600.
 
-    SQLite gives the -wal and -shm files it creates the database file's mode. An existing file (say from an
-    older version) is narrowed to 0600 too; directories that exist already are left as they are."""
+    A missing file is created (O_EXCL) and its descriptor closed before SQLite opens it, so no lock can be
+    held on it yet; an existing file is never opened here (closing a descriptor of it would drop this process's
+    SQLite locks), only narrowed to 0600 by its path, as are the -wal and -shm files SQLite gives its mode."""
     missing = []
     parent = path.parent
     while not parent.exists():
@@ -190,64 +203,119 @@ def _private_file(path: Path) -> None:
     for d in reversed(missing):
         d.mkdir(mode=0o700)
         os.chmod(d, 0o700)  # whatever the umask
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    if not path.exists():
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+        except FileExistsError:  # another process made it a moment ago
+            pass
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         if p.exists() and p.stat().st_mode & 0o077 and p.stat().st_uid == os.getuid():
             os.chmod(p, 0o600)
 
 
+class _Connections:
+    """The connections of one process to one database file, shared by every AnswerStore on it."""
+
+    def __init__(self, path: Path, readonly: bool, exclusive: bool):
+        self.users, self.lock = 0, threading.RLock()  # one writer at a time among a process's threads
+        if readonly:
+            uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+            self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                      check_same_thread=False)
+            self.rdb, self.read_lock = self.db, self.lock
+            try:
+                self.db.execute("SELECT COUNT(*) FROM attempts").fetchone()
+            except BaseException:
+                self.db.close()
+                raise
+            return
+        # autocommit mode: every write opens its own BEGIN IMMEDIATE transaction
+        self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if exclusive:  # before WAL's first use: the WAL index lives in this process's memory, no -shm map
+                self.db.execute("PRAGMA locking_mode = EXCLUSIVE")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a commit survives the writing process being killed (not a power cut)
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            with _Transaction(self.db):
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self.db.execute(statement)
+                columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
+                if "refusal" not in columns:  # a file from before refused attempts were set aside
+                    self.db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
+            if exclusive:  # one connection holds the file: reads share it, under the writers' lock
+                self.rdb, self.read_lock = self.db, self.lock
+            else:  # reads have their own connection: in WAL mode they never wait for a writer
+                self.rdb = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                           check_same_thread=False)
+                self.read_lock = threading.Lock()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+        if self.rdb is not self.db:
+            self.rdb.close()
+
+
+_OPEN: dict[tuple, _Connections] = {}  # (device, inode, readonly, exclusive) -> this process's connections
+_OPEN_LOCK = threading.Lock()
+
+
+def _release(key: tuple) -> None:
+    with _OPEN_LOCK:
+        conns = _OPEN.get(key)
+        if conns is None:
+            return
+        conns.users -= 1
+        if conns.users == 0:
+            del _OPEN[key]
+            conns.close()
+
+
 class AnswerStore:
     """An SQLite file of attempts; safe to share between threads of one process and between processes."""
 
-    def __init__(self, path: str | Path | None = None, *, readonly: bool = False):
+    def __init__(self, path: str | Path | None = None, *, readonly: bool = False, exclusive: bool = False):
         """Open (creating if needed) the store at `path`; readonly=True only reads an existing file, so earlier
-        answers can still be shown and exported from a read-only file or a full disk."""
+        answers can still be shown and exported from a read-only file or a full disk.
+
+        exclusive=True (the classroom service) holds the file's lock for as long as the store is open: no other
+        process can open it meanwhile, and SQLite keeps its WAL index in memory rather than in a shared -shm
+        map, so a file made read-only or immutable under the service fails its writes with an error instead of
+        killing the process with SIGBUS (a write to a map of an immutable file)."""
         self.path = Path(path).expanduser() if path is not None else default_path()
         self.readonly = readonly
-        self._lock = threading.RLock()  # one connection shared by a process's threads (a service, a kernel)
         if self.path.exists() and self.path.is_dir():
             raise ValueError(f"answer store: expected a file path, got the directory {self.path}")
         try:
             if readonly:
                 if not self.path.is_file():
                     raise ValueError(f"answer store {self.path}: expected an existing file to read, got none")
-                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                           check_same_thread=False)
-                self._db.execute("SELECT COUNT(*) FROM attempts").fetchone()
-                self._rdb, self._read_lock = self._db, self._lock
-                return
-            _private_file(self.path)
-            # autocommit mode: every write below opens its own BEGIN IMMEDIATE transaction
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            # NORMAL in WAL mode: a commit survives the writing process being killed (not a power cut)
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            with self._write():
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
-                if "refusal" not in columns:  # a file from before refused attempts were set aside
-                    self._db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
-            # reads have their own connection: in WAL mode they never wait for a writer, in this process or another
-            self._rdb = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                        check_same_thread=False)
-            self._read_lock = threading.Lock()
+            else:
+                _private_file(self.path)
+            info = self.path.stat()
+            key = (info.st_dev, info.st_ino, readonly, exclusive)
+            with _OPEN_LOCK:
+                conns = _OPEN.get(key)
+                if conns is None:
+                    conns = _OPEN[key] = _Connections(self.path, readonly, exclusive)
+                conns.users += 1
         except sqlite3.DatabaseError as err:
             raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except OSError as err:
             raise ValueError(f"answer store {self.path}: cannot create it ({err.strerror})") from None
+        self._db, self._rdb, self._lock, self._read_lock = conns.db, conns.rdb, conns.lock, conns.read_lock
+        self._closed = weakref.finalize(self, _release, key)  # on close(), or when the store is collected
 
     def _write(self):
         return _Transaction(self._db)
 
     def close(self) -> None:
-        """Close the connections (the file stays)."""
-        self._db.close()
-        if self._rdb is not self._db:
-            self._rdb.close()
+        """Let go of the connections; the last store of this process on the file closes them (the file stays)."""
+        self._closed()
 
     def __enter__(self) -> AnswerStore:
         return self

@@ -169,3 +169,51 @@ def test_the_store_is_readable_by_its_owner_only(tmp_path):
     os.chmod(old, 0o644)
     AnswerStore(old).close()
     assert old.stat().st_mode & 0o777 == 0o600
+
+
+OUTSIDER = "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\nprint(db.execute('SELECT COUNT(*) FROM attempts').fetchone()[0])\ndb.close()"
+
+
+def test_a_second_store_on_the_same_file_keeps_the_first_ones_locks(tmp_path):
+    # Closing any descriptor of a file drops the process's POSIX locks on it: a second store that opened and
+    # closed the file let the next outside connection take itself for the last one, checkpoint and delete the
+    # WAL under the first store (its next read: "disk I/O error", its rows gone).
+    path = tmp_path / "answers.sqlite"
+    first = AnswerStore(path)
+    for round_ in range(3):
+        for _ in range(5):
+            first.add(make())
+        second = AnswerStore(path)  # a second quiz in the same kernel
+        outside = subprocess.run([sys.executable, "-c", OUTSIDER, str(path)], capture_output=True, text=True,
+                                 timeout=60)  # an export, another kernel: opens, counts, closes
+        assert outside.returncode == 0 and int(outside.stdout) == 10 * round_ + 5, outside.stderr
+        for _ in range(5):
+            first.add(make())
+        assert first.count() == second.count() == 10 * (round_ + 1)
+        assert len(first.attempts()) == 10 * (round_ + 1)
+        second.close()
+    assert first.count() == 30  # the first store still works after the second let go of the file
+    first.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT COUNT(*) FROM attempts").fetchone() == (30,)
+
+
+def test_stores_on_one_file_share_one_set_of_connections(tmp_path):
+    path = tmp_path / "answers.sqlite"
+    a, b = AnswerStore(path), AnswerStore(str(path))
+    assert a._db is b._db and a._rdb is b._rdb
+    a.close()
+    assert b.add(make()) and b.count() == 1  # the other store's connections stay open
+    b.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # the last one closed them
+        b._db.execute("SELECT 1")
+    c = AnswerStore(path)
+    assert c._db is not b._db and c.count() == 1
+
+
+def test_numbers_past_floats_range_are_one_line_errors():
+    with pytest.raises(ValueError, match=r"^attempt\.time: expected unix seconds"):
+        Attempt.from_json({**make().to_json(), "time": 10 ** 400})
+    with pytest.raises(ValueError, match=r"^attempt\.params: expected an object of names to finite numbers"):
+        Attempt.from_json({**make().to_json(), "params": {"T": -(10 ** 309)}})
