@@ -44,6 +44,7 @@ from tornado import httpclient, ioloop, web
 
 from classroom.dashboard import class_summary, dashboard_page
 from classroom.grading import grade
+from classroom.hub_auth import CLASS_PASSWORD_GROUP
 from classroom.store import AnswerStore, Attempt, KeyConflict
 from classroom.summary import Tally, attempt_table, to_csv
 
@@ -102,7 +103,10 @@ class Roles:
         if code != 200:  # the service's role lacks read:users, or the hub is down: refuse, never guess
             raise web.HTTPError(503, f"cannot read hub user {name!r} (hub answered {code})")
         model = json.loads(resp.body)
-        instructor = bool(model.get("admin")) or self.group in model.get("groups", [])
+        groups = model.get("groups", [])
+        # a name first claimed with the class password (shared mode) is no instructor until someone logs in
+        # under it with the instructor password, which revokes that earlier session (classroom/hub_auth.py)
+        instructor = (bool(model.get("admin")) or self.group in groups) and CLASS_PASSWORD_GROUP not in groups
         self._cache[name] = _Role(instructor, time.monotonic())
         return instructor
 
@@ -190,7 +194,7 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         write stuck on another process's lock holds back no read; writes go through GroupCommit)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(self.reads, lambda: fn(*args, **kwargs))
-        except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
+        except sqlite3.Error as err:  # disk full, damaged pages: try again later
             raise web.HTTPError(503, f"answer database unavailable ({err})") from None
 
     def timed(self, name: str, since: float) -> float:
@@ -206,7 +210,13 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise web.HTTPError(413, f"body: expected at most {MAX_BODY_BYTES} bytes, got {length}")
         start = time.perf_counter()
-        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            model = await self.hub_auth.get_user(self, sync=False)
+        except web.HTTPError as err:  # the hub did not answer (dying or restarting): try again, not a fault here
+            if err.status_code < 500:
+                raise
+            raise web.HTTPError(503, f"cannot check this token with the hub now (hub answered {err.status_code}); "
+                                     "try again in a few seconds") from None
         self.timed("auth", start)  # the hub's word on the token: cached TOKEN_CACHE_S, then asked again
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
@@ -225,7 +235,8 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
 
     async def require_instructor(self):
         if not await self.roles.is_instructor(self.learner):
-            raise web.HTTPError(403, f"{self.learner} is not in the hub group {self.roles.group!r} nor an admin")
+            raise web.HTTPError(403, f"{self.learner} is not in the hub group {self.roles.group!r} nor an admin, or "
+                                     f"logged in with the class password")
 
     def write_error(self, status_code, **kwargs):
         reason = self._reason
@@ -332,7 +343,7 @@ class AttemptsHandler(_Handler):
             new = await self.writer.add(graded)
         except KeyConflict as err:
             raise web.HTTPError(409, str(err)) from None
-        except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full: try again later
+        except sqlite3.Error as err:  # disk full, a file turned read-only: the answers wait in the outboxes
             raise web.HTTPError(503, f"answer database unavailable ({err})") from None
         start = self.timed("store", start)  # waiting for the writer included
         for a, is_new in zip(graded, new, strict=True):
@@ -479,6 +490,34 @@ def _exit_with_hub(hub_pid: int) -> None:
     ioloop.PeriodicCallback(check, PARENT_CHECK_S * 1000).start()
 
 
+def open_class_store(path: str | Path) -> tuple[AnswerStore, str | None]:
+    """The service's store, held exclusively (see AnswerStore); a damaged file is renamed aside untouched and a
+    new one started, so that the class goes on and the hub does not restart a failing service in a loop.
+    Returns the store and, when a file was set aside, the one line that says so (None otherwise)."""
+    path = Path(path).expanduser()
+    try:
+        store = AnswerStore(path, exclusive=True)
+        try:
+            with store._read_lock:
+                verdict = store._rdb.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as err:
+            verdict = str(err)
+        if verdict == "ok":
+            return store, None
+        store.close()
+    except ValueError as err:
+        if "not a usable SQLite file" not in str(err) or "locked" in str(err):
+            raise  # not a damaged file: a directory, no room, another process holding it
+        verdict = str(err).rsplit("(", 1)[-1].rstrip(")")
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")  # a rename: the damaged bytes stay as they were
+    notice = (f"classroom service: {path} is damaged ({verdict[:120]}); kept aside untouched as {aside.name} and "
+              f"started an empty database; recover its answers with `sqlite3 {aside} .recover`")
+    return AnswerStore(path, exclusive=True), notice
+
+
 def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.0.0.1",
           hub_pid: int | None = None) -> None:
     """Run the service until killed, or until the hub process `hub_pid` (its parent) is gone. Needs the
@@ -491,7 +530,9 @@ def serve(db: str | Path | None = None, port: int | None = None, ip: str = "127.
         _exit_with_hub(hub_pid)
     if port is None:
         port = _port_from(os.environ.get("JUPYTERHUB_SERVICE_URL", "")) or 10101
-    store = AnswerStore(db if db is not None else default_db_path())
+    store, notice = open_class_store(db if db is not None else default_db_path())
+    if notice:
+        print(notice, flush=True)
     app = make_app(store)
     _listen(app, port, ip)
     print(f"classroom service on http://{ip}:{port}{app.settings['hub_auth'].base_url} writing {store.path}",

@@ -468,4 +468,13 @@ class _Transaction:
         self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error:  # a file turned read-only or a full disk: leave no transaction open behind it
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        if self.db.in_transaction:  # SQLite may have rolled back already (an I/O error ends the transaction)
+            self.db.execute("ROLLBACK")

@@ -153,7 +153,9 @@ def to_csv(rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> s
     buffer = io.StringIO()
     names = fieldnames or list(dict.fromkeys(k for row in rows for k in row))  # every column, first-seen order
     if names:
-        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+        # RFC 4180's line ending: a cell holding a bare carriage return is quoted too (with "\n" alone it was
+        # written bare, and a spreadsheet split the row there)
+        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\r\n")
         writer.writeheader()
         writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()

@@ -5,6 +5,9 @@ The hub logs in with the shipped shared-password mode (`Hub.class_password` for 
 are made through the hub's REST API with a test-only admin service token, and their tokens are asked of the
 API too.
 The classroom service is registered as an external service so a test can kill -9 and restart it.
+As in the shipped config, every user server and the service have their own origin under `localhost`
+(http://classroom--service.localhost:PORT): this process resolves names under .localhost to 127.0.0.1, as
+browsers do (RFC 6761). The service holds its database exclusively, so tests read the records through it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SERVICE = "classroom"
 
+_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback_names(host, *args, **kwargs):
+    if isinstance(host, str) and host.rstrip(".").lower().endswith(".localhost"):
+        host = "127.0.0.1"
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+socket.getaddrinfo = _loopback_names  # requests and urllib in this test process: names under .localhost
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -45,7 +59,9 @@ def http(method: str, url: str, token: str | None = None, body=None, timeout: fl
     if token:
         headers["Authorization"] = f"token {token}"
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
+    from classroom.client import LoopbackHandler
+
+    opener = urllib.request.build_opener(LoopbackHandler, *([] if follow else [_NoRedirect]))
     try:
         with opener.open(req, timeout=timeout) as resp:
             return resp.status, resp.read(), dict(resp.headers)
@@ -83,16 +99,19 @@ def _stop(proc: subprocess.Popen | None) -> None:
 class Hub:
     """JupyterHub + proxy (+ the classroom service when `start_service` is called) in a temporary directory."""
 
-    def __init__(self, *, managed: bool = False, extra_config: str = ""):
+    def __init__(self, *, managed: bool = False, extra_config: str = "", ports: tuple[int, ...] | None = None):
+        from classroom.jupyterhub_config import service_public_url
+
         self.dir = Path(tempfile.mkdtemp(prefix="dantinox-hub-"))
-        self.port, self.hub_port, self.proxy_api_port, self.service_port = (free_port() for _ in range(4))
-        self.url = f"http://127.0.0.1:{self.port}"
+        os.chmod(self.dir, 0o755)  # as a clone's folder: the data folder inside it is what must be private
+        self.port, self.hub_port, self.proxy_api_port, self.service_port = ports or [free_port() for _ in range(4)]
+        self.url = f"http://localhost:{self.port}"
         self.api = f"{self.url}/hub/api"
-        self.service_url = f"{self.url}/services/{SERVICE}"  # through the proxy
+        self.service_url = service_public_url("localhost", self.port)  # through the proxy, its own origin
         self.direct_url = f"http://127.0.0.1:{self.service_port}/services/{SERVICE}"  # the peer: no proxy
         self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
         self.class_password, self.instructor_password = "class-" + secrets.token_hex(4), secrets.token_hex(20)
-        self.db = self.dir / "classroom.sqlite"
+        self.db = self.dir / "data" / "classroom.sqlite"
         self.managed, self.proc, self.service, self.extra_config = managed, None, None, extra_config
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
                                                                  os.environ.get("PYTHONPATH", "")]),
@@ -104,13 +123,8 @@ class Hub:
 from classroom.jupyterhub_config import configure
 configure(c, hub_port={self.port}, hub_ip="127.0.0.1", db_path={str(self.db)!r}, service_port={self.service_port},
           managed={self.managed}, api_token={self.service_token!r}, python={sys.executable!r},
-          auth="shared", class_password={self.class_password!r}, instructor_password={self.instructor_password!r})
-c.JupyterHub.hub_port = {self.hub_port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
-c.ConfigurableHTTPProxy.pid_file = {str(self.dir / "proxy.pid")!r}
-c.JupyterHub.db_url = "sqlite:///{self.dir / 'hub.sqlite'}"
-c.JupyterHub.cookie_secret_file = {str(self.dir / "cookie_secret")!r}
+          auth="shared", class_password={self.class_password!r}, instructor_password={self.instructor_password!r},
+          hub_api_port={self.hub_port}, proxy_api_port={self.proxy_api_port})
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.services.append({{"name": "tester", "api_token": {self.admin_token!r}}})
 c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # the hub's own admin role
@@ -141,8 +155,9 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
                 "JUPYTERHUB_BASE_URL": "/", "JUPYTERHUB_SERVICE_NAME": SERVICE,
                 "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{self.service_port}",
                 "JUPYTERHUB_SERVICE_PREFIX": f"/services/{SERVICE}/", "JUPYTERHUB_CLIENT_ID": f"service-{SERVICE}",
-                "JUPYTERHUB_OAUTH_CALLBACK_URL": f"/services/{SERVICE}/oauth_callback",
-                "JUPYTERHUB_HOST": "", "JUPYTERHUB_OAUTH_ACCESS_SCOPES":
+                "JUPYTERHUB_OAUTH_CALLBACK_URL": f"{self.service_url}/oauth_callback",
+                "JUPYTERHUB_HOST": self.url, "JUPYTERHUB_PUBLIC_HUB_URL": f"{self.url}/hub/",
+                "JUPYTERHUB_PUBLIC_URL": f"{self.service_url}/", "JUPYTERHUB_OAUTH_ACCESS_SCOPES":
                     json.dumps([f"access:services!service={SERVICE}", "access:services"])}
 
     def start_service(self, wait: bool = True) -> subprocess.Popen:
@@ -197,6 +212,21 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
 
     def service_log_text(self) -> str:
         return (self.dir / "service.log").read_text(errors="replace")
+
+    def reader_token(self) -> str:
+        """The token of an instructor who only reads (made once): the service holds its file exclusively."""
+        if not hasattr(self, "_reader"):
+            self.add_users("records-reader")
+            self.add_to_group("instructors", "records-reader")
+            self._reader = self.token_for("records-reader")
+        return self._reader
+
+    def records(self) -> list[dict]:
+        """Every attempt the service has stored, as its instructor export gives them."""
+        status, body, _ = http("GET", self.service_url + "/api/attempts", self.reader_token())
+        if status != 200:  # a ConnectionError: wait_until tries again while the service starts
+            raise ConnectionError(f"reading the records through the service: HTTP {status} {body[:300]!r}")
+        return json.loads(body)
 
 
 # Load: many learners posting at once ----------------------------------------------------------------------

@@ -171,7 +171,8 @@ def test_the_store_is_readable_by_its_owner_only(tmp_path):
     assert old.stat().st_mode & 0o777 == 0o600
 
 
-OUTSIDER = "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\nprint(db.execute('SELECT COUNT(*) FROM attempts').fetchone()[0])\ndb.close()"
+OUTSIDER = ("import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\n"
+            "print(db.execute('SELECT COUNT(*) FROM attempts').fetchone()[0])\ndb.close()")
 
 
 def test_a_second_store_on_the_same_file_keeps_the_first_ones_locks(tmp_path):

@@ -7,6 +7,7 @@ hub's REST API. Generated attempts, not real learners.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sqlite3
@@ -40,9 +41,8 @@ def hub():
 
 
 def stored(h: Hub) -> list[tuple]:
-    """(learner, key) of every row in the service's file, read straight from SQLite."""
-    with sqlite3.connect(h.db) as db:
-        return db.execute("SELECT learner, key FROM attempts").fetchall()
+    """(learner, key) of every row in the service's file, as the service exports them (it holds the file)."""
+    return [(a["learner"], a["key"]) for a in h.records()]
 
 
 def post(h: Hub, who: str, body, url: str | None = None):
@@ -144,7 +144,7 @@ def test_unauthenticated_and_unscoped_requests_never_reach_data(hub):
     status, body, _ = http("GET", hub.service_url + "/api/attempts", "not-a-hub-token")
     assert status == 401 and b"key" not in body
     status, _, headers = http("GET", hub.service_url + "/", follow=False)  # a browser is sent to the hub login
-    assert status == 302 and headers["Location"].startswith("/hub/api/oauth2/authorize")
+    assert status == 302 and headers["Location"].startswith(hub.url + "/hub/api/oauth2/authorize")  # the hub origin
     narrow = hub.token_for("carol", scopes=["read:users:name!user"])  # a valid token without the access scope
     assert http("GET", hub.service_url + "/api/attempts/mine", narrow)[0] == 403
     status, body, _ = http("GET", hub.service_url + "/api/attempts", hub.admin_token)  # a service, not a user
@@ -338,25 +338,23 @@ def test_a_refused_attempt_does_not_hold_back_the_rest_of_the_outbox(hub, tmp_pa
     assert {a.key for a in good} <= {k for learner, k in stored(hub) if learner == "carol"}
 
 
-def test_a_held_database_lock_freezes_no_read(hub):
-    holder = sqlite3.connect(hub.db, isolation_level=None)  # another process's writer, stuck inside a transaction
-    holder.execute("BEGIN IMMEDIATE")
-    result = {}
-    writer = threading.Thread(target=lambda: result.update(post=post(hub, "alice", make_attempt("alice", 2))))
+def test_no_other_process_can_hold_the_service_database_lock(hub):
+    # The service holds its file exclusively: another process can neither hold a write lock that would stall
+    # the service's writes (and, before, freeze nothing but still delay answers) nor read around the service.
+    outsider = sqlite3.connect(hub.db, timeout=0.2, isolation_level=None)
     try:
-        writer.start()
-        time.sleep(0.3)
-        for who, path in (("alice", "/api/me"), ("alice", "/api/attempts/mine"), ("teacher", "/api/summary"),
-                          ("teacher", "/api/attempts?learner=bob")):
-            start = time.monotonic()
-            assert get_json(hub, who, path)[0] == 200
-            assert time.monotonic() - start < 2, path  # answered while the write waits for the lock
-        assert writer.is_alive()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            outsider.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            outsider.execute("SELECT COUNT(*) FROM attempts").fetchone()
     finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-    writer.join(30)
-    assert result["post"][0] == 200  # the waiting write went through once the lock was released
+        outsider.close()
+    start = time.monotonic()
+    assert post(hub, "alice", make_attempt("alice", 2))[0] == 200
+    for who, path in (("alice", "/api/me"), ("alice", "/api/attempts/mine"), ("teacher", "/api/summary"),
+                      ("teacher", "/api/attempts?learner=bob")):
+        assert get_json(hub, who, path)[0] == 200
+    assert time.monotonic() - start < 5
 
 
 @pytest.fixture(scope="module")
@@ -392,11 +390,11 @@ def test_kill_9_mid_load_keeps_every_acknowledged_attempt(hub, class_of_50):
     acked = {key for _, key, status, _, _ in results if status == 200}
     failed = [status for *_, status, _, _ in results if status != 200]
     assert len(acked) >= 400 and failed  # some landed before the kill, the rest were refused
+    with contextlib.closing(sqlite3.connect(hub.db)) as db:  # the killed service's lock went with it
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     hub.start_service()
     keys = {key for _, key in stored(hub)}
     assert acked <= keys  # every acknowledged attempt survived kill -9
-    with sqlite3.connect(hub.db) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     wait_until(lambda: post(hub, "alice", make_attempt("alice", 50))[0] == 200, "service after restart", 30)
 
 
@@ -445,8 +443,9 @@ def test_the_shipped_config_on_a_real_hub_its_learners_server_and_a_kill_9_of_th
         wait_until(lambda: [learner for learner, _ in stored(h)] == ["dora"], "dora's attempt from her server", 90)
         wait_until(lambda: h.admin("GET", "/users/dora")["servers"][""]["ready"], "dora's JupyterLab", 120)
         token = h.token_for("dora", scopes=["access:servers!user=dora"])
-        assert http("GET", f"{h.url}/user/dora/formgrader", token)[0] == 404  # nbgrader's server side is off
-        status, page, _ = http("GET", f"{h.url}/user/dora/lab", token)
+        dora = "http://dora.localhost:" + str(h.port)  # her own origin
+        assert http("GET", f"{dora}/user/dora/formgrader", token)[0] == 404  # nbgrader's server side is off
+        status, page, _ = http("GET", f"{dora}/user/dora/lab", token)
         config = json.loads(re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
         assert status == 200 and "@jupyter/nbgrader" in config["disabledExtensions"]  # menus, Validate
 
@@ -553,7 +552,7 @@ def test_delivery_without_a_reachable_service_keeps_the_outbox(monkeypatch, tmp_
     assert result.delivered == 0 and result.pending == 1 and "unreachable" in result.error
 
 
-def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
+def test_the_config_file_reads_a_class_from_the_environment(monkeypatch, tmp_path):
     import os
 
     from classroom_hub import ROOT
@@ -569,6 +568,7 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     monkeypatch.setenv("DANTINOX_HUB_PASSWORD", "class-2026")
     monkeypatch.setenv("DANTINOX_HUB_INSTRUCTOR_PASSWORD", "i" * 32)
     monkeypatch.setenv("DANTINOX_CLASSROOM_PORT", "10202")
+    monkeypatch.setenv("DANTINOX_CLASSROOM_DB", str(tmp_path / "class" / "classroom.sqlite"))
     c = load()
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ada", "grace"]}}
     assert c.JupyterHub.services[0]["command"][-6:] == ["-m", "classroom.service", "--port", "10202",
@@ -576,7 +576,11 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch):
     assert c.JupyterHub.authenticator_class is ClassroomPasswordAuthenticator
     assert c.ClassroomPasswordAuthenticator.instructor_users == {"ada", "grace"}
     assert c.SharedPasswordAuthenticator.admin_password == "i" * 32
-    assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://127.0.0.1:8000/services/classroom"
+    assert c.Spawner.environment["DANTINOX_CLASSROOM_URL"] == "http://classroom--service.localhost:8000/services/classroom"
+    assert c.JupyterHub.subdomain_host == "http://localhost:8000"  # every user server in its own origin
+    data = tmp_path / "class"  # the hub's own files beside the answers, in a folder only its account reads
+    assert c.JupyterHub.db_url == f"sqlite:///{data / 'jupyterhub.sqlite'}" and data.stat().st_mode & 0o777 == 0o700
+    assert c.JupyterHub.cookie_secret_file == str(data / "jupyterhub_cookie_secret")
     assert c.Spawner.http_timeout == 120
     assert c.ConfigurableHTTPProxy.command[-2:] == ["-m", "classroom.proxy"]  # room for a class's requests
     assert c.Spawner.pre_spawn_hook.__name__ == "hide_nbgrader_from_learners"  # the file's own copy of it
