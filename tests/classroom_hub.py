@@ -229,6 +229,20 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
         return json.loads(body)
 
 
+def login_form(h: Hub, name: str, password: str):
+    """Post the hub's login form as a browser does; returns (session, response) without following it."""
+    import re
+
+    import requests
+
+    session = requests.Session()
+    page = session.get(h.url + "/hub/login", timeout=30).text
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+    login = session.post(h.url + "/hub/login", data={"username": name, "password": password, "_xsrf": xsrf},
+                         allow_redirects=False, timeout=30)  # no user server to go to: stop at the hub
+    return session, login
+
+
 # Load: many learners posting at once ----------------------------------------------------------------------
 VERSION = "0" * 64  # a valid content_version for generated attempts
 

@@ -19,7 +19,7 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from classroom_hub import SERVICE, Hub, http, make_attempt, run_load, wait_until
+from classroom_hub import SERVICE, Hub, http, login_form, make_attempt, run_load, wait_until
 
 from classroom.client import BackgroundDelivery, Delivery, deliver_pending
 from classroom.jupyterhub_config import classroom_roles
@@ -86,20 +86,6 @@ def test_only_instructors_and_admins_open_the_dashboard(hub):
         assert headers["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in headers["Content-Security-Policy"]
         # content reaches the page only through textContent: no HTML-parsing sink exists to escape for
         assert not any(sink in body for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"))
-
-
-def login_form(h: Hub, name: str, password: str):
-    """Post the hub's login form as a browser does; returns (session, response) without following it."""
-    import re
-
-    import requests
-
-    session = requests.Session()
-    page = session.get(h.url + "/hub/login", timeout=30).text
-    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
-    login = session.post(h.url + "/hub/login", data={"username": name, "password": password, "_xsrf": xsrf},
-                         allow_redirects=False, timeout=30)  # no user server to go to: stop at the hub
-    return session, login
 
 
 def browser_login(h: Hub, name: str, password: str | None = None):
