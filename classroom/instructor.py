@@ -39,8 +39,14 @@ def class_records(learners: int = 24, seed: int = 0) -> ClassRecords:
         if not path.is_file():
             raise ValueError(f"${ENV_VAR}: expected a class's answer store (the service's classroom.sqlite), "
                              f"got {where}")
-        with AnswerStore(path) as store:
-            attempts = store.attempts()
+        try:  # read-only: an instructor's notebook never writes the class's file
+            with AnswerStore(path, readonly=True) as store:
+                attempts = store.attempts()
+        except ValueError as err:
+            if "locked" not in str(err):
+                raise
+            raise ValueError(f"${ENV_VAR}: {path} is held by the running classroom service; read the class on its "
+                             f"dashboard or export (api/attempts?format=csv), or open a copy") from None
         known = {p.stem for p in content.CONTENT_DIR.glob("*.yaml")}
         ids = sorted({a.entry_id for a in attempts} & known)
         return ClassRecords(attempts, {e: content.load_entry(e) for e in ids}, f"measured: the records in {path}")

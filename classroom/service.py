@@ -506,13 +506,14 @@ def open_class_store(path: str | Path) -> tuple[AnswerStore, str | None]:
             return store, None
         store.close()
     except ValueError as err:
-        if "not a usable SQLite file" not in str(err) or "locked" in str(err):
+        if "not a usable SQLite file" not in str(err):
             raise  # not a damaged file: a directory, no room, another process holding it
         verdict = str(err).rsplit("(", 1)[-1].rstrip(")")
     aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
     for suffix in ("", "-wal", "-shm"):
         if Path(f"{path}{suffix}").exists():
             os.replace(f"{path}{suffix}", f"{aside}{suffix}")  # a rename: the damaged bytes stay as they were
+    verdict = " ".join(verdict.replace("*** in database main ***", "").split())  # quick_check: several lines
     notice = (f"classroom service: {path} is damaged ({verdict[:120]}); kept aside untouched as {aside.name} and "
               f"started an empty database; recover its answers with `sqlite3 {aside} .recover`")
     return AnswerStore(path, exclusive=True), notice

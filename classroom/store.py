@@ -37,6 +37,7 @@ import platformdirs
 
 ENV_VAR = "DANTINOX_ANSWERS_DB"
 BUSY_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 2.0  # a read-only store's wait for a lock
 MAX_TEXT = 20_000  # characters in one question or response: a quiz line, not a document
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -220,7 +221,9 @@ class _Connections:
         self.users, self.lock = 0, threading.RLock()  # one writer at a time among a process's threads
         if readonly:
             uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-            self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+            # a reader of a WAL file never waits for writers: only a file held exclusively (the running
+            # service's) makes it wait, and then a short wait says so sooner
+            self.db = sqlite3.connect(uri, uri=True, timeout=READ_TIMEOUT_S, isolation_level=None,
                                       check_same_thread=False)
             self.rdb, self.read_lock = self.db, self.lock
             try:
@@ -303,6 +306,10 @@ class AnswerStore:
                 if conns is None:
                     conns = _OPEN[key] = _Connections(self.path, readonly, exclusive)
                 conns.users += 1
+        except sqlite3.OperationalError as err:
+            if "locked" in str(err):
+                raise ValueError(f"answer store {self.path}: another process holds it ({err})") from None
+            raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except sqlite3.DatabaseError as err:
             raise ValueError(f"answer store {self.path}: not a usable SQLite file ({err})") from None
         except OSError as err:

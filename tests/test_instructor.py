@@ -34,6 +34,19 @@ def test_the_notebook_reads_the_services_store_when_it_is_configured(tmp_path, m
     assert f"<td>ada</td><td align=right>1/2</td><td align=right>2/{kv_checks}</td><td align=right>–</td>" in html
 
 
+def test_a_class_store_held_by_the_running_service_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "classroom.sqlite"
+    service = AnswerStore(path, exclusive=True)  # as the service holds it while it runs
+    service.add(_attempt("ada", "kv-cache", 0, True))
+    monkeypatch.setenv(instructor.ENV_VAR, str(path))
+    try:
+        with pytest.raises(ValueError, match=r"^\$DANTINOX_CLASSROOM_DB: .* is held by the running classroom service"):
+            instructor.class_records()
+    finally:
+        service.close()
+    assert len(instructor.class_records().attempts) == 1  # once the service let go, it reads (and writes nothing)
+
+
 def test_a_missing_class_store_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(instructor.ENV_VAR, str(tmp_path / "none.sqlite"))
     with pytest.raises(ValueError, match=r"^\$DANTINOX_CLASSROOM_DB: expected a class's answer store .* got "):
