@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import signal
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -60,7 +59,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def processes(hub: Hub) -> dict[str, int]:
-    return {"hub": hub.proc.pid, "proxy": int((hub.dir / "proxy.pid").read_text()), "service": hub.service.pid,
+    return {"hub": hub.proc.pid, "proxy": int(hub.proxy_pid_file.read_text()), "service": hub.service.pid,
             "load generator": os.getpid()}
 
 
@@ -138,7 +137,7 @@ def faults(hub: Hub, tokens: dict[str, str], answers: int, interval: float, work
     hub.start_service()
     back = time.monotonic()
     time.sleep(max(2.0, t0 + span * 0.6 - time.monotonic()))  # kernels still answering
-    proxy_pid = int((hub.dir / "proxy.pid").read_text())
+    proxy_pid = int(hub.proxy_pid_file.read_text())
     os.kill(proxy_pid, signal.SIGKILL)  # the hub notices within its check interval and starts a new proxy
     time.sleep(2)
     queued["proxy"] = waiting()
@@ -151,9 +150,8 @@ def faults(hub: Hub, tokens: dict[str, str], answers: int, interval: float, work
     drained_s = time.monotonic() - back
     local = {a.key for s in stores.values() for a in s.attempts()}
     refused = sum(len(s.refused()) for s in stores.values())
-    with sqlite3.connect(hub.db) as db:
-        every = db.execute("SELECT learner, key FROM attempts").fetchall()
-    rows = [k for learner, k in every if learner in tokens]
+    every = hub.records()  # the service holds its file exclusively: read through it
+    rows = [a["key"] for a in every if a["learner"] in tokens]
     return {"answers": len(local), "lost": len(local - set(rows)), "duplicated": len(rows) - len(set(rows)),
             "left_in_outbox": left, "refused": refused, "checked_after_s": round(drained_s, 1),
             "queued_2s_after_kill": queued, "kernels_answered_for_s": round(span, 1)}

@@ -112,6 +112,7 @@ class Hub:
         self.admin_token, self.service_token = secrets.token_hex(16), secrets.token_hex(16)
         self.class_password, self.instructor_password = "class-" + secrets.token_hex(4), secrets.token_hex(20)
         self.db = self.dir / "data" / "classroom.sqlite"
+        self.proxy_pid_file = self.db.with_name("jupyterhub-proxy.pid")  # the config puts it beside the answers
         self.managed, self.proc, self.service, self.extra_config = managed, None, None, extra_config
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
                                                                  os.environ.get("PYTHONPATH", "")]),
