@@ -3,7 +3,7 @@
 A kernel started by JupyterHub inherits two environment variables, and that is all this needs:
 
     JUPYTERHUB_API_TOKEN    the server's own hub token (the service checks it with the hub)
-    DANTINOX_CLASSROOM_URL  where the service is, e.g. http://127.0.0.1:8000/services/classroom
+    DANTINOX_CLASSROOM_URL  where the service is, e.g. http://classroom--service.localhost/services/classroom
                             (classroom/jupyterhub_config.py sets it for every user server)
 
 `deliver_pending` posts what `store.pending()` holds and marks only what the service acknowledged: if the
