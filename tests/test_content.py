@@ -14,6 +14,7 @@ import content
 import dantinox
 from content.schema import MIRROR_HOSTS, mirror_host, round_significant
 from content.units import UNIT_FAMILIES
+from dantinox.architectures import catalogue
 
 ENTRIES = content.load_all()
 
@@ -261,7 +262,11 @@ INDEPENDENT = {
     "Bandwidth per stack": lambda v: v["BW"] / v["s"],
     "Largest finite value of a float format": lambda v: math.ldexp(1 + v["k"] / 2 ** v["m"], v["e"] - v["b"]),
     "Output head parameters": lambda v: v["V"] * v["D"],
-    "Output head share of parameters": lambda v: v["V"] * v["D"] / v["P"],
+    "Parameters of a Llama-style decoder": lambda v: (2 - v["t"]) * v["V"] * v["D"] + v["D"] + v["L"] * (  # a layer:
+        2 * v["D"] * v["N"] * v["d_h"] + 2 * v["D"] * v["K"] * v["d_h"]  # q and o, k and v
+        + 3 * v["D"] * v["F"] + 2 * v["D"]),  # the gated MLP, two norms
+    "Tied head share of a Llama-style decoder": lambda v: v["V"] * v["D"] / (v["V"] * v["D"] + v["D"] + v["L"] * (
+        2 * v["D"] * v["N"] * v["d_h"] + 2 * v["D"] * v["K"] * v["d_h"] + 3 * v["D"] * v["F"] + 2 * v["D"])),
     "Logits memory": lambda v: v["B"] * v["T"] * v["V"] * v["bytes"],
     "End-to-end latency": lambda v: v["ttft"] + v["n"] * v["tpot"],
     "Sequences that fit": lambda v: (v["M"] - v["W"]) // (v["T"] * v["m"]),
@@ -347,6 +352,27 @@ def test_output_head_parameters_equal_what_untying_adds_in_dantinox():
     added = dantinox.param_bytes(cfg.replace(tie_embeddings=False)) - dantinox.param_bytes(cfg)
     head = content.evaluate(entry, "Output head parameters", V=cfg.vocab_size, D=cfg.d_model)
     assert head * 4 == added  # float32 parameters
+
+
+def test_llama_3_2_1b_has_one_parameter_count_computed_from_its_config():
+    """The output-head entry, dantinox's parameter arrays and the catalogue's device fit use one count."""
+    entry = ENTRIES["output-head"]
+    spec = next(s for s in entry.specs if s.compute and s.compute.science == "Parameters of a Llama-style decoder")
+    shape = spec.compute.with_
+    counted = content.evaluate(entry, "Parameters of a Llama-style decoder", **shape)
+    cfg = dantinox.ModelConfig(vocab_size=int(shape["V"]), d_model=int(shape["D"]), n_layers=int(shape["L"]),
+                               n_heads=int(shape["N"]), kv_heads=int(shape["K"]), head_size=int(shape["d_h"]),
+                               mlp_width=int(shape["F"]), tie_embeddings=shape["t"] == 1, max_context=16)
+    assert counted == dantinox.param_bytes(cfg) // 4  # float32 parameters
+    model = catalogue()["llama-3.2-1b"]
+    config = model["config"]
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["num_key_value_heads"], config["head_dim"]) == (shape["D"], shape["L"], shape["N"], shape["K"],
+                                                                   shape["d_h"])
+    assert model["parameters"] == counted
+    share = next(s for s in entry.specs
+                 if s.compute and s.compute.science == "Tied head share of a Llama-style decoder")
+    assert share.compute.with_ == {k: v for k, v in shape.items() if k != "t"}
 
 
 def test_window_paging_and_quantization_reduce_to_the_kv_cache_formula():
