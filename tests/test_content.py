@@ -286,9 +286,14 @@ INDEPENDENT = {
     "Quantized KV cache size": lambda v: 2 * v["L"] * v["B"] * v["T"] * v["H_kv"] * v["d_h"]
     * (v["q"] / 8 + v["z"] / v["G"]),
     "Compression relative to 16-bit": lambda v: 16 * v["G"] / (v["q"] * v["G"] + 8 * v["z"]),
-    "KIVI cache size": lambda v: v["B"] * v["L"] * v["H_kv"] * (  # codes, key scales+zeros, value scales+zeros, window
+    "KIVI-style cache size (dantinox)": lambda v: v["B"] * v["L"] * v["H_kv"] * (  # codes, scales+zeros, window
         2 * v["T"] * v["d_h"] * v["q"] / 8 + 2 * v["s"] * -(-v["T"] // v["G"]) * v["d_h"]
         + 2 * v["s"] * v["T"] * v["d_h"] / v["G"] + 2 * min(v["T"], v["R"]) * v["d_h"] * v["bytes"]),
+    "KIVI cache size (KIVI's code)": lambda v: v["B"] * v["L"] * v["H_kv"] * v["d_h"] * sum(  # token by token
+        (v["bytes"] if full else v["q"] / 8 + (2 * v["s"] / v["G"] if value else 0))  # a value's scale+zero
+        for value in (False, True) for i in range(int(v["T"]))
+        for full in [i >= v["T"] - (min(v["T"], v["R"]) if value else v["T"] % v["R"])])  # keys: an unflushed residual
+    + v["B"] * v["L"] * v["H_kv"] * v["d_h"] * 2 * v["s"] * -(-(v["T"] - v["T"] % v["R"]) // v["G"]),  # key groups
     "Cache with attention sinks": lambda v: 2 * v["L"] * v["B"] * min(v["T"], v["W"] + v["S"]) * v["H_kv"] * v["d_h"]
     * v["bytes"],
     "Cache reduction from sinks and a window": lambda v: v["T"] / min(v["T"], v["W"] + v["S"]),
