@@ -3,13 +3,15 @@
 `check_entry` runs them all: every science item's expression parses and uses only its variables, specs and
 quiz checks compute from the entry's own formulas, numeric questions state their precision once and grade at
 it, misconceptions cite a primary source apart from where the belief appears, device capacities are named
-rather than typed, and the ranges are finite (content.ranges). Rules across entries are content.validate's.
+rather than typed, history items are not dated before their arXiv source, no prose orders two works by a
+relative time ("days later"), and the ranges are finite (content.ranges). Rules across entries are content.validate's.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +32,8 @@ def check_entry(rec: Record, entry: Entry) -> None:
     _check_misconceptions(rec, entry)
     _check_pull_requests(rec, entry)
     _check_capacities(rec, entry)
+    _check_history_years(rec, entry)
+    _check_relative_timing(rec, entry)
     ranges.check(rec, entry, parsed)
 
 
@@ -291,3 +295,52 @@ def _check_lists(rec: Record, entry: Entry) -> None:
                 rec.problem((name, i), f"expected ids of other entries, got this entry's own id {other!r}")
             elif other in ids[:i]:
                 rec.problem((name, i), f"expected each id once, got {other!r} again")
+
+
+# A new-style arXiv identifier starts with the year and month of its first version: 2403.02310 is March 2024.
+ARXIV_PATH = re.compile(r"^/(?:abs|pdf|html)/(?P<id>(?P<yy>\d{2})(?P<mm>\d{2})\.\d{4,5})")
+
+
+def arxiv_first_year(url: str) -> tuple[int, str] | None:
+    """(year of the first version, identifier) of an arxiv.org abstract, PDF or HTML link, or None."""
+    parts = urlsplit(url)
+    if (parts.hostname or "").lower() not in ("arxiv.org", "www.arxiv.org"):
+        return None
+    match = ARXIV_PATH.match(parts.path)
+    if match is None or not 1 <= int(match["mm"]) <= 12:
+        return None
+    return 2000 + int(match["yy"]), match["id"]
+
+
+def _check_history_years(rec: Record, entry: Entry) -> None:
+    """A history item cannot precede the first version of the paper it cites (a later venue year is fine)."""
+    for i, item in enumerate(entry.history):
+        first = arxiv_first_year(item.source)
+        if first is not None and item.year < first[0]:
+            rec.problem(("history", i, "year"), f"expected a year no earlier than the first arXiv version of its "
+                        f"source ({first[0]}, from the identifier {first[1]}), got {item.year}: credit the "
+                        f"earlier work with its own item and source")
+
+
+# Which of two works came first depends on which versions are counted (a preprint elsewhere, arXiv, a venue),
+# so the order is stated with dates and places, never as a relative time between them.
+RELATIVE_TIMING = re.compile(r"\b(?:days|weeks|months) (?:later|earlier|before|after)\b", re.IGNORECASE)
+
+
+def _text_fields(value: Any, loc: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
+    if isinstance(value, str):
+        yield loc, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _text_fields(item, (*loc, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _text_fields(item, (*loc, i))
+
+
+def _check_relative_timing(rec: Record, entry: Entry) -> None:
+    for loc, text in _text_fields(entry.model_dump(by_alias=True, exclude_none=True)):
+        match = RELATIVE_TIMING.search(text)
+        if match:
+            rec.problem(loc, f"expected the dates and places of the versions being ordered (which came first "
+                        f"depends on the versions counted), got a relative time {match[0]!r}")

@@ -94,7 +94,7 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
     """
     head = dict(B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
     if cfg.kivi_bits is not None:
-        return ("kv-cache-quantization", "KIVI cache size",
+        return ("kv-cache-quantization", "KIVI-style cache size (dantinox)",
                 dict(L=cfg.n_layers, **head, q=cfg.kivi_bits, s=KIVI_SCALE_BYTES, G=cfg.kivi_group,
                      R=cfg.kivi_residual, bytes=np.dtype(cfg.jnp_dtype).itemsize))
     if cfg.eviction is not None:

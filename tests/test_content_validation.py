@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import content
-from content import expr, yamlio
+from content import entry_checks, expr, yamlio
 from content.yamlio import MAX_BYTES, YamlProblem, read_yaml
 
 FIXTURES = Path(__file__).parent / "content_fixtures"
@@ -34,6 +34,9 @@ EXPECTED = {
                           "got 'about 256 bytes'",
     "duplicate-key.yaml": "6: name: expected each key once, got a second 'name' (first on line 4)",
     "exponent-bomb.yaml": "63: science[0].compute: expected an exponent of at most 64, got 387420489",
+    "history-before-arxiv.yaml": "73: history[0].year: expected a year no earlier than the first arXiv version of "
+                                 "its source (2024, from the identifier 2403.02310), got 2023: credit the earlier "
+                                 "work with its own item and source",
     "id-mismatch.yaml": "2: id: expected the file name without .yaml ('id-mismatch'), got 'some-other-id'",
     "loose-tolerance.yaml": "47: checks[0].tolerance: expected a tolerance that refuses the answer rounded to 2 "
                             "significant figures (260 is 1.6% off 256), got 0.05",
@@ -59,6 +62,8 @@ EXPECTED = {
                                     "'https://github.com/example-org/example-repo/pull/123'",
     "python-tag.yaml": "25: yaml: expected valid YAML, got: could not determine a constructor for the tag "
                        "'tag:yaml.org,2002:python/object/apply:os.system'",
+    "relative-timing.yaml": "7: description: expected the dates and places of the versions being ordered (which "
+                            "came first depends on the versions counted), got a relative time 'days later'",
     "tight-tolerance.yaml": "47: checks[0].tolerance: expected a tolerance that accepts the answer rounded as "
                             "the question asks (260 is 1.6% off 256), got 0.01",
     "typed-capacity.yaml": "15: specs[0].compute.with.m: expected {device_memory: <device>} naming A100 80GB or "
@@ -147,6 +152,26 @@ def test_command_on_one_file_and_with_its_default_directory():
     done = _dantinox(cwd=content.CONTENT_DIR.parent)  # no path: content/
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith(f"OK: {len(content.load_all())} entries valid (")
+
+
+@pytest.mark.parametrize("url,first", [
+    ("https://arxiv.org/abs/2308.16369", (2023, "2308.16369")),
+    ("https://arxiv.org/pdf/2403.02310v2", (2024, "2403.02310")),
+    ("https://www.arxiv.org/abs/1911.02150", (2019, "1911.02150")),
+    ("https://arxiv.org/abs/cs/0501001", None),  # old-style identifiers carry no date in this form
+    ("https://arxiv.org/abs/2413.00001", None),  # no thirteenth month
+    ("https://example.org/abs/2403.02310", None),
+])
+def test_arxiv_first_year(url, first):
+    assert entry_checks.arxiv_first_year(url) == first
+
+
+def test_a_history_item_may_carry_a_later_venue_year_and_relative_words_inside_words_pass(tmp_path):
+    later = _variant(tmp_path, "venue-year", "source: https://jax-ml.github.io/scaling-book/inference/\nlearning",
+                     "source: https://arxiv.org/abs/2211.17192\nlearning")  # arXiv 2022, the venue's 2025 kept
+    worded = _variant(tmp_path, "worded", "description: It exists", "description: Holidays later differ; it exists")
+    entries, problems = content.validate_files([later, worded])
+    assert problems == [] and len(entries) == 2
 
 
 def test_missing_path_and_empty_directory(tmp_path):
