@@ -50,7 +50,7 @@ from flax import nnx
 
 from dantinox.cache import empty_cache, layouts
 from dantinox.checks import positive_int
-from dantinox.engine_records import Request, Row, StepReport
+from dantinox.engine_records import Request, RequestState, Row, StepReport
 from dantinox.engine_step import (
     bucket_of,
     copy_in,
@@ -157,7 +157,7 @@ class Engine:
 
     @property
     def finished(self) -> bool:
-        return all(r.state == "finished" for r in self.requests.values())
+        return all(r.state is RequestState.FINISHED for r in self.requests.values())
 
     def run(self, max_steps: int = 1_000_000) -> dict[int, list[int]]:
         """Step until every request has finished; {rid: generated token ids}."""
@@ -222,7 +222,7 @@ class Engine:
         else:
             req.computed = 0
         self._free(req)
-        req.state = "waiting"
+        req.state = RequestState.WAITING
         self.waiting.insert(0, req)
 
     def _swap_in(self, req: Request) -> None:
@@ -280,8 +280,8 @@ class Engine:
         """Schedule and run one iteration; returns what happened in it."""
         now = time.perf_counter()
         for req in self.requests.values():
-            if req.state == "pending" and req.arrival <= self.steps:
-                req.state, req.arrived_at = "waiting", now
+            if req.state is RequestState.PENDING and req.arrival <= self.steps:
+                req.state, req.arrived_at = RequestState.WAITING, now
                 self.waiting.append(req)
         budget = float("inf") if self.chunk_tokens is None else self.chunk_tokens
         plan: list[tuple[Request, int, list[int]]] = []
@@ -311,7 +311,7 @@ class Engine:
             if n is None:
                 break
             self.waiting.pop(0)
-            req.state = "running"
+            req.state = RequestState.RUNNING
             self.running.append(req)
             admitted.append(req.rid)
             hits[req.rid] = req.hit_tokens
@@ -323,7 +323,7 @@ class Engine:
         for req in list(self.running):
             self._register(req)
             if req.done:
-                req.state = "finished"
+                req.state = RequestState.FINISHED
                 self.running.remove(req)
                 self._free(req)
                 finished.append(req.rid)
@@ -331,11 +331,13 @@ class Engine:
         self.ring_prefixes.forget_evicted(self.pool)  # rings of evicted pages are let go with them
         self.steps += 1
         held = collections.Counter(b for r in self.running for b in r.pages)
-        return StepReport(self.steps - 1, tuple(rows), emitted, tuple(admitted), tuple(finished), tuple(preempted),
-                          hits, self.chunk_tokens, sum(n for _, n, _ in plan),
-                          {r.rid: tuple(r.pages) for r in self.running},
-                          frozenset(b for b, c in held.items() if c > 1), self.pool.num_free,
-                          self.pool.num_cached_free, tuple(r.rid for r in self.waiting), seconds, tuple(calls))
+        return StepReport(
+            step=self.steps - 1, rows=tuple(rows), emitted=emitted, admitted=tuple(admitted),
+            finished=tuple(finished), preempted=tuple(preempted), hits=hits, budget=self.chunk_tokens,
+            fed=sum(n for _, n, _ in plan), tables={r.rid: tuple(r.pages) for r in self.running},
+            shared=frozenset(b for b, c in held.items() if c > 1), free=self.pool.num_free,
+            cached_free=self.pool.num_cached_free, waiting=tuple(r.rid for r in self.waiting), seconds=seconds,
+            calls=tuple(calls))
 
     def _execute(self, plan) -> tuple[float, list[Row], dict[int, list[int]], list[tuple[int, int]]]:
         """Run the plan as up to two ragged calls: short feeds (decodes, verifies) and prompt chunks."""
@@ -426,4 +428,5 @@ class Engine:
 
     def latencies(self) -> dict[int, tuple[float, float | None]]:
         """Per finished request: (time to first token, mean time per output token after it), in seconds."""
-        return {rid: r.latency() for rid, r in self.requests.items() if r.state == "finished" and r.token_times}
+        return {rid: r.latency() for rid, r in self.requests.items()
+                if r.state is RequestState.FINISHED and r.token_times}

@@ -4,6 +4,7 @@ iteration (dantinox/engine.py schedules them)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, NamedTuple
 
 import jax
@@ -11,6 +12,15 @@ import numpy as np
 
 from dantinox.checks import positive_int
 from dantinox.page_manager import pages_for
+
+
+class RequestState(enum.Enum):
+    """Where a request is: pending -> waiting -> running -> finished, and running -> waiting on preemption."""
+
+    PENDING = "pending"  # added, its arrival step not reached yet
+    WAITING = "waiting"  # in the queue, not holding pages (a swapped-out one holds a host copy)
+    RUNNING = "running"  # holding pages and a seat, fed every iteration
+    FINISHED = "finished"  # stopped; its pages went back to the pool
 
 
 @dataclasses.dataclass
@@ -26,7 +36,7 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # the vocabulary size when not cut
     rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
-    state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
+    state: RequestState = RequestState.PENDING
     computed: int = 0
     pages: list[int] = dataclasses.field(default_factory=list)
     digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full pages of `tokens`
