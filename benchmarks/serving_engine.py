@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 import dantinox
-from dantinox.engine_step import bucket_of, power_of_two, shape_buckets  # the engine's shape buckets
+from dantinox.engine.runner import bucket_of, power_of_two, shape_buckets  # the engine's shape buckets
 from dantinox.paged import pool_bytes
 from dantinox.serving import Request, serve
 

@@ -1,9 +1,9 @@
 """The serving engine's allocator: one pool of KV-cache pages, reference counts, and names of cached pages.
 
-No JAX here: the engine (dantinox/engine.py) owns the arrays; this keeps the bookkeeping of which page holds
-what. The free list is in LRU order, so a freed page that still holds a cached full page is reused last
-(vLLM's BlockAllocator and automatic prefix caching, docs `design/prefix_caching`; the simulator's
-PageManager in dantinox/page_manager.py counts pages without contents).
+No JAX here: the engine's KV manager (dantinox/engine/kv_manager.py) owns the arrays; this keeps the
+bookkeeping of which page holds what. The free list is in LRU order, so a freed page that still holds a
+cached full page is reused last (vLLM's BlockAllocator and automatic prefix caching, docs
+`design/prefix_caching`; the simulator's PageManager in dantinox/page_manager.py counts pages without contents).
 """
 
 from __future__ import annotations
