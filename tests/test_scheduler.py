@@ -10,8 +10,7 @@ from pathlib import Path
 
 from dantinox.engine.records import Request, RequestState
 from dantinox.engine.scheduler import Scheduler
-from dantinox.page_manager import pages_for
-from dantinox.page_pool import PagePool
+from dantinox.page_pool import PagePool, pages_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from dantinox.engine.records import Request, RequestState, StepReport
 from dantinox.engine.runner import Runner, generator_state
 from dantinox.engine.scheduler import BATCHING, Scheduler
 from dantinox.model import Transformer
-from dantinox.page_manager import pages_for
+from dantinox.page_pool import pages_for
 
 PREEMPT = ("recompute", "swap")
 

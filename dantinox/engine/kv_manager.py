@@ -24,8 +24,7 @@ from dantinox.config import ModelConfig
 from dantinox.engine.copies import copy_in, copy_out
 from dantinox.engine.records import Request
 from dantinox.engine.ring_prefixes import RingPrefixes
-from dantinox.page_manager import pages_for
-from dantinox.page_pool import PagePool, page_digest
+from dantinox.page_pool import PagePool, page_digest, pages_for
 
 
 class KVManager:

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dantinox.checks import positive_int
-from dantinox.page_manager import pages_for
+from dantinox.page_pool import pages_for
 
 
 class RequestState(enum.Enum):
