@@ -20,7 +20,7 @@ from dantinox.checks import positive_int
 from dantinox.engine.kv_manager import KVManager
 from dantinox.engine.records import Request, RequestState, StepReport
 from dantinox.engine.runner import Runner, generator_state
-from dantinox.engine.scheduler import BATCHING, Scheduler
+from dantinox.engine.scheduler import Scheduler
 from dantinox.model import Transformer
 from dantinox.page_pool import pages_for
 
@@ -54,8 +54,6 @@ class Engine:
         speculate = positive_int("speculate", speculate, minimum=0)
         max_seqs = positive_int("max_seqs", max_seqs)
         ngram = positive_int("ngram", ngram)
-        if batching not in BATCHING:
-            raise ValueError(f"batching: expected one of {', '.join(BATCHING)}, got {batching!r}")
         if preempt not in PREEMPT:
             raise ValueError(f"preempt: expected one of {', '.join(PREEMPT)}, got {preempt!r}")
         if cfg.cache_layout != "paged" or cfg.page_size != self.page_size:

@@ -179,7 +179,7 @@ class Ran(NamedTuple):
 
 
 class Runner:
-    """Runs a scheduled plan of (request, tokens to feed, drafts) through the compiled iteration.
+    """Runs an iteration's feeds, (request, tokens to feed, drafts among them), through the compiled iteration.
 
     Owns the model (split once: nnx stays out of the loop) and the shape rule: calls are padded to a few
     buckets of B rows, T tokens and M table entries, or with `fixed_shapes` to max_seqs rows, the full table
@@ -195,11 +195,11 @@ class Runner:
         self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
         self.counts = collections.Counter()  # drafts, accepted
 
-    def run(self, layers: tuple, plan: list[tuple[Request, int, list[int]]]) -> tuple[tuple, Ran]:
-        """Run the plan as up to two ragged calls, short feeds (decodes, verifies) then prompt chunks; returns
+    def run(self, layers: tuple, feeds: list[tuple[Request, int, list[int]]]) -> tuple[tuple, Ran]:
+        """Run the feeds as up to two ragged calls, short ones (decodes, verifies) then prompt chunks; returns
         the layers after them (the ones passed in are donated) and what the calls did."""
-        short = [p for p in plan if p[1] <= 1 + self.speculate]
-        long = [p for p in plan if p[1] > 1 + self.speculate]
+        short = [f for f in feeds if f[1] <= 1 + self.speculate]
+        long = [f for f in feeds if f[1] > 1 + self.speculate]
         rows, emitted, seconds, calls = [], {}, 0.0, []
         for group, every in ((short, True), (long, False)):
             if not group:
