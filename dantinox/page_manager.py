@@ -32,11 +32,11 @@ class PageManager:
     """
 
     def __init__(self, num_pages: int, page_size: int):
-        self.pages = PagePool(num_pages)  # the allocator: free list, reference counts
+        self.pool = PagePool(num_pages)  # the allocator: its free list and reference counts
         self.page_size = positive_int("page_size", page_size)
-        self.num_pages = self.pages.num_pages
+        self.num_pages = self.pool.num_pages
         # plain lists, not arrays: a scheduler touches single entries every step, where numpy is slow
-        self.refs = self.pages.refs  # sequences pointing at each page: the allocator's own counts
+        self.refs = self.pool.refs  # sequences pointing at each page: the allocator's own counts
         self.fill = [0] * self.num_pages  # token slots written in each page
         self._held = 0  # pages with refs > 0
         self._filled = 0  # sum of fill over held pages
@@ -46,7 +46,7 @@ class PageManager:
     # Queries.
     @property
     def num_free(self) -> int:
-        return self.pages.num_free
+        return self.pool.num_free
 
     @property
     def num_used(self) -> int:
@@ -78,13 +78,13 @@ class PageManager:
 
     # Changes.
     def _check_free(self, seq: Hashable, n: int) -> None:
-        if n > self.pages.num_free:
+        if n > self.pool.num_free:
             raise PoolExhausted(f"pool: sequence {seq!r} needs {n} more page(s) of {self.page_size} tokens, "
-                                f"{self.pages.num_free} of {self.num_pages} are free")
+                                f"{self.pool.num_free} of {self.num_pages} are free")
 
     def _take(self, seq: Hashable, n: int) -> list[int]:
         self._check_free(seq, n)
-        taken = [self.pages.take() for _ in range(n)]  # a free page holds nothing: its fill is already 0
+        taken = [self.pool.take() for _ in range(n)]  # a free page holds nothing: its fill is already 0
         self._held += n
         return taken
 
@@ -113,7 +113,7 @@ class PageManager:
             raise ValueError(f"seq: sequence {child!r} is already in the pool")
         self.tables[child], self.lengths[child] = list(self.tables[parent]), self.lengths[parent]
         for page in self.tables[child]:
-            self.pages.share(page)
+            self.pool.share(page)
         return list(self.tables[child])
 
     def append(self, seq: Hashable, n_tokens: int = 1) -> list[tuple[int, int]]:
@@ -127,8 +127,8 @@ class PageManager:
                 self.fill[table[-1]] += 1
                 self._filled, self.lengths[seq] = self._filled + 1, length + 1
                 return []
-            if not length % self.page_size and self.pages.free:  # last page full (or none): a fresh one
-                page = self.pages.take()
+            if not length % self.page_size and self.pool.free:  # last page full (or none): a fresh one
+                page = self.pool.take()
                 self.fill[page] = 1
                 self._held, self._filled, self.lengths[seq] = self._held + 1, self._filled + 1, length + 1
                 table.append(page)
@@ -141,7 +141,7 @@ class PageManager:
         if self.lengths[seq] % self.page_size and self.refs[table[-1]] > 1:  # shared and partly filled: copy
             (fresh,) = self._take(seq, 1)
             old = table[-1]
-            self.pages.release(old)  # still held by the others: stays counted
+            self.pool.release(old)  # still held by the others: stays counted
             self.fill[fresh] = self.fill[old]
             self._filled += self.fill[old]
             table[-1] = fresh
@@ -155,7 +155,7 @@ class PageManager:
         self._known(seq)
         freed = 0
         for page in self.tables.pop(seq):
-            self.pages.release(page)
+            self.pool.release(page)
             if self.refs[page] == 0:
                 self._filled -= self.fill[page]
                 self.fill[page] = 0

@@ -35,7 +35,7 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # the vocabulary size when not cut
     seed: int = 0
-    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy; the runner sets it)
+    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy; set from `seed`)
     state: RequestState = RequestState.PENDING
     computed: int = 0
     pages: list[int] = dataclasses.field(default_factory=list)
