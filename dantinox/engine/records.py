@@ -124,5 +124,5 @@ class StepReport:
     free: int  # free pages (cached ones included)
     cached_free: int  # free pages still holding a cached full page
     waiting: tuple[int, ...]
-    seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
+    seconds: float  # wall time of the iteration's compiled calls, to block_until_ready (swaps: stats()["swap_seconds"])
     calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included
