@@ -41,6 +41,7 @@ class Engine:
     (so with chunk_tokens=None, max_len slots: pass a chunk size, or prefix_caching=False, to keep rings small).
     Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its `stop_ids`.
     A call with a sampling row is a program of its own (greedy calls draw no random numbers).
+    Its parts: `engine.scheduler`, `engine.kv` (the KV manager) and `engine.runner`.
     """
 
     def __init__(self, model: Transformer, num_pages: int, page_size: int = 16, prefix_caching: bool = True,

@@ -55,7 +55,7 @@ class Plan:
     feeds: list[tuple[Request, int, list[int]]]  # (request, tokens to feed, drafts among them), running first
     admitted: list[int]
     preempted: list[int]
-    hits: dict[int, int]  # tokens found cached (prefix hit, or swapped back in), per admitted request
+    hits: dict[int, int]  # prompt tokens found in the prefix cache, per admitted request (a swapped-in one: as first)
 
     @property
     def fed(self) -> int:
