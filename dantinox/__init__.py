@@ -5,7 +5,7 @@
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
-    engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool, see engine.py
+    engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool, see dantinox/engine/
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
@@ -24,8 +24,7 @@ from dantinox.cache import (
 )
 from dantinox.config import PRESETS, ModelConfig
 from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
-from dantinox.engine import Engine
-from dantinox.engine_records import StepReport
+from dantinox.engine import Engine, StepReport
 from dantinox.generate import DecodeState, StreamEvent, generate, stream
 from dantinox.kv_ledger import Ledger, kv_ledger
 from dantinox.memory import (

@@ -1,12 +1,17 @@
-"""Argument checks shared by every dantinox entry point: one message shape, `name: expected X, got Y`."""
+"""Argument checks shared by every dantinox entry point: one message shape, `name: expected X, got Y`.
+
+`positive_int` needs numpy alone, so the host-side bookkeeping that uses it (the page allocators, the engine's
+scheduler) imports no JAX; the checks of model inputs import JAX where they run.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    import jax
 
 
 def positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -19,6 +24,9 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
 
 def check_ids(vocab_size: int, ids: Any, name: str = "ids") -> jax.Array:
     """Validate token ids: an integer array [batch, tokens] with values in [0, vocab_size)."""
+    import jax
+    import jax.numpy as jnp
+
     arr = ids if isinstance(ids, jax.core.Tracer) else np.asarray(ids)
     if arr.ndim != 2:
         raise ValueError(f"{name}: expected an integer array of shape [batch, tokens], got shape {arr.shape}")
@@ -39,6 +47,8 @@ def check_ids(vocab_size: int, ids: Any, name: str = "ids") -> jax.Array:
 
 def concrete_index(cache_index: Any) -> int:
     """The cache index as a Python int; a traced index cannot be bounds-checked, so it is refused."""
+    import jax
+
     if isinstance(cache_index, jax.core.Tracer):
         raise ValueError("cache_index: must be a concrete integer so the write can be bounds-checked; "
                          "inside jax.jit use dantinox.generate or dantinox.stream, which check bounds up front")

@@ -1,44 +1,42 @@
-"""The host side of the paged KV cache: free list, reference counts, page tables and fill counts.
+"""The host side of the paged KV cache for paged decoding and the serving simulator: page tables and fill counts.
 
-`PageManager` decides which physical page holds which tokens of which sequence; dantinox/paged.py applies
-its decisions to the device pools. Sequences that share a prefix point at the same pages (`fork`); the
-first write into a shared, partly filled page copies it first (copy-on-write: `append` returns the copies).
-Asking for more pages than are free raises PoolExhausted and changes nothing.
+`PageManager` is a space manager: it decides which physical page holds which tokens of which sequence, and
+takes and hands back pages through the allocator every pool uses (`PagePool`, dantinox/page_pool.py: free
+list, reference counts); dantinox/paged.py applies its decisions to the device pools. Sequences that share a
+prefix point at the same pages (`fork`: each page shared once more); the first write into a shared, partly
+filled page copies it first (copy-on-write: `append` returns the copies). Asking for more pages than are free
+raises PoolExhausted and changes nothing. The serving engine's space manager is dantinox/engine/kv_manager.py
+(page tables per request, a prefix cache by page name, no fill counts) over the same allocator.
+
+One vocabulary for both levels: the allocator takes a page off the free list (`take`), shares one (`share`:
+one more holder) and releases one (`release`: one holder fewer, free at none); a space manager adds a
+sequence, forks it, appends tokens to it and releases it (each of its pages released once).
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Hashable, Sequence
 
 import numpy as np
 
 from dantinox.checks import positive_int
-
-
-def pages_for(tokens: int, page_size: int) -> int:
-    """Pages needed to hold `tokens` slots: a partly filled last page is a whole page."""
-    return -(-tokens // page_size)
-
-
-class PoolExhausted(ValueError):
-    """The pool has fewer free pages than a request needs (a scheduler preempts; a plain call fails)."""
+from dantinox.page_pool import PagePool, PoolExhausted, pages_for  # noqa: F401  (re-exported: paged.py, tests)
 
 
 class PageManager:
-    """Host bookkeeping of one page pool: free list, reference counts, page tables, filled slots per page.
+    """Page tables and filled slots per page of sequences in one pool, over its allocator (`PagePool`).
 
-    Pages are handed out from the front of the free list and returned to its back. A page shared by
-    several sequences (reference count > 1) is read-only: the first `append` into a shared, partly filled
+    Pages are handed out from the front of the allocator's free list and returned to its back. A page shared
+    by several sequences (reference count > 1) is read-only: the first `append` into a shared, partly filled
     last page moves the writer onto a fresh copy.
     """
 
     def __init__(self, num_pages: int, page_size: int):
-        self.num_pages = positive_int("num_pages", num_pages)
+        self.pool = PagePool(num_pages)  # the allocator: its free list and reference counts
         self.page_size = positive_int("page_size", page_size)
-        self.free: collections.deque[int] = collections.deque(range(self.num_pages))
+        self.num_pages = self.pool.num_pages
         # plain lists, not arrays: a scheduler touches single entries every step, where numpy is slow
-        self.refs = [0] * self.num_pages  # sequences pointing at each page
+        self.refs = self.pool.refs  # sequences pointing at each page: the allocator's own counts
         self.fill = [0] * self.num_pages  # token slots written in each page
         self._held = 0  # pages with refs > 0
         self._filled = 0  # sum of fill over held pages
@@ -48,7 +46,7 @@ class PageManager:
     # Queries.
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return self.pool.num_free
 
     @property
     def num_used(self) -> int:
@@ -80,15 +78,13 @@ class PageManager:
 
     # Changes.
     def _check_free(self, seq: Hashable, n: int) -> None:
-        if n > len(self.free):
+        if n > self.pool.num_free:
             raise PoolExhausted(f"pool: sequence {seq!r} needs {n} more page(s) of {self.page_size} tokens, "
-                                f"{len(self.free)} of {self.num_pages} are free")
+                                f"{self.pool.num_free} of {self.num_pages} are free")
 
     def _take(self, seq: Hashable, n: int) -> list[int]:
         self._check_free(seq, n)
-        taken = [self.free.popleft() for _ in range(n)]
-        for page in taken:  # a free page holds nothing: its fill is already 0
-            self.refs[page] = 1
+        taken = [self.pool.take() for _ in range(n)]  # a free page holds nothing: its fill is already 0
         self._held += n
         return taken
 
@@ -117,7 +113,7 @@ class PageManager:
             raise ValueError(f"seq: sequence {child!r} is already in the pool")
         self.tables[child], self.lengths[child] = list(self.tables[parent]), self.lengths[parent]
         for page in self.tables[child]:
-            self.refs[page] += 1
+            self.pool.share(page)
         return list(self.tables[child])
 
     def append(self, seq: Hashable, n_tokens: int = 1) -> list[tuple[int, int]]:
@@ -131,9 +127,9 @@ class PageManager:
                 self.fill[table[-1]] += 1
                 self._filled, self.lengths[seq] = self._filled + 1, length + 1
                 return []
-            if not length % self.page_size and self.free:  # last page full (or none): a fresh one
-                page = self.free.popleft()
-                self.refs[page], self.fill[page] = 1, 1
+            if not length % self.page_size and self.pool.free:  # last page full (or none): a fresh one
+                page = self.pool.take()
+                self.fill[page] = 1
                 self._held, self._filled, self.lengths[seq] = self._held + 1, self._filled + 1, length + 1
                 table.append(page)
                 return []
@@ -145,7 +141,7 @@ class PageManager:
         if self.lengths[seq] % self.page_size and self.refs[table[-1]] > 1:  # shared and partly filled: copy
             (fresh,) = self._take(seq, 1)
             old = table[-1]
-            self.refs[old] -= 1  # still held by the others: stays counted
+            self.pool.release(old)  # still held by the others: stays counted
             self.fill[fresh] = self.fill[old]
             self._filled += self.fill[old]
             table[-1] = fresh
@@ -159,9 +155,8 @@ class PageManager:
         self._known(seq)
         freed = 0
         for page in self.tables.pop(seq):
-            self.refs[page] -= 1
+            self.pool.release(page)
             if self.refs[page] == 0:
-                self.free.append(page)
                 self._filled -= self.fill[page]
                 self.fill[page] = 0
                 freed += 1

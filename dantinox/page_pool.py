@@ -1,9 +1,12 @@
-"""The serving engine's allocator: one pool of KV-cache pages, reference counts, and names of cached pages.
+"""The page allocator: one pool of KV-cache pages, its free list, reference counts and names of cached pages.
 
-No JAX here: the engine (dantinox/engine.py) owns the arrays; this keeps the bookkeeping of which page holds
-what. The free list is in LRU order, so a freed page that still holds a cached full page is reused last
-(vLLM's BlockAllocator and automatic prefix caching, docs `design/prefix_caching`; the simulator's
-PageManager in dantinox/page_manager.py counts pages without contents).
+The one allocator of every paged pool here, apart from the space managers that map sequences to pages
+(vLLM's BlockAllocator beside its block manager): `PageManager` (dantinox/page_manager.py: tables and fill
+counts, copy-on-write, for paged decoding and the serving simulator) and the engine's `KVManager`
+(dantinox/engine/kv_manager.py: tables per request, a prefix cache by page name). No JAX here: they own the
+arrays; this keeps the bookkeeping of which page is free and how many hold it. The free list is in LRU order,
+so a freed page that still holds a cached full page is reused last (vLLM's automatic prefix caching, docs
+`design/prefix_caching`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,22 @@ class PoolError(RuntimeError):
     """The allocator's bookkeeping broke an invariant (a double free, a lost page): a bug, never user error."""
 
 
+class PoolExhausted(ValueError):
+    """The pool has fewer free pages than a request needs (a scheduler preempts; a plain call fails)."""
+
+
+def pages_for(tokens: int, page_size: int) -> int:
+    """Pages needed to hold `tokens` slots: a partly filled last page is a whole page."""
+    return -(-tokens // page_size)
+
+
 class PagePool:
     """The allocator of one pool of pages: free list in LRU order, reference counts, hashes of cached pages.
 
-    A page is free when no request holds it (reference count 0). A free page may still hold a cached full
-    page (it keeps its hash): `share` takes it back out of the free list; `take` hands out the least recently
-    freed page and forgets whatever it cached.
+    A page is free when nothing holds it (reference count 0). `take` hands out the least recently freed page
+    (held once) and forgets whatever it cached; `share` adds a holder; `release` drops one, and a page nobody
+    holds goes to the back of the free list. A free page may still hold a cached full page (it keeps its
+    hash): `share` takes it back out of the free list.
     """
 
     def __init__(self, num_pages: int):
@@ -57,7 +70,7 @@ class PagePool:
         return page
 
     def share(self, page: int) -> None:
-        """One more holder of a cached page (a prefix hit); a free one leaves the free list."""
+        """One more holder of a page (a fork, a prefix hit); a free cached one leaves the free list."""
         if self.refs[page] == 0:
             del self.free[page]
         self.refs[page] += 1

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dantinox import engines
 from dantinox.architectures import Architecture
 from dantinox.kv_ledger import Ledger
 from dantinox.memory import format_bytes
+from dantinox.peer_allocation import llama_cpp_column, vllm_column
 
 
 def _runs(ledger: Ledger) -> list[tuple[str, object]]:
@@ -22,14 +22,14 @@ def _runs(ledger: Ledger) -> list[tuple[str, object]]:
 
 
 def engine_lines(arch: Architecture, ledger: Ledger) -> list[str]:
-    """The engine columns (derived from vLLM's and llama.cpp's sources, see dantinox/engines.py)."""
-    lines = ["engines (derived from their sources, dantinox/engines.py):"]
+    """The engine columns (derived from vLLM's and llama.cpp's sources, see dantinox/peer_allocation.py)."""
+    lines = ["engines (derived from their sources, dantinox/peer_allocation.py):"]
     budget = None
     if ledger.fit is not None and ledger.fit.weight_bytes is not None:
         budget = max(ledger.fit.capacity_bytes - ledger.fit.weight_bytes, 0)
     try:
-        hybrid = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, budget_bytes=budget)
-        plain = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, hybrid_allocator=False)
+        hybrid = vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, budget_bytes=budget)
+        plain = vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, hybrid_allocator=False)
     except ValueError as e:
         lines.append(f"  vLLM: {e}")
     else:
@@ -39,7 +39,7 @@ def engine_lines(arch: Architecture, ledger: Ledger) -> list[str]:
             lines.append(f"  vLLM for the {format_bytes(budget)} left after the weights: {hybrid.log_line}")
         lines += [f"  vLLM: {note}" for note in hybrid.notes]
     try:
-        column = engines.llama_cpp_column(arch, ledger.tokens, ledger.cache_dtype)
+        column = llama_cpp_column(arch, ledger.tokens, ledger.cache_dtype)
     except ValueError as e:
         lines.append(f"  llama.cpp: {e}")
     else:

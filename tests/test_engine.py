@@ -10,8 +10,8 @@ from flax import nnx
 
 import dantinox
 from dantinox.engine import Engine
+from dantinox.engine.speculation import lookup_drafts
 from dantinox.page_pool import PagePool, PoolError, page_digest
-from dantinox.speculation import lookup_drafts
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"

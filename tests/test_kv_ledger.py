@@ -217,25 +217,25 @@ def test_cli_json_schema_list_and_errors(capsys, tmp_path):
 
 
 def test_engine_columns_follow_the_rules_read_in_their_sources():
-    from dantinox import engines
+    from dantinox.peer_allocation import llama_cpp_column, vllm_column
 
     smol = load_architecture("smollm2-135m")
     # llama.cpp's line for SmolLM2 at n_ctx 2048 in f16, as measured here (FACTS: 45.00 MiB)
-    assert engines.llama_cpp_column(smol, 2048).log_line == "llama_kv_cache: CPU KV buffer size =    45.00 MiB"
-    assert engines.llama_cpp_column(smol, 2000).total_bytes == engines.llama_cpp_column(smol, 2048).total_bytes
+    assert llama_cpp_column(smol, 2048).log_line == "llama_kv_cache: CPU KV buffer size =    45.00 MiB"
+    assert llama_cpp_column(smol, 2000).total_bytes == llama_cpp_column(smol, 2048).total_bytes
     gemma = load_architecture("gemma-3-27b")
-    full, swa = engines.llama_cpp_column(gemma, 32_768), engines.llama_cpp_column(gemma, 32_768, swa_full=False)
+    full, swa = llama_cpp_column(gemma, 32_768), llama_cpp_column(gemma, 32_768, swa_full=False)
     assert swa.total_bytes < full.total_bytes and "1,536 cells" in swa.log_line  # 1024 + 512 ubatch, padded to 256
     llama = load_architecture("llama-3.1-8b")
-    assert engines.vllm_column(llama, 1024, 2).total_bytes == kv_ledger(llama, 1024, 2).total_bytes  # whole pages
-    assert engines.vllm_column(llama, 1025, 1).total_bytes == kv_ledger(llama, 1040, 1).total_bytes  # rounded up
+    assert vllm_column(llama, 1024, 2).total_bytes == kv_ledger(llama, 1024, 2).total_bytes  # whole pages
+    assert vllm_column(llama, 1025, 1).total_bytes == kv_ledger(llama, 1040, 1).total_bytes  # rounded up
     budget = 32 * 2**30
     per_token = kv_ledger(llama, 1).per_token_bytes
-    line = engines.vllm_column(llama, 1, 1, budget_bytes=budget).log_line
+    line = vllm_column(llama, 1, 1, budget_bytes=budget).log_line
     assert line == f"GPU KV cache size: {budget // (16 * per_token) * 16:,} tokens"
-    hybrid = engines.vllm_column(gemma, 32_768, 1)
+    hybrid = vllm_column(gemma, 32_768, 1)
     assert hybrid.per_layer_bytes[0] == (1023 // 16 + 1 + 1) * 16 * 2 * 16 * 128 * 2  # ceil((W-1)/16) + 1 pages
-    assert engines.vllm_column(gemma, 32_768, 1, hybrid_allocator=False).total_bytes == kv_ledger(
+    assert vllm_column(gemma, 32_768, 1, hybrid_allocator=False).total_bytes == kv_ledger(
         "gemma-3-27b", 32_768).total_bytes + 52 * (32_768 - 1024) * 2 * 16 * 128 * 2
 
 

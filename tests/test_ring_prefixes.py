@@ -1,11 +1,11 @@
-"""dantinox/ring_prefixes.py: which boundaries keep a seat's rings, how a hit is trimmed, what eviction drops.
+"""dantinox/engine/ring_prefixes.py: which boundaries keep a seat's rings, how a hit is trimmed, what eviction drops.
 
 The engine tests run it through whole requests; these pin the bookkeeping itself, including a case those do
 not reach: pages named long after their boundary (a request swapped back in names all its pages again), whose
 rings are gone, so a later hit must stop before them."""
 
+from dantinox.engine.ring_prefixes import RingPrefixes
 from dantinox.page_pool import PagePool
-from dantinox.ring_prefixes import RingPrefixes
 
 PAGE = 4
 LAYERS = (None,)  # one paged layer: the bookkeeping needs no arrays (a paged layer's part of a copy is None)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dantinox
-from dantinox.serving import CHAT_MEANS, Request, make_trace, serve
+from dantinox.serving_sim import CHAT_MEANS, TraceRequest, make_trace, serve
 
 CFG = dantinox.ModelConfig.preset("tiny")  # 4 layers, 4 KV heads of 32, f32: 4 KiB per cached token
 TOKEN = dantinox.kv_cache_bytes(CFG, tokens=1)
@@ -51,7 +51,7 @@ def test_reservation_and_fragmentation_where_each_policy_has_them():
 
 
 def test_parallel_samples_share_the_prompt_pages():
-    trace = (Request(0, 0, prompt=40, output=10),)
+    trace = (TraceRequest(0, 0, prompt=40, output=10),)
     paged = serve(trace, "paged", 1 << 20, CFG, page_size=16, n=4)
     # 32 prompt tokens in two full pages, stored once; the 8-token tail is copied per sample, + 1 new token each
     assert paged.token_states[0] == (32 + 4 * (8 + 1)) * TOKEN

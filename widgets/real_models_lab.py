@@ -6,7 +6,7 @@
 
 Every number comes from dantinox.kv_ledger: the per-layer bytes are measured from dantinox's cache shapes
 (jax.eval_shape on the same layouts; linear-attention states are derived), the curve over T is the ledger's
-formula, and the engine columns are derived from vLLM's and llama.cpp's sources (dantinox/engines.py).
+formula, and the engine columns are derived from vLLM's and llama.cpp's sources (dantinox/peer_allocation.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import ipywidgets as widgets
 import traitlets
 
 import dantinox
-from dantinox import engines
 from dantinox.architectures import Architecture, catalogue, load_architecture
 from dantinox.kv_ledger import CACHE_DTYPES, Ledger, kv_ledger, sequence_bytes
+from dantinox.peer_allocation import llama_cpp_column, vllm_column
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box, readout_table
@@ -48,20 +48,20 @@ def _engine_lines(arch: Architecture, ledger: Ledger) -> tuple[str, ...]:
     fmt = dantinox.format_bytes
     lines = []
     try:
-        hybrid = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype)
-        plain = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, hybrid_allocator=False)
+        hybrid = vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype)
+        plain = vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, hybrid_allocator=False)
         lines.append(f"vLLM (16-token pages): {fmt(hybrid.total_bytes)} with its hybrid allocator, "
                      f"{fmt(plain.total_bytes)} without")
         lines += [f"vLLM: {note}" for note in hybrid.notes]
         fit = ledger.fit
         if fit is not None and fit.weight_bytes is not None and fit.capacity_bytes > fit.weight_bytes:
-            log = engines.vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype,
+            log = vllm_column(arch, ledger.tokens, ledger.batch, ledger.cache_dtype,
                                       budget_bytes=fit.capacity_bytes - fit.weight_bytes)
             lines.append(f"vLLM would log: {log.log_line}" if log.log_line else f"vLLM: {log.notes[-1]}")
     except ValueError as e:
         lines.append(f"vLLM: {e}")
     try:
-        column = engines.llama_cpp_column(arch, ledger.tokens, ledger.cache_dtype)
+        column = llama_cpp_column(arch, ledger.tokens, ledger.cache_dtype)
         lines += [f"llama.cpp at n_ctx {ledger.tokens:,} (one sequence): {line.strip()}"
                   for line in column.log_line.splitlines()]
     except ValueError as e:

@@ -1,16 +1,25 @@
 """What the engine keeps per request (built from `Engine.add`'s checked arguments) and what it reports per
-iteration (dantinox/engine.py schedules them)."""
+iteration. Plain data, no JAX: the scheduler, the KV manager and the runner all read and advance a `Request`."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 
 from dantinox.checks import positive_int
-from dantinox.page_manager import pages_for
+from dantinox.page_pool import pages_for
+
+
+class RequestState(enum.Enum):
+    """Where a request is: pending -> waiting -> running -> finished, and running -> waiting on preemption."""
+
+    PENDING = "pending"  # added, its arrival step not reached yet
+    WAITING = "waiting"  # in the queue, not holding pages (a swapped-out one holds a host copy)
+    RUNNING = "running"  # holding pages and a seat, fed every iteration
+    FINISHED = "finished"  # stopped; its pages went back to the pool
 
 
 @dataclasses.dataclass
@@ -25,14 +34,15 @@ class Request:
     tokens: list[int]
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # the vocabulary size when not cut
-    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy)
-    state: str = "pending"  # pending -> waiting -> running -> finished (running -> waiting on preemption)
+    seed: int = 0
+    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy; set from `seed`)
+    state: RequestState = RequestState.PENDING
     computed: int = 0
     pages: list[int] = dataclasses.field(default_factory=list)
     digests: list[bytes] = dataclasses.field(default_factory=list)  # names of full pages of `tokens`
     registered: int = 0  # full pages of this request named in the pool
-    seat: int | None = None
-    swapped: Any = None  # host copy of its pages and ring rows while swapped out
+    seat: int | None = None  # its row in the sliding-window layers' rings
+    swapped: Any = None  # (pages, host copy of its pages and ring rows) while swapped out
     hit_tokens: int = 0
     preemptions: int = 0
     arrived_at: float | None = None
@@ -67,9 +77,8 @@ class Request:
             raise ValueError(f"num_pages: this request needs up to {pages_for(total, page_size)} pages of "
                              f"{page_size} tokens, the pool has {num_pages}")
         tokens = [int(t) for t in prompt]
-        rng = np.asarray(jax.random.key_data(jax.random.key(seed))) if temperature > 0 else None
         return cls(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens), float(temperature),
-                   top_k or vocab_size, rng)
+                   top_k or vocab_size, seed)
 
     @property
     def generated(self) -> list[int]:
@@ -115,5 +124,5 @@ class StepReport:
     free: int  # free pages (cached ones included)
     cached_free: int  # free pages still holding a cached full page
     waiting: tuple[int, ...]
-    seconds: float  # wall time of the iteration's compiled calls (to block_until_ready) and swaps
+    seconds: float  # wall time of the iteration's compiled calls, to block_until_ready (swaps: stats()["swap_seconds"])
     calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included

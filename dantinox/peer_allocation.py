@@ -1,7 +1,8 @@
-"""How two serving engines would allocate a model's KV cache, derived from their sources (derived, not measured).
+"""The peers' allocation rules: how vLLM and llama.cpp would allocate a model's KV cache, derived from their
+sources (derived, not measured). Not dantinox's own serving engine (dantinox/engine/).
 
-    dantinox.engines.vllm_column(arch, tokens, batch, "bfloat16", budget_bytes=...)
-    dantinox.engines.llama_cpp_column(arch, n_ctx, "float16")
+    dantinox.peer_allocation.vllm_column(arch, tokens, batch, "bfloat16", budget_bytes=...)
+    dantinox.peer_allocation.llama_cpp_column(arch, n_ctx, "float16")
 
 Read in vLLM 0.33.0 (the PyPI wheel's sources) and in llama.cpp as vendored by llama-cpp-python 0.3.36 (its
 sdist); file:line below. Own code, own words: only the rules are carried over.

@@ -1,4 +1,5 @@
-"""A server loop you can watch: request traces, and two ways to fit them into one KV-cache memory budget.
+"""The serving simulator: request traces, and two ways to fit them into one KV-cache memory budget, stepped
+without the model (dantinox/engine/ serves a real model).
 
 Traces (`make_trace`): Poisson arrivals (`rate` requests per decode step, seeded) and prompt/output lengths
 from a named distribution in LENGTHS, each documented with where its numbers come from.
@@ -56,7 +57,7 @@ LENGTH_SIGMA = 1.0  # the spread of the lognormal lengths; the paper publishes h
 
 
 @dataclasses.dataclass(frozen=True)
-class Request:
+class TraceRequest:
     """One request of a trace: when it arrives (decode step), its prompt and how many tokens it will produce."""
 
     id: int
@@ -70,7 +71,7 @@ def _lognormal(rng: np.random.Generator, mean: float, size: int) -> np.ndarray:
     return rng.lognormal(math.log(mean) - LENGTH_SIGMA**2 / 2, LENGTH_SIGMA, size)
 
 
-def make_trace(n_requests: int, rate: float, lengths: str, max_context: int, seed: int = 0) -> tuple[Request, ...]:
+def make_trace(n_requests: int, rate: float, lengths: str, max_context: int, seed: int = 0) -> tuple[TraceRequest, ...]:
     """A seeded trace: Poisson arrivals at `rate` requests per step, lengths from LENGTHS[lengths].
 
     Lengths are rounded to whole tokens, at least 1, and a prompt + output longer than max_context has
@@ -94,7 +95,7 @@ def make_trace(n_requests: int, rate: float, lengths: str, max_context: int, see
     prompt = np.clip(prompt, 1, max_context - 1).astype(int)
     output = np.clip(np.minimum(output, max_context - prompt), 1, None).astype(int)
     rows = zip(arrivals, prompt, output, strict=True)
-    return tuple(Request(i, int(a), int(p), int(o)) for i, (a, p, o) in enumerate(rows))
+    return tuple(TraceRequest(i, int(a), int(p), int(o)) for i, (a, p, o) in enumerate(rows))
 
 
 @dataclasses.dataclass
@@ -150,7 +151,7 @@ class ServeResult:
         return self.finish - self.arrival + 1
 
 
-def reservation_slots(request: Request, reservation: str, max_context: int) -> int:
+def reservation_slots(request: TraceRequest, reservation: str, max_context: int) -> int:
     """Slots a contiguous policy reserves for one sample of `request`."""
     if reservation == "max":
         return max_context
@@ -196,7 +197,7 @@ def _token_bytes(cfg: ModelConfig) -> int:
     return pool_bytes(cfg, 1, 1)
 
 
-def serve(trace: tuple[Request, ...], policy: str, budget_bytes: int, cfg: ModelConfig, page_size: int = 16,
+def serve(trace: tuple[TraceRequest, ...], policy: str, budget_bytes: int, cfg: ModelConfig, page_size: int = 16,
           n: int = 1, reservation: str = "max", max_steps: int = 200_000,
           max_running: int | None = None) -> ServeResult:
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
@@ -237,7 +238,7 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
         raise ValueError(f"budget_bytes: request {worst.id} reserves {n} x {need[worst.id]} slots of {token_bytes} B "
                          f"= {n * need[worst.id] * token_bytes} B, more than the budget of {budget} B")
     pending, running, done_in_batch = list(trace), 0, []
-    ends: dict[int, list[Request]] = collections.defaultdict(list)  # step -> requests producing their last token
+    ends: dict[int, list[TraceRequest]] = collections.defaultdict(list)  # step -> requests producing their last token
     # sums over running requests, kept as they join and leave (no per-request loop per step):
     # prompt tokens, tokens produced, final output lengths, slots reserved past the final length
     prompt_sum = produced_sum = output_sum = over_sum = held_done = 0
@@ -288,7 +289,7 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
     return _result(policy, budget, token_bytes, rows, trace, first, finish)
 
 
-def _paged_pages(r: Request, n: int, page_size: int, tokens: int) -> int:
+def _paged_pages(r: TraceRequest, n: int, page_size: int, tokens: int) -> int:
     """Pages a request's n samples hold with `tokens` tokens each: the full prompt pages once, the rest per sample."""
     shared = r.prompt // page_size  # a partly filled prompt page is copied by every sample that writes into it
     return shared + n * (pages_for(tokens, page_size) - shared)

@@ -1,16 +1,20 @@
-"""The engine's compiled iteration: one ragged batch of rows through the model's paged layout.
+"""The engine's runner: the scheduled rows of one iteration through the model, their tokens chosen and kept.
 
-`forward_rows` is the one program `dantinox.Engine` runs per iteration: every running request's new tokens
-(a prompt chunk, a sampled token, or drafts to verify) go through the model at once, sliding-window rings are
-read and written at each request's seat, and each row's next tokens are chosen as `dantinox.generate` would
-choose them for that request alone. The shapes it is compiled for are rounded up to a few buckets
-(`shape_buckets`, `power_of_two`), so a long trace compiles a handful of programs. `ragged_feed` lays a
-group of requests out as that program's padded host arrays; `copy_out` and `copy_in` take a request's part
-of the layers out and put it back (a swap, a ring copy for the prefix cache).
+`forward_rows` is the one program `dantinox.Engine` runs per iteration: every scheduled request's new tokens
+(a prompt chunk, a sampled token, or drafts to verify) go through the model at once as a ragged batch over the
+model's paged layout, sliding-window rings are read and written at each request's seat, and each row's next
+tokens are chosen as `dantinox.generate` would choose them for that request alone (greedy, or drawn from the
+request's own generator). The shapes it is compiled for are rounded up to a few buckets (`shape_buckets`,
+`power_of_two`), so a long trace compiles a handful of programs. `ragged_feed` lays a group of requests out as
+that program's padded host arrays. `Runner` splits a plan into its calls (short feeds: decodes and verifies;
+prompt chunks) and advances each request by what its call computed: the drafts the model agreed with and its
+own next token (dantinox/engine/speculation.py).
 """
 
 from __future__ import annotations
 
+import collections
+import time
 from typing import NamedTuple
 
 import jax
@@ -19,7 +23,10 @@ import numpy as np
 from flax import nnx
 
 from dantinox.cache import KVCache, layouts
-from dantinox.paged import put_pages, take_pages
+from dantinox.config import ModelConfig
+from dantinox.engine.copies import put_seat_rows, seat_rows
+from dantinox.engine.records import Request, Row
+from dantinox.engine.speculation import accept_drafts
 
 
 def shape_buckets(limit: int, small: int = 1) -> tuple[int, ...]:
@@ -38,33 +45,6 @@ def bucket_of(buckets: tuple[int, ...], n: int) -> int:
 def power_of_two(n: int, limit: int) -> int:
     """The smallest power of two >= n, capped at limit."""
     return min(1 << (n - 1).bit_length(), limit)
-
-
-def seat_rows(layer, seat):
-    """A sliding-window layer's rings at `seat` (one seat, or [B] of them): its arrays' rows there."""
-    return layer.map_slots(lambda a, axis: a[seat])
-
-
-def put_seat_rows(layer, rows, seat):
-    """The layer with `rows` (as seat_rows gives them) written back at `seat`."""
-    return type(layer)(*(None if a is None else a.at[seat].set(p) for a, p in zip(layer, rows, strict=True)))
-
-
-def copy_out(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None, page_size: int) -> tuple:
-    """A request's part of each layer: its seat's row of a ring layer, its `pages` of a paged one (None for
-    paged layers when `pages` is None)."""
-    return tuple(seat_rows(layer, seat) if r else None if pages is None else take_pages(layer, pages, page_size)
-                 for layer, r in zip(layers, ring, strict=True))
-
-
-def copy_in(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None, saved: tuple,
-            page_size: int) -> tuple:
-    """`layers` with `saved` (as `copy_out` gave it, on the host or the device) written back at the seat's row
-    and at `pages`; a None part leaves its layer as it is."""
-    def put(layer, part, r):
-        return put_seat_rows(layer, part, seat) if r else put_pages(layer, pages, part, page_size)
-    return tuple(layer if part is None else put(layer, part, r)
-                 for layer, part, r in zip(layers, saved, ring, strict=True))
 
 
 def _rows_of(layers: tuple, seat_B: jax.Array, ring: tuple[bool, ...]) -> tuple:
@@ -182,3 +162,97 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
 
 
 forward_rows_jit = jax.jit(forward_rows, static_argnums=(0,), static_argnames=("sampling",), donate_argnums=(2,))
+
+
+def generator_state(seed: int) -> np.ndarray:
+    """Key data of the generator `dantinox.generate(..., seed=seed)` starts a request's sampling from."""
+    return np.asarray(jax.random.key_data(jax.random.key(seed)))
+
+
+class Ran(NamedTuple):
+    """What one iteration's calls did."""
+
+    seconds: float  # wall time of the compiled calls, to block_until_ready
+    rows: list[Row]
+    emitted: dict[int, list[int]]  # tokens produced per request
+    calls: list[tuple[int, int]]  # (rows B, tokens T) of each call, padding included
+
+
+class Runner:
+    """Runs an iteration's feeds, (request, tokens to feed, drafts among them), through the compiled iteration.
+
+    Owns the model (split once: nnx stays out of the loop) and the shape rule: calls are padded to a few
+    buckets of B rows, T tokens and M table entries, or with `fixed_shapes` to max_seqs rows, the full table
+    width and a decode to the verify's 1 + speculate tokens.
+    """
+
+    def __init__(self, model, speculate: int, max_seqs: int, max_len: int, max_pages: int,
+                 chunk_tokens: int | None, fixed_shapes: bool):
+        self.graphdef, self.params = nnx.split(model)
+        self.cfg: ModelConfig = model.cfg
+        self.speculate, self.max_seqs, self.max_len, self.max_pages = speculate, max_seqs, max_len, max_pages
+        self.chunk_tokens, self.fixed_shapes = chunk_tokens, fixed_shapes
+        self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
+        self.counts = collections.Counter()  # drafts, accepted
+
+    def run(self, layers: tuple, feeds: list[tuple[Request, int, list[int]]]) -> tuple[tuple, Ran]:
+        """Run the feeds as up to two ragged calls, short ones (decodes, verifies) then prompt chunks; returns
+        the layers after them (the ones passed in are donated) and what the calls did."""
+        short = [f for f in feeds if f[1] <= 1 + self.speculate]
+        long = [f for f in feeds if f[1] > 1 + self.speculate]
+        rows, emitted, seconds, calls = [], {}, 0.0, []
+        for group, every in ((short, True), (long, False)):
+            if not group:
+                continue
+            start = time.perf_counter()
+            layers, chosen, states, shape = self._call(layers, group, every)
+            calls.append(shape)
+            seconds += time.perf_counter() - start
+            for b, (req, n, drafts) in enumerate(group):
+                rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b], emitted))
+        return layers, Ran(seconds, rows, emitted, calls)
+
+    def _call(self, layers: tuple, group, every: bool):
+        n_max = max(n for _, n, _ in group)
+        if every:  # decodes (one token) or verifies (1 + speculate)
+            T = 1 if n_max == 1 and not (self.fixed_shapes and self.speculate) else 1 + self.speculate
+        elif self.fixed_shapes:
+            T = min(self.chunk_tokens or self.max_len, self.max_len)
+        else:
+            T = bucket_of(shape_buckets(self.max_len, 8), n_max)
+        if self.fixed_shapes:
+            B, M = self.max_seqs, self.max_pages
+        else:
+            B = power_of_two(len(group), self.max_seqs)
+            M = power_of_two(max(len(r.pages) for r, _, _ in group), self.max_pages)
+        feed = ragged_feed(group, B, T, M, every, self.cfg.vocab_size, self.max_seqs)
+        sampling = any(req.rng is not None for req, _, _ in group)
+        self.shapes.add((B, T, M, feed.at.shape[1], sampling))
+        layers, chosen, states = forward_rows_jit(self.graphdef, self.params, layers, *feed, sampling=sampling)
+        chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
+        return layers, chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
+
+    def _accept(self, req: Request, n: int, drafts: list[int], greedy: np.ndarray, states, emitted) -> Row:
+        """Advance `req` by what its feed computed; keep the agreed drafts and the model's next token.
+
+        `greedy[j]` is the model's token after feed position j (a prompt chunk's call keeps only the last),
+        greedy or drawn; a draft is kept when it is the token the model chose there, so a sampled request
+        gets the tokens it would get without drafts. `states[j]` is its generator after that token.
+        """
+        start, real = req.computed, n - len(drafts)
+        if real < len(req.tokens) - start:  # a prompt chunk short of the end: no token yet
+            req.computed += n
+            return Row(req.rid, "prefill", start, n)
+
+        accepted, new = accept_drafts(drafts, lambda j: int(greedy[j] if len(greedy) > 1 else greedy[0]), real,
+                                      req.max_new - len(req.generated), req.stop)
+        kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
+        req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
+        req.tokens += new
+        if req.rng is not None and new:
+            req.rng = states[len(new) - 1]
+        req.token_times += [time.perf_counter()] * len(new)
+        emitted[req.rid] = new
+        self.counts["drafts"] += len(drafts)
+        self.counts["accepted"] += accepted
+        return Row(req.rid, kind, start, n, len(drafts), accepted)
