@@ -156,3 +156,10 @@ def test_plot_marks_shape_sized_points(entry):
     arrays, shapes = plot.figure.data[3], plot.figure.data[4]
     assert list(arrays.x) == [8] and list(shapes.x) == [64]
     assert "not allocated" in shapes.name
+
+
+def test_a_typed_token_count_is_used_exactly_or_refused_in_one_line(lab):
+    assert lab.tokens.type("37") and lab.reading.tokens == 37 and lab.error == ""
+    assert not lab.tokens.type("65") and lab.reading.tokens == 37
+    assert lab.tokens.message == "tokens T: expected a whole number from 1 to 64 tokens, got 65; kept 37"
+    assert not lab.batch.type("2,5") and "decimal point" in lab.batch.message and lab.reading.batch == 1
