@@ -56,3 +56,9 @@ def test_lab_refuses_bad_settings_and_guards_memory(entry):
     assert r.source == "shapes" and r.residual == 0 and "Memory guard" in lab.status_html.value
     with pytest.raises(ValueError, match="^gqa_kv_heads: expected a divisor of n_heads=4"):
         MlaLab(entry, preset="test", gqa_kv_heads=3)
+
+
+def test_typed_widths_are_used_exactly_and_an_odd_rope_width_is_refused(lab):
+    assert lab.latent.type("13") and lab.reading.cfg.kv_latent_dim == 13  # off the slider's steps of 8
+    assert not lab.rope.type("3") and lab.reading.cfg.rope_head_dim == 4
+    assert "in steps of 2, got 3; kept 4" in lab.rope.message
