@@ -79,7 +79,7 @@ class NumberInput(widgets.HBox):
         self.multiple_of = multiple_of  # a rule of the quantity (RoPE pairs, the mesh's data axis), not of the grid
         self.step = step if step is not None or multiple_of == 1 else multiple_of
         self.check = check  # the lab's own rule (e.g. 'must divide the generation length'): raises ValueError
-        self._syncing = False
+        self._syncing = self._ranging = False
         self.slider = widgets.SelectionSlider(options=[("0", 0)], description=description, readout=False,
                                               continuous_update=continuous_update, style=style or {},
                                               layout=layout or widgets.Layout(width="480px"))
@@ -200,8 +200,31 @@ class NumberInput(widgets.HBox):
             self.message = ""  # a note about an earlier value would now mislead
         self._show()
 
+    def set_range(self, lo: float, hi: float, *, multiple_of: int | None = None, value: float | None = None) -> None:
+        """A new range (and rule of multiples) at once; `value` (else the current one, moved to the nearest end
+        when outside, said in the line) is checked against the new rule."""
+        old = self.value
+        self._ranging = True
+        try:
+            if multiple_of is not None:
+                self.multiple_of, self.step = multiple_of, (multiple_of if multiple_of != 1 else None)
+            self.set_trait("min", lo)
+            self.set_trait("max", hi)
+        finally:
+            self._ranging = False
+        self._restop()
+        new = old if value is None else value
+        moved = value is None and not lo <= old <= hi
+        if moved:
+            new = lo if old < lo else hi
+        self.value = new
+        if moved:
+            self.message = (f"{self.name} moved from {text(old)} to {text(new)}: the range is now {text(lo)} to "
+                            f"{text(hi)}")
+        self._show()
+
     def _on_range(self, _change) -> None:
-        if self.min > self.max:
+        if self.min > self.max or self._ranging:
             return  # the other end follows in the same update
         old = self.value
         self._restop()
