@@ -181,6 +181,7 @@ def test_lab_renders_and_responds(entry):
     busy = []  # while a measurement runs, neither button takes a second click
     lab._measure("timing", lambda: busy.append((lab.measure_button.disabled, lab.profile_button.disabled)))
     assert busy == [(True, True)] and not lab.measure_button.disabled and not lab.profile_button.disabled
+    assert lab.context.type("37") and lab.reading.context == 37  # typed, used exactly
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
 

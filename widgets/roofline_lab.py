@@ -28,6 +28,7 @@ from widgets._controls import Lab, describe
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
+from widgets.number_input import NumberInput
 from widgets.roofline_reading import (
     RooflineReading,
     Sweep,
@@ -65,10 +66,10 @@ class RooflineLab(Lab):
             if sweep is not None:
                 self._keep(sweep)
         style, layout = {"description_width": "150px"}, widgets.Layout(width="520px")
-        self.batch = widgets.IntSlider(min=1, max=BATCH_GRID[-1], description="batch B", style=style,
-                                       layout=layout)
-        self.context = widgets.IntSlider(min=1, max=self.base.max_context, description="context (cache slots)",
-                                         style=style, layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=BATCH_GRID[-1], grid=BATCH_GRID, scale="log",
+                                 description="batch B", unit="sequences", style=style, layout=layout)
+        self.context = NumberInput(value=1, min=1, max=self.base.max_context, description="context (cache slots)",
+                                   unit="slots", style=style, layout=layout)
         self.attention = widgets.ToggleButtons(options=list(self.ATTENTIONS), description="attention", style=style)
         self.kv_heads = widgets.Dropdown(description="KV heads K", style=style, layout=layout)
         self.cache_dtype = widgets.Dropdown(options=list(DTYPES), description="cache dtype", style=style,
