@@ -139,10 +139,17 @@ class RooflineLab(Lab):
         return None if reading is None else self.profile
 
     def _measure(self, note: str, work) -> RooflineReading | None:
-        """Run a measurement with `note` on screen and both buttons disabled (a second click would queue a
-        second run), then redraw; an error is shown, never raised."""
+        """Run a measurement with `note` on screen, the buttons saying they are working and every control
+        disabled (a click or a move would queue behind it), then redraw; an error is shown, never raised."""
         self.status_html.value = note_box(note)
-        self.measure_button.disabled = self.profile_button.disabled = True
+        busy = (self.measure_button, self.profile_button, self.batch, self.context, self.attention, self.kv_heads,
+                self.cache_dtype)
+        was = [c.disabled for c in busy]  # the KV-heads dropdown is disabled for MHA and MQA: keep that
+        labels = [(b, b.description, b.icon) for b in (self.measure_button, self.profile_button)]
+        for control in busy:
+            control.disabled = True
+        for button, _, _ in labels:
+            button.description, button.icon = "working… (see the note below)", "hourglass-half"
         try:
             work()
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
@@ -150,7 +157,10 @@ class RooflineLab(Lab):
             self.status_html.value = error_box(self.error)
             return None
         finally:
-            self.measure_button.disabled = self.profile_button.disabled = False
+            for control, disabled in zip(busy, was, strict=True):
+                control.disabled = disabled
+            for button, description, icon in labels:
+                button.description, button.icon = description, icon
         return self.refresh()
 
     # Reading and drawing ------------------------------------------------------------------------
