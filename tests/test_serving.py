@@ -106,7 +106,10 @@ def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
     lab.update(page_size=16)
     lab.update(page_size=8, n=2)  # back to a setting already run: served from the cache
     assert lab.reading.seconds == 0 and lab.reading.results is r.results
-    with pytest.raises(ValueError, match="page_size: expected one of 1, 8, 16, 32, 64, got 4"):
+    with pytest.raises(ValueError, match="page_size: expected one of 1, 8, 16, 32, 64 .*, got 4"):
         lab.update(page_size=4)
+    assert not lab.page_size.type("4") and "expected one of 1, 8, 16, 32, 64" in lab.page_size.message
+    assert lab.page_size.type("32") and lab.reading.page_size == 32  # typing is taken (it was ignored)
+    assert lab.rate.type("0.45") and lab.reading.rate == 0.45  # off the 0.1 grid, used as typed
     html = page_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
     assert html.count("background:#ffe082") == 3  # the legend and page 3 in both rows
