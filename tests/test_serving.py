@@ -111,5 +111,7 @@ def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
     assert not lab.page_size.type("4") and "expected one of 1, 8, 16, 32, 64" in lab.page_size.message
     assert lab.page_size.type("32") and lab.reading.page_size == 32  # typing is taken (it was ignored)
     assert lab.rate.type("0.45") and lab.reading.rate == 0.45  # off the 0.1 grid, used as typed
+    lab.update(budget_mib=2, page_size=64, lengths="uniform", n=4)
+    assert lab.error.startswith("KV memory budget (2 MiB) too small: ") and "budget_bytes" not in lab.error
     html = page_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
     assert html.count("background:#ffe082") == 3  # the legend and page 3 in both rows

@@ -164,8 +164,15 @@ class ServingLab(Lab):
 
     def _read(self) -> ServingReading:
         self.status_html.value = "<i>running the five policies on this setting…</i>"
-        return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
-                            self.budget_mib.value << 20, self.page_size.value, self.n.value)
+        try:
+            return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
+                                self.budget_mib.value << 20, self.page_size.value, self.n.value)
+        except ValueError as err:  # the simulator names its argument; the learner sees the slider's name
+            prefix = "budget_bytes: "
+            if str(err).startswith(prefix):
+                raise ValueError(f"KV memory budget ({self.budget_mib.value} MiB) too small: "
+                                 f"{str(err)[len(prefix):]}") from None
+            raise
 
     def _render(self, r: ServingReading) -> None:
         how = "allocator state × bytes per token from the cache arrays"
