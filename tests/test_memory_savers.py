@@ -80,6 +80,8 @@ def test_lab_highlights_the_selection_and_shows_its_numbers():
     assert 0 < q.max_error <= q.scale / 2 * (1 + 1e-5)
     with pytest.raises(ValueError, match="written: expected an integer in"):
         lab.update(written=500)
+    assert lab.written.type("30") and "holds positions 26–29" in lab.ring_html.value
+    assert not lab.window.type("17") and "from 2 to 16 slots" in lab.window.message and lab.reading.window == 4
     with pytest.raises(ValueError, match="selection: expected one of"):
         lab.update(selection="MHA int3")
 

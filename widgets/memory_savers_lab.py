@@ -33,6 +33,7 @@ from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
+from widgets.number_input import NumberInput
 
 MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
@@ -202,13 +203,14 @@ class MemorySaversLab(Lab):
         labels = [r["label"] for r in self.data["rows"]]
         style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
         self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
-        self.window = widgets.IntSlider(min=2, max=16, value=8, description="window W", style=style, layout=layout)
-        self.written = widgets.IntSlider(min=0, max=48, value=13, description="tokens decoded", style=style,
-                                         layout=layout)
+        self.window = NumberInput(value=8, min=2, max=16, description="window W", unit="slots", style=style,
+                                  layout=layout)
+        self.written = NumberInput(value=13, min=0, max=48, description="tokens decoded", unit="tokens",
+                                   style=style, layout=layout)
         K, T, _ = self.keys_KTH.shape
-        self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
-        self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
-                                       layout=layout)
+        self.head = NumberInput(value=0, min=0, max=K - 1, description="KV head", style=style, layout=layout)
+        self.token = NumberInput(value=40, min=0, max=T - 1, description="token position", style=style,
+                                 layout=layout)
         self.figure = FigureWidget(frontier_figure(self.data))
         for trace in self.figure.data[:-1]:  # clicking a point selects it, as the dropdown does
             trace.on_click(self._on_point)
