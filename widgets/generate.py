@@ -40,8 +40,8 @@ from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 from widgets.decode_models import PUBLISHED, RUNS_DIR, find_run, load_published, same_model
 from widgets.decode_runs import DecodeRun, DecodeSettings, StepRatio, describe, progress_text, step_ratio
+from widgets.plot import byte_unit
 
-MIB = 2**20
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
 MAX_HISTORY = 40  # runs kept for the ratio's spread
@@ -108,7 +108,7 @@ class GeneratePanel(widgets.VBox):
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
-        self.figure.update_yaxes(title_text="MiB", row=1, col=1)
+        self.figure.update_yaxes(title_text="bytes", row=1, col=1)
         self.figure.update_yaxes(title_text="ms per step, compiles left out", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
@@ -361,12 +361,16 @@ class GeneratePanel(widgets.VBox):
         traces = []
         cached = self.runs.get("cache")
         if cached is not None and cached.filled_bytes:
-            traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.filled_bytes], mode="lines+markers",
-                                     name="bytes held for filled tokens (measured)", xaxis="x", yaxis="y"))
-            derived = [self.lab.derived_bytes(cfg, cached.batch, t) / MIB for t in cached.held]
-            traces.append(go.Scatter(x=cached.held, y=derived, mode="lines", line=dict(dash="dot"),
-                                     name="formula for those tokens (derived)", xaxis="x", yaxis="y"))
-            traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.allocated_bytes], mode="lines",
+            derived = [self.lab.derived_bytes(cfg, cached.batch, t) for t in cached.held]
+            unit, scale = byte_unit(max(*cached.allocated_bytes, *cached.filled_bytes, *derived))
+            self.figure.layout.yaxis.title.text = unit  # the unit that fits: KiB for a tiny model, GiB for a big one
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in cached.filled_bytes],
+                                     mode="lines+markers", name="bytes held for filled tokens (measured)",
+                                     xaxis="x", yaxis="y"))
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in derived], mode="lines",
+                                     line=dict(dash="dot"), name="formula for those tokens (derived)", xaxis="x",
+                                     yaxis="y"))
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in cached.allocated_bytes], mode="lines",
                                      line=dict(dash="dash", color="grey", shape="hv"),
                                      name="allocated cache, grown per key bucket (measured)", xaxis="x", yaxis="y"))
         for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale
