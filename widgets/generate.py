@@ -42,6 +42,7 @@ from widgets.decode_models import PUBLISHED, RUNS_DIR, find_run, load_published,
 from widgets.decode_runs import DecodeRun, DecodeSettings, StepRatio, describe, progress_text, step_ratio
 from widgets.plot import byte_unit
 
+RUNNING_NOTE = note_box("A decode is already running; press stop first.")
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
 MAX_HISTORY = 40  # runs kept for the ratio's spread
@@ -83,6 +84,7 @@ class GeneratePanel(widgets.VBox):
         self.runs: dict[str, DecodeRun] = {}  # the last run of each kind
         self.history: list[DecodeRun] = []  # every run, oldest first (the last MAX_HISTORY)
         self.error = ""
+        self._status_before = ""  # the status line a "decode is already running" note covers
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
         cfg = self.config()
         context, prompt_tokens = cfg.max_context, max(1, len(self.encode(cfg, prompt)))
@@ -218,7 +220,9 @@ class GeneratePanel(widgets.VBox):
     def run(self, use_cache: bool = True, wait: bool = False) -> None:
         """Decode with (or without) the cache in a background thread; `wait=True` blocks until it ends."""
         if self._thread is not None and self._thread.is_alive():
-            self.status.value = note_box("A decode is already running; press stop first.")
+            if self.status.value != RUNNING_NOTE:  # put back when the run ends: the note is true only until then
+                self._status_before = self.status.value
+            self.status.value = RUNNING_NOTE
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run_safely, args=(use_cache,), daemon=True)
@@ -234,6 +238,8 @@ class GeneratePanel(widgets.VBox):
     def _set_busy(self, busy: bool) -> None:
         self.cached_button.disabled = self.uncached_button.disabled = busy
         self.stop_button.disabled = not busy
+        if not busy and self.status.value == RUNNING_NOTE:
+            self.status.value = self._status_before
 
     def _run_safely(self, use_cache: bool) -> None:
         try:
