@@ -279,3 +279,11 @@ def test_the_already_running_note_goes_when_the_run_ends(lab, tmp_path, monkeypa
     assert panel.error == "" and "already running" not in panel.status.value  # it stayed after the run
     assert "untrained weights" in panel.status.value  # the line it covered is back
 
+
+def test_new_tokens_are_typed_exactly_and_the_cache_axis_takes_the_fitting_unit(lab, tmp_path):
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=20)
+    assert panel.new_tokens.type("13") and panel.new_tokens.value == 13
+    assert not panel.new_tokens.type("62") and "from 1 to 61 tokens" in panel.new_tokens.message
+    panel.run(use_cache=True, wait=True)
+    assert panel.error == "" and len(panel.runs["cache"].tokens) == 13
+    assert panel.figure.layout.yaxis.title.text == "KiB"  # a few KiB of cache: not 0.01 MiB

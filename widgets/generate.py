@@ -40,6 +40,7 @@ from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 from widgets.decode_models import PUBLISHED, RUNS_DIR, find_run, load_published, same_model
 from widgets.decode_runs import DecodeRun, DecodeSettings, StepRatio, describe, progress_text, step_ratio
+from widgets.number_input import NumberInput
 from widgets.plot import byte_unit
 
 RUNNING_NOTE = note_box("A decode is already running; press stop first.")
@@ -94,8 +95,8 @@ class GeneratePanel(widgets.VBox):
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
             raise ValueError(f"new_tokens: expected an integer in [1, {longest}] (the {context}-token context "
                              f"of this preset less the {prompt_tokens}-token prompt), got {new_tokens!r}")
-        self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
-                                            layout=widgets.Layout(width="520px"))
+        self.new_tokens = NumberInput(value=new_tokens, min=1, max=longest, description="new tokens",
+                                      unit="tokens", layout=widgets.Layout(width="520px"))
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
                                             icon="play", layout=widgets.Layout(width="200px"))
         self.uncached_button = widgets.Button(description="decode without cache", icon="play",
