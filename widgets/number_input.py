@@ -246,3 +246,8 @@ class NumberInput(widgets.HBox):
     @property
     def description(self) -> str:
         return self.slider.description
+
+    @property
+    def from_browser(self) -> bool:
+        """True while a change sent by the front end (a slider move, a typed value) is being applied."""
+        return bool(self.slider._property_lock or self.box._property_lock)
