@@ -36,7 +36,8 @@ def test_the_lab_runs_every_mode_and_follows_the_controls(lab, monkeypatch):
 
     def watched(*args):
         during.update(message=lab.message.value, disabled=[c.disabled for c in (lab.block_size, lab.gen_length,
-                                                                                lab.threshold, lab.play)])
+                                                                                lab.threshold, lab.play)],
+                      table=lab.table.value)
         return real(*args)
 
     monkeypatch.setattr("widgets.diffusion_lab.run_modes", watched)
@@ -44,6 +45,7 @@ def test_the_lab_runs_every_mode_and_follows_the_controls(lab, monkeypatch):
     assert len(seen) == 1 and seen[0] is runs is lab.runs  # one run of the three modes for three controls
     assert during["disabled"] == [True] * 4 and not any(c.disabled for c in (lab.block_size, lab.threshold))
     assert "compiling 3 program(s) (none, prefix, dual)" in during["message"]
+    assert "previous settings" in during["table"] and "previous settings" not in lab.table.value  # marked, then new
     assert re.search(r"about \d+ s \(measured", during["message"])  # from the compile the lab timed at start
     dual = runs["dual"].result
     assert dual.nfe == 32 and lab.step.max == lab.play.max == 32

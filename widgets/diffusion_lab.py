@@ -249,6 +249,9 @@ class DiffusionLab(Lab):
         busy = (self.block_size, self.threshold, self.gen_length, self.show, self.step, self.play)
         for control in busy:
             control.disabled = True  # sent at once: a move made while decoding would otherwise queue a run
+        if self.runs:  # the old table stays readable but says it is the old one until the new runs replace it
+            self.table.value = (f"<div style='color:#8d6e63'><b>previous settings</b> (decoding the new ones, see "
+                                f"above)</div><div style='opacity:0.45'>{self.table.value}</div>")
         try:
             return super().refresh()
         finally:
