@@ -63,18 +63,20 @@ class NumberInput(widgets.HBox):
     min = traitlets.Any()
     max = traitlets.Any()
     message = traitlets.Unicode("")  # the control's one line: what a typed value did, or why it was refused
+    error = traitlets.Unicode("")  # the last typed value's refusal, "" once a value is taken (a lab may mirror it)
     disabled = traitlets.Bool(False)
 
     def __init__(self, value: float, min: float, max: float, *, description: str = "", unit: str = "",  # noqa: A002
                  integer: bool = True, scale: str = "linear", step: float | None = None, multiple_of: int = 1,
                  grid: list[float] | tuple[float, ...] | None = None,
                  check: Callable[[Any], None] | None = None, continuous_update: bool = True,
-                 style: dict | None = None, layout: widgets.Layout | None = None, box_width: str = "100px"):
+                 style: dict | None = None, layout: widgets.Layout | None = None, box_width: str = "100px",
+                 name: str | None = None):
         if scale not in ("linear", "log"):
             raise ValueError(f"scale: expected 'linear' or 'log', got {scale!r}")
         if scale == "log" and min <= 0:
             raise ValueError(f"min: a log scale needs min > 0, got {min!r}")
-        self.name = description.split(" (")[0] or "value"  # 'tokens T (log)' -> 'tokens T'
+        self.name = name or description.split(" (")[0] or "value"  # the line's subject: 'tokens T (log)' -> 'tokens T'
         self.unit, self.integer, self.scale, self.grid = unit, integer, scale, grid
         self.multiple_of = multiple_of  # a rule of the quantity (RoPE pairs, the mesh's data axis), not of the grid
         self.step = step if step is not None or multiple_of == 1 else multiple_of
@@ -115,6 +117,7 @@ class NumberInput(widgets.HBox):
             self._check_number(number, refuse=False)
         except ValueError as err:
             return self._refuse(str(err))
+        self.error = ""
         if number == self.value:
             self.message = f"{self.name} = {text(number)} {self.unit}".rstrip() + " (unchanged)"
             self._show()
@@ -146,6 +149,7 @@ class NumberInput(widgets.HBox):
     def _refuse(self, why: str) -> bool:
         self.message = f"{why}; kept {text(self.value)}" if not why.endswith(f"kept {text(self.value)}") else why
         self._show()  # the refused text must not stay in the box as if it were used
+        self.error = self.message
         return False
 
     @traitlets.validate("value")
@@ -188,7 +192,7 @@ class NumberInput(widgets.HBox):
 
     def _on_slider(self, change) -> None:
         if not self._syncing:
-            self.message = ""
+            self.message = self.error = ""
             self.value = change["new"]
 
     def _on_box(self, change) -> None:
