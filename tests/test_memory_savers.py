@@ -171,6 +171,7 @@ def test_real_model_lab_follows_its_controls():
     assert kept_spans("sinks", 1000, 256) == [(0, 3), (749, 1000)] and kept_spans("window", 10, 256) == [(0, 10)]
     lab.update(bits=4, block="values per token (KIVI)")
     assert lab.reading.kivi.original.shape == (32, 64) and "values per token" in lab.kivi_html.value
+    assert lab.position.type("1234") and lab.reading.position == 1234  # typed, used exactly
     with pytest.raises(ValueError, match="selection: expected one of"):
         lab.update(selection="kivi1")
 
