@@ -235,7 +235,7 @@ class FormulaExplorer(widgets.VBox):
             var, control = self.item.variables[name], self.controls[name]
             if isinstance(control, NumberInput):
                 try:
-                    control._check_number(value, refuse=True)
+                    control.validate(value)
                 except ValueError:
                     raise ValueError(f"{name}: expected a value the control takes ({control.range_text()}), "
                                      f"got {value!r}") from None

@@ -87,11 +87,12 @@ class NumberInput(widgets.HBox):
                                               layout=layout or widgets.Layout(width="480px"))
         self.box = widgets.Text(continuous_update=False, layout=widgets.Layout(width=box_width))
         self.note = widgets.HTML()
-        super().__init__([self.slider, self.box, self.note], layout=widgets.Layout(align_items="center"))
+        super().__init__([self.slider, self.box, self.note],  # a long line wraps below, never off screen
+                         layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         with self.hold_trait_notifications():
             self.set_trait("min", min)
             self.set_trait("max", max)
-            self._check_number(value, refuse=True)
+            self.validate(value)
             self.set_trait("value", value)
         self._restop()
         self._show()
@@ -114,7 +115,7 @@ class NumberInput(widgets.HBox):
         if self.integer and float(number).is_integer():
             number = int(number)
         try:
-            self._check_number(number, refuse=False)
+            self.validate(number)
         except ValueError as err:
             return self._refuse(str(err))
         self.error = ""
@@ -135,8 +136,8 @@ class NumberInput(widgets.HBox):
         steps = f" in steps of {self.multiple_of}" if self.multiple_of != 1 else ""
         return f"{whole} from {text(self.min)} to {text(self.max)}{unit}{steps}"
 
-    def _check_number(self, number: Any, *, refuse: bool) -> None:
-        """ValueError naming the range unless `number` is one this control takes."""
+    def validate(self, number: Any) -> None:
+        """ValueError naming the range (or the lab's rule) unless `number` is one this control takes."""
         if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
             raise ValueError(f"{self.name}: expected {self.range_text()}, got {number!r}")
         if self.integer and not float(number).is_integer():
@@ -158,7 +159,7 @@ class NumberInput(widgets.HBox):
         if self.integer and isinstance(number, float) and number.is_integer():
             number = int(number)
         try:
-            self._check_number(number, refuse=True)
+            self.validate(number)
         except ValueError as err:
             raise traitlets.TraitError(str(err)) from None
         return number
@@ -202,6 +203,12 @@ class NumberInput(widgets.HBox):
     def _on_value(self, _change) -> None:
         if self.message and not self.message.startswith(f"{self.name} = {text(self.value)}"):
             self.message = ""  # a note about an earlier value would now mislead
+        self._show()
+
+    def set_grid(self, grid: list[float] | tuple[float, ...] | None) -> None:
+        """New slider stops (None: evenly spaced); the value stays as it is."""
+        self.grid = grid
+        self._restop()
         self._show()
 
     def set_range(self, lo: float, hi: float, *, multiple_of: int | None = None, value: float | None = None) -> None:

@@ -152,10 +152,8 @@ class RealModelsLab(Lab):
     def _set_tokens_range(self, tokens: int | None = None) -> None:
         """A new model: T keeps its value (said in the control's line when the new context is shorter)."""
         context = self._archs[self.model.value].max_context
-        self.tokens.grid = token_choices(context)
-        if context == self.tokens.max:
-            self.tokens._restop()
-        self.tokens.max = context  # an outside T moves to the new end, and the control says so
+        self.tokens.set_range(1, context)  # an outside T moves to the new end, and the control says so
+        self.tokens.set_grid(token_choices(context))
         if tokens is not None:
             self.tokens.value = min(tokens, context)
 
