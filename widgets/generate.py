@@ -95,8 +95,8 @@ class GeneratePanel(widgets.VBox):
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
             raise ValueError(f"new_tokens: expected an integer in [1, {longest}] (the {context}-token context "
                              f"of this preset less the {prompt_tokens}-token prompt), got {new_tokens!r}")
-        self.new_tokens = NumberInput(value=new_tokens, min=1, max=longest, description="new tokens",
-                                      unit="tokens", layout=widgets.Layout(width="520px"))
+        self.new_tokens = NumberInput(value=new_tokens, min=1, max=longest, scale="log", description="new tokens",
+                                      unit="tokens", layout=widgets.Layout(width="520px"))  # fine steps at small T
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
                                             icon="play", layout=widgets.Layout(width="200px"))
         self.uncached_button = widgets.Button(description="decode without cache", icon="play",
