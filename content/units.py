@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 # A numeric check may ask for its answer in a scaled form of the science item's unit.
 UNIT_FAMILIES: tuple[dict[str, float], ...] = (
@@ -74,12 +75,24 @@ def tolerance_text(tolerance: float) -> str:
     return f"±{100 * tolerance:.2g} %"
 
 
+# a comma only groups thousands: 4,096 and 6,291,456.5, never 2,91 (a decimal comma, refused) or 40,96
+_GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?")
+
+
 def parse_number(text: str) -> float:
-    """A typed number: '4096', '4,096', '6.4e9', '1/8'; anything else (or a zero divisor) raises ValueError."""
-    cleaned = text.strip().replace(",", "").replace("_", "").replace(" ", "")
+    """A typed number: '4096', '4,096', '6.4e9', '1/8'; anything else (or a zero divisor) raises ValueError.
+
+    A comma is read only as a thousands separator between groups of three digits; any other comma ('2,91',
+    a decimal comma) is refused with a message asking for a decimal point, never read as 291.
+    """
+    cleaned = text.strip().replace("_", "").replace(" ", "")
     parts = cleaned.split("/")
     if len(parts) > 2 or not all(parts):
         raise ValueError(f"expected a number, got {text!r}")
+    if any("," in part and not _GROUPED.fullmatch(part) for part in parts):
+        raise ValueError(f"expected a number with a decimal point (2.91) and commas only between groups of "
+                         f"three digits (4,096), got {text!r}")
+    parts = [part.replace(",", "") for part in parts]
     numbers = [float(part) for part in parts]  # 'abc' raises ValueError here
     if len(numbers) == 2 and numbers[1] == 0:
         raise ValueError(f"expected a number, got {text!r} (a zero divisor)")

@@ -12,6 +12,7 @@ from plotly.callbacks import Points
 
 import content
 from widgets import ConceptMap, FormulaExplorer, Quiz, learning_path
+from widgets._html import esc
 from widgets.card import ConceptCard
 from widgets.concept_map import LABS_DIR, depths, lab_notebook
 
@@ -26,7 +27,7 @@ def concept_map() -> ConceptMap:
 
 def _arrows(cmap: ConceptMap) -> set[tuple[str, str]]:
     by_pos = {pos: i for i, pos in cmap.positions.items()}
-    return {(by_pos[(a.ax, a.ay)], by_pos[(a.x, a.y)]) for a in cmap.figure.layout.annotations}
+    return {(by_pos[(a.ax, a.ay)], by_pos[(a.x, a.y)]) for a in cmap.figure.layout.annotations if a.showarrow}
 
 
 def test_every_entry_is_a_node_and_every_prerequisite_an_arrow(concept_map):
@@ -151,3 +152,14 @@ def test_in_the_browser_a_dedicated_lab_is_said_to_need_the_full_install(monkeyp
     monkeypatch.setattr(sys, "platform", "emscripten")
     text = entry_summary_html(ENTRIES["kv-cache"], labs_dir=tmp_path)
     assert "labs/kv-cache.ipynb" in text and "full install" in text and "python3 dev.py lab" in text
+
+
+def test_node_names_are_drawn_over_the_arrows_on_a_white_box(concept_map):
+    """As scatter text the names sat under the arrows that cross them."""
+    notes = concept_map.figure.layout.annotations
+    labels = [a for a in notes if not a.showarrow]
+    assert sorted(a.text for a in labels) == sorted(esc(e.short_name) for e in ENTRIES.values())
+    assert all(a.bgcolor and a.bgcolor.startswith("rgba(255,255,255") for a in labels)
+    first_label = next(k for k, a in enumerate(notes) if not a.showarrow)
+    assert all(not a.showarrow for a in notes[first_label:])  # drawn after (over) every arrow
+    assert "text" not in concept_map.figure.data[-1].mode

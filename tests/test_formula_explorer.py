@@ -109,7 +109,10 @@ def test_values_a_control_cannot_show_are_refused_in_one_line():
     with pytest.raises(ValueError) as err:
         explorer.set(T=100_000_000)
     message = str(err.value)
-    assert message.startswith("T: expected a value the control offers (1 to 131072") and "\n" not in message
+    assert message.startswith("T: expected a value the control takes (a whole number from 1 to 131,072") \
+        and "\n" not in message
+    with pytest.raises(ValueError, match=r"^T: expected a value the control takes"):
+        explorer.set(T=100.5)
     with pytest.raises(ValueError, match=r"^bytes: expected a value the control offers \(one of 1, 2, 4"):
         explorer.set(bytes=3)
     with pytest.raises(ValueError, match=r"^K: expected a variable of 'KV cache size' \(L, B, T, H_kv, d_h, bytes\)"):
@@ -137,8 +140,8 @@ def test_content_text_is_escaped():
     variables = {n: v.model_copy(update={"meaning": evil}) if n == "T" else v for n, v in item.variables.items()}
     item = item.model_copy(update={"equation": evil, "variables": variables})
     explorer = FormulaExplorer(entry.model_copy(update={"science": [item, *entry.science[1:]]}))
-    shown = explorer.formula_html.value + "".join(getattr(c, "value", "") for c in explorer.controls_box.children
-                                                  if not hasattr(c, "options"))
+    shown = explorer.formula_html.value + "".join(c.value for c in explorer.controls_box.children
+                                                  if isinstance(getattr(c, "value", None), str))
     assert "<script>" not in shown and html.escape(evil) in shown
     titled = entry.model_copy(update={"science": [entry.science[0].model_copy(update={"title": evil}),
                                                   *entry.science[1:]], "specs": []})
@@ -148,36 +151,42 @@ def test_content_text_is_escaped():
     assert math.isfinite(explorer.reading.result)
 
 
-def test_a_typed_value_applies_at_the_nearest_slider_value_and_says_when_it_snapped():
+def test_a_typed_value_is_used_exactly_even_between_the_slider_stops():
+    """T = 32768 became 33,973 (the log grid's nearest), 1000 -> 967, 500 -> 512, d_h 100 -> 99."""
     entry = ENTRIES["kv-cache"]
     explorer = FormulaExplorer(entry, science="KV cache size")
-    options = [v for _, v in explorer.controls["T"].options]
-    on_grid = options[len(options) // 2]
-    explorer.boxes["T"].value = f"{on_grid}"  # what pressing Enter in the box does
-    assert explorer.values["T"] == on_grid and explorer.error == "" and "nearest" not in explorer.status_html.value
-    assert explorer.boxes["T"].value == label(on_grid)  # the box shows what the formula uses
-    explorer.boxes["T"].value = "4100"
-    snapped = explorer.values["T"]
-    assert snapped in options and abs(snapped - 4100) / 4100 < 0.1 and snapped != 4100
-    assert f"set to the nearest, {label(snapped)}" in explorer.status_html.value
+    stops = [v for _, v in explorer.controls["T"].slider.options]
+    for name, typed, value in (("T", "32768", 32_768), ("T", "1000", 1000), ("T", "500", 500), ("d_h", "100", 100),
+                               ("T", "4,100", 4100)):
+        explorer.boxes[name].value = typed  # what pressing Enter in the box does
+        assert explorer.values[name] == value and explorer.error == ""
+        assert explorer.reading.values[name] == value and f"{value:,}" in explorer.reading.substituted
+        assert explorer.boxes[name].value == label(value)  # the box shows what the formula uses
+    assert 1000 not in stops and explorer.controls["T"].slider.value in stops  # the slider at its nearest stop
+    assert "nearest stop" in explorer.controls["T"].message
     assert explorer.reading.result == content.evaluate(entry, "KV cache size", **explorer.values)
     _check_shown(explorer, entry, "KV cache size")
     explorer.boxes["L"].value = "64/2"  # a fraction is a number too
     assert explorer.values["L"] == 32
+    assert explorer.set(T=33_000).values["T"] == 33_000  # code takes any value in range too
 
 
-@pytest.mark.parametrize("typed,message", [("abc", r"T: expected a number from 1 to 131,072 tokens, got 'abc'"),
-                                           ("200000", r"T: expected a number from 1 to 131,072 tokens, got 200,000"),
-                                           ("1/0", "T: expected a number")])
-def test_a_typed_value_the_slider_cannot_take_is_refused_visibly(typed, message):
+@pytest.mark.parametrize("typed,message", [
+    ("abc", r"T: expected a whole number from 1 to 131,072 tokens, got 'abc'"),
+    ("200000", r"T: expected a whole number from 1 to 131,072 tokens, got 200,000"),
+    ("1/0", "T: expected a whole number"),
+    ("2,91", r"T: expected .* got '2,91' \(use a decimal point"),
+    ("100.5", r"T: expected a whole number .* got 100.5")])
+def test_a_typed_value_the_control_cannot_take_is_refused_visibly(typed, message):
     explorer = FormulaExplorer(ENTRIES["kv-cache"], science="KV cache size")
     before = explorer.values["T"]
     explorer.boxes["T"].value = typed
     assert re.search(message, explorer.error) and "kept 512" in explorer.error
     assert explorer.values["T"] == before and explorer.boxes["T"].value == label(before)  # nothing half-applied
     assert html.escape(explorer.error) in explorer.status_html.value
+    assert explorer.controls["T"].message == explorer.error  # also in the control's own line
     explorer.boxes["T"].value = "1000"  # the next good value clears the message
-    assert explorer.error == "" and explorer.values["T"] != before and "nearest" in explorer.status_html.value
+    assert explorer.error == "" and explorer.values["T"] == 1000 and explorer.status_html.value == ""
 
 
 def test_grids_equal_numpys_linspace_and_geomspace():

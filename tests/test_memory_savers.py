@@ -69,6 +69,8 @@ def test_lab_highlights_the_selection_and_shows_its_numbers():
         ring = lab.figure.data[-1]  # the red ring marks the learner's selection
         assert ring.x == (row["bytes_per_token"],) and ring.y == (row["delta_bits_per_byte"],)
         assert f"{row['bits_per_byte']:.4f}" in lab.readout_html.value
+    lab.update(selection="SWA W=16 local")  # a window run: ringed on the bytes-only strip
+    assert lab.figure.data[-1].y == ("window, retrained",) and lab.figure.data[-1].yaxis == "y2"
     assert f"on {DATA['date']}" in lab.figure.layout.title.text
     lab.update(window=4, written=9)
     assert "holds positions 5–8" in lab.ring_html.value and "overwrites slot 1" in lab.ring_html.value
@@ -78,6 +80,8 @@ def test_lab_highlights_the_selection_and_shows_its_numbers():
     assert 0 < q.max_error <= q.scale / 2 * (1 + 1e-5)
     with pytest.raises(ValueError, match="written: expected an integer in"):
         lab.update(written=500)
+    assert lab.written.type("30") and "holds positions 26–29" in lab.ring_html.value
+    assert not lab.window.type("17") and "from 2 to 16 slots" in lab.window.message and lab.reading.window == 4
     with pytest.raises(ValueError, match="selection: expected one of"):
         lab.update(selection="MHA int3")
 
@@ -167,5 +171,32 @@ def test_real_model_lab_follows_its_controls():
     assert kept_spans("sinks", 1000, 256) == [(0, 3), (749, 1000)] and kept_spans("window", 10, 256) == [(0, 10)]
     lab.update(bits=4, block="values per token (KIVI)")
     assert lab.reading.kivi.original.shape == (32, 64) and "values per token" in lab.kivi_html.value
+    assert lab.position.type("1234") and lab.reading.position == 1234  # typed, used exactly
     with pytest.raises(ValueError, match="selection: expected one of"):
         lab.update(selection="kivi1")
+
+
+def test_the_frontier_ranks_only_comparable_runs_and_a_click_selects():
+    """The window runs of this tiny model (it memorised its text) sat in the 'better' corner, below full MHA."""
+    from widgets.memory_savers_lab import comparable, frontier_figure
+
+    fig = frontier_figure(DATA)
+    ranked = [t for t in fig.data[:-1] if t.yaxis == "y"]  # the panel whose y axis is 'lower is better'
+    strip = [t for t in fig.data[:-1] if t.yaxis == "y2"]
+    ranked_labels = {label for t in ranked for label in t.text}
+    assert ranked_labels == {r["label"] for r in DATA["rows"] if comparable(r)}
+    assert not any(r["family"].startswith("window") for r in DATA["rows"] if r["label"] in ranked_labels)
+    assert {label for t in strip for label in t.text} == {r["label"] for r in DATA["rows"] if not comparable(r)}
+    assert all(t.name.endswith("(not comparable)") for t in strip)
+    best = min((r for r in DATA["rows"] if r["label"] in ranked_labels), key=lambda r: r["delta_bits_per_byte"])
+    assert comparable(best)
+    assert "better" in fig.layout.annotations[0].text and "not comparable" in fig.layout.annotations[1].text
+    assert all(t.marker.color not in ("white", "#fff", "#ffffff") for t in fig.data)  # legend markers visible
+    lab = MemorySaversLab(selection="MHA int8")
+    trace = next(t for t in lab.figure.data if "GQA K=2" in (t.text or ()))
+
+    class Points:  # what plotly passes to an on_click callback
+        point_inds = [list(trace.text).index("GQA K=2")]
+
+    lab._on_point(trace, Points())
+    assert lab.selection.value == "GQA K=2" and lab.reading.row["label"] == "GQA K=2"

@@ -88,6 +88,12 @@ out["mesh_lab"]["snapped"] = [lab.batch.value, lab.batch.step, lab.error,
                               "batch moved from 4 to 8" in lab.status_html.value]
 lab.batch.value = 16
 out["mesh_lab"]["snapped"].append("batch moved" in lab.status_html.value)  # said once, not at every move
+lab.update(mesh_shape="2×4", batch=8)
+lab.mesh_shape.value = "1×8"  # a data axis of 1 takes every batch: B = 8 stays (it became 9, unannounced)
+out["mesh_lab"]["kept"] = [lab.batch.value, lab.reading.batch, "batch moved" in lab.status_html.value,
+                           lab.batch.type("9"), lab.reading.batch]
+lab.mesh_shape.value = "2×4"  # 9 is not a multiple of 2: moved, and said so
+out["mesh_lab"]["kept"] += [lab.batch.value, "batch moved from 9 to" in lab.status_html.value]
 import widgets.mesh_lab as mesh_lab_module
 
 
@@ -179,6 +185,7 @@ def test_mesh_lab_measures_each_device(mesh_runs):
     assert lab["replicated_note"] and lab["after"] == ["", False, share // 2]
     assert lab["bad_batch"] == "batch: expected an integer in [2, 64] in steps of 2, got 3"  # the slider's grid
     assert lab["snapped"] == [8, 8, "", True, False]
+    assert lab["kept"][:5] == [8, 8, False, True, 9] and lab["kept"][6] is True
     error, stale = lab["table_after_error"]
     assert error == "mesh: broken on purpose" and stale == ""  # no table of the last setting under the error
 

@@ -179,8 +179,14 @@ def test_lab_renders_and_responds(entry):
     assert lab.error == "" and [p.x for p in lab.reading.decode_points] == [1, 2]
     assert [p.x for p in lab.reading.prefill_points] == [8]
     busy = []  # while a measurement runs, neither button takes a second click
-    lab._measure("timing", lambda: busy.append((lab.measure_button.disabled, lab.profile_button.disabled)))
-    assert busy == [(True, True)] and not lab.measure_button.disabled and not lab.profile_button.disabled
+    lab._measure("timing", lambda: busy.append((lab.measure_button.disabled, lab.profile_button.disabled,
+                                                lab.batch.disabled, lab.context.disabled,
+                                                lab.measure_button.description, lab.status_html.value)))
+    assert busy[0][:4] == (True, True, True, True) and busy[0][4].startswith("working")
+    assert "timing" in busy[0][5]  # the note is on screen while it works
+    assert not lab.measure_button.disabled and not lab.profile_button.disabled and not lab.batch.disabled
+    assert lab.measure_button.description == "time this model here"
+    assert lab.context.type("37") and lab.reading.context == 37  # typed, used exactly
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
 

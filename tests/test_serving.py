@@ -106,7 +106,35 @@ def test_serving_lab_renders_the_measured_waste_bar_and_refuses_bad_values():
     lab.update(page_size=16)
     lab.update(page_size=8, n=2)  # back to a setting already run: served from the cache
     assert lab.reading.seconds == 0 and lab.reading.results is r.results
-    with pytest.raises(ValueError, match="page_size: expected one of 1, 8, 16, 32, 64, got 4"):
+    with pytest.raises(ValueError, match="page_size: expected one of 1, 8, 16, 32, 64 .*, got 4"):
         lab.update(page_size=4)
+    assert not lab.page_size.type("4") and "expected one of 1, 8, 16, 32, 64" in lab.page_size.message
+    assert lab.page_size.type("32") and lab.reading.page_size == 32  # typing is taken (it was ignored)
+    assert lab.rate.type("0.45") and lab.reading.rate == 0.45  # off the 0.1 grid, used as typed
+    lab.update(budget_mib=2, page_size=64, lengths="uniform", n=4)
+    assert lab.error.startswith("KV memory budget (2 MiB) too small: ") and "budget_bytes" not in lab.error
     html = page_table_html({(0, 0): [3, 5], (0, 1): [3, 7]}, {3}, 16)
     assert html.count("background:#ffe082") == 3  # the legend and page 3 in both rows
+
+
+def test_the_copy_on_write_demo_has_a_partly_filled_page_to_copy():
+    """labs/serving.ipynb's prompt was exactly 3 pages: it printed 'copies made: []' under text about the copy."""
+    import json
+    import re
+    from pathlib import Path
+
+    from flax import nnx
+
+    from dantinox import paged, tokenizer
+
+    cells = json.loads((Path(__file__).parents[1] / "labs" / "serving.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "paged.sample_n(" in "".join(c["source"]))
+    text = re.search(r'prompt = np\.array\(\[tokenizer\.encode\("([^"]+)"\)\]', source).group(1)
+    page = int(re.search(r"page_size=(\d+)", source).group(1))
+    assert len(tokenizer.encode(text)) % page, "the demo prompt must end inside a page, or nothing is copied"
+    assert "len(run.copies)" in source  # the notebook checks the copies itself
+    model = dantinox.Transformer(dantinox.ModelConfig.preset("test"), rngs=nnx.Rngs(0))
+    for length, copies in ((10, 2), (16, 0)):  # a partly filled last page is copied by all but the last sample
+        ids = np.arange(1, length + 1, dtype=np.int32)[None]
+        run = paged.sample_n(model, ids, n=3, max_new_tokens=4, page_size=8, temperature=1.0, seed=0)
+        assert len(run.copies) == copies

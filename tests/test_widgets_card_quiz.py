@@ -142,3 +142,14 @@ def test_an_empty_answer_names_what_the_question_wants(entry):
     assert "option" not in quiz.feedback[numeric].value
     quiz._submit(choice)
     assert "answer: choose an option first" in quiz.feedback[choice].value
+
+
+def test_a_decimal_comma_is_refused_in_one_line_never_read_as_thousands(entry):
+    quiz = Quiz(entry)
+    with pytest.raises(ValueError, match=r"got '2,91'.*write a decimal with a point \(2\.91\)"):
+        quiz.answer(0, "2,91")  # was read as 291
+    assert not quiz.records  # refused: nothing graded
+    quiz.inputs[0].value = "6,0"
+    quiz._submit(0)
+    assert "a comma only groups thousands" in quiz.feedback[0].value
+    assert quiz.answer(0, "6.0") is True and quiz.answer(0, "6,291,456") is False  # grouped thousands still read

@@ -36,7 +36,8 @@ def test_the_lab_runs_every_mode_and_follows_the_controls(lab, monkeypatch):
 
     def watched(*args):
         during.update(message=lab.message.value, disabled=[c.disabled for c in (lab.block_size, lab.gen_length,
-                                                                                lab.threshold, lab.play)])
+                                                                                lab.threshold, lab.play)],
+                      table=lab.table.value)
         return real(*args)
 
     monkeypatch.setattr("widgets.diffusion_lab.run_modes", watched)
@@ -44,6 +45,7 @@ def test_the_lab_runs_every_mode_and_follows_the_controls(lab, monkeypatch):
     assert len(seen) == 1 and seen[0] is runs is lab.runs  # one run of the three modes for three controls
     assert during["disabled"] == [True] * 4 and not any(c.disabled for c in (lab.block_size, lab.threshold))
     assert "compiling 3 program(s) (none, prefix, dual)" in during["message"]
+    assert "previous settings" in during["table"] and "previous settings" not in lab.table.value  # marked, then new
     assert re.search(r"about \d+ s \(measured", during["message"])  # from the compile the lab timed at start
     dual = runs["dual"].result
     assert dual.nfe == 32 and lab.step.max == lab.play.max == 32
@@ -80,7 +82,9 @@ def test_run_modes_is_the_lab_without_a_widget(lab, model):
 def test_bad_settings_raise_and_failures_show_in_the_lab(lab, monkeypatch):
     with pytest.raises(ValueError, match="^update: unknown control"):
         lab.update(blocks=3)
-    with pytest.raises(ValueError, match="^block_size: expected one of 4, 8, got 5$"):
+    with pytest.raises(ValueError, match=r"^block_size: expected an integer in \[4, 8\], got 3$"):
+        lab.update(block_size=3)
+    with pytest.raises(ValueError, match=r"^block_size: expected a divisor of the gen length \(\d+\), got 5$"):
         lab.update(block_size=5)
     with pytest.raises(ValueError, match="^gen_lengths: each must be a multiple"):
         DiffusionLab(lab.model, prompt="the cat ", gen_lengths=(20,), block_sizes=(8,), gen_length=20, block_size=8)
@@ -118,10 +122,20 @@ def test_browser_moves_run_once_at_the_value_they_settle_on(lab, monkeypatch):
 
     async def three_arrow_presses():
         for value in (0.45, 0.4, 0.35):
-            lab.threshold.set_state({"value": value})  # what a message from the front end does
+            stops = [v for _, v in lab.threshold.slider.options]
+            lab.threshold.slider.set_state({"index": stops.index(value)})  # what a message from the front end does
         assert ran == [] and "threshold 0.35" in lab.message.value
         await asyncio.sleep(SETTLE_S + 0.3)
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # an event loop of its own, as a kernel has one
         pool.submit(asyncio.run, three_arrow_presses()).result()
     assert ran == [0.35] and lab.runs["dual"].result.threshold == pytest.approx(0.35)
+
+
+def test_typed_sizes_are_taken_or_refused_in_one_line(lab):
+    lab.update(threshold=0.9, gen_length=16, block_size=8)
+    assert not lab.block_size.type("5") and "divisor of the gen length (16), got 5; kept 8" in lab.block_size.message
+    assert not lab.gen_length.type("20") and "multiple of the block size (8)" in lab.gen_length.message
+    assert lab.runs["dual"].result.block_size == 8 and lab.runs["dual"].result.gen_length == 16
+    assert lab.threshold.type("0.83") and lab.runs["dual"].result.threshold == pytest.approx(0.83)  # off the grid
+    assert not lab.threshold.type("0,83") and "decimal point" in lab.threshold.message

@@ -258,3 +258,32 @@ def test_bytes_that_are_not_utf8_on_their_own_read_as_escapes():
     assert tokenizer.decode([0xE2, 0x41]) == "\ufffdA"  # the library default
     assert tokenizer.decode([0xE2, 0x41], errors="backslashreplace") == "\\xe2A"  # what the panel shows
     assert tokenizer.decode(list("é".encode())) == "é"  # a whole character is unchanged
+
+
+def test_the_already_running_note_goes_when_the_run_ends(lab, tmp_path, monkeypatch):
+    import threading
+
+    gate, real = threading.Event(), dantinox.stream
+
+    def held(*args, **kwargs):  # the decode waits until the test has clicked a second time
+        gate.wait(60)
+        yield from real(*args, **kwargs)
+
+    monkeypatch.setattr(dantinox, "stream", held)
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=8)
+    panel.run(use_cache=True)
+    panel.run(use_cache=False)  # a click while it runs
+    assert "already running" in panel.status.value
+    gate.set()
+    panel.wait()
+    assert panel.error == "" and "already running" not in panel.status.value  # it stayed after the run
+    assert "untrained weights" in panel.status.value  # the line it covered is back
+
+
+def test_new_tokens_are_typed_exactly_and_the_cache_axis_takes_the_fitting_unit(lab, tmp_path):
+    panel = GeneratePanel(lab, preset=None, runs_dir=tmp_path, prompt="abc", new_tokens=20)
+    assert panel.new_tokens.type("13") and panel.new_tokens.value == 13
+    assert not panel.new_tokens.type("62") and "from 1 to 61 tokens" in panel.new_tokens.message
+    panel.run(use_cache=True, wait=True)
+    assert panel.error == "" and len(panel.runs["cache"].tokens) == 13
+    assert panel.figure.layout.yaxis.title.text == "KiB"  # a few KiB of cache: not 0.01 MiB

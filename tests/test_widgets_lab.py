@@ -156,3 +156,25 @@ def test_plot_marks_shape_sized_points(entry):
     arrays, shapes = plot.figure.data[3], plot.figure.data[4]
     assert list(arrays.x) == [8] and list(shapes.x) == [64]
     assert "not allocated" in shapes.name
+
+
+def test_a_typed_token_count_is_used_exactly_or_refused_in_one_line(lab):
+    assert lab.tokens.type("37") and lab.reading.tokens == 37 and lab.error == ""
+    assert not lab.tokens.type("65") and lab.reading.tokens == 37
+    assert lab.tokens.message == "tokens T: expected a whole number from 1 to 64 tokens, got 65; kept 37"
+    assert not lab.batch.type("2,5") and "decimal point" in lab.batch.message and lab.reading.batch == 1
+
+
+def test_the_plot_axis_takes_the_unit_that_fits_its_numbers(entry):
+    from widgets.plot import byte_unit
+
+    assert [byte_unit(n)[0] for n in (0, 1023, 1024, 5 * 2**20, 2**30, 2**50)] == ["B", "B", "KiB", "MiB", "GiB",
+                                                                                   "TiB"]
+    lab = CacheLab(entry, preset="test", tokens=8, attention="mha", cache_dtype="float32")
+    plot = CachePlot(lab)
+    largest = max(max(t.customdata) for t in plot.figure.data[:3])
+    unit, factor = byte_unit(largest)
+    assert plot.figure.layout.yaxis.title.text == f"KV cache ({unit})" and unit == "KiB"
+    assert plot.figure.data[0].y[-1] == pytest.approx(plot.figure.data[0].customdata[-1] / factor)
+    lab.update(preset="reference", batch=256)  # ~1e5 MiB stayed in MiB
+    assert max(plot.figure.data[0].y) < 1024 and plot.figure.layout.yaxis.title.text.endswith("(GiB)")

@@ -41,7 +41,7 @@ def test_slider_moves_update_the_same_traces(lab):
     lab.latent.value = 32  # as a learner moves the slider: the same figure and traces, updated in place
     assert lab.reading.cfg.kv_latent_dim == 32 and list(lab.figure.data) == traces
     assert lab.figure.data[0].name == "MLA (C=32, R=4), derived (current)"
-    assert lab.figure.data[0].y[-1] * 2**20 == pytest.approx(lab.derived_bytes(lab.reading.cfg, 3, 64))
+    assert lab.figure.data[0].customdata[-1] == lab.derived_bytes(lab.reading.cfg, 3, 64)
     lab.tokens.value = 50
     assert list(lab.figure.data[-3].x) == [40, 50]  # measured dots where the learner has been
 
@@ -56,3 +56,9 @@ def test_lab_refuses_bad_settings_and_guards_memory(entry):
     assert r.source == "shapes" and r.residual == 0 and "Memory guard" in lab.status_html.value
     with pytest.raises(ValueError, match="^gqa_kv_heads: expected a divisor of n_heads=4"):
         MlaLab(entry, preset="test", gqa_kv_heads=3)
+
+
+def test_typed_widths_are_used_exactly_and_an_odd_rope_width_is_refused(lab):
+    assert lab.latent.type("13") and lab.reading.cfg.kv_latent_dim == 13  # off the slider's steps of 8
+    assert not lab.rope.type("3") and lab.reading.cfg.rope_head_dim == 4
+    assert "in steps of 2, got 3; kept 4" in lab.rope.message

@@ -19,7 +19,7 @@ def test_the_lab_reads_the_ledger_and_follows_its_controls(tmp_path):
     assert lab.reading.ledger.total_bytes == kv_ledger("deepseek-v3", 4096, 2, "int8").total_bytes
     assert [t.name for t in lab.layers_fig.data] == ["latent"] and "weights alone do not fit" in lab.readout_html.value
     lab.model.value = "llama-2-7b"  # a shorter context: the T stops follow the model
-    assert lab.tokens.options[-1][1] == 4096 and lab.tokens.value == 4096
+    assert lab.tokens.slider.options[-1][1] == 4096 and lab.tokens.value == 4096
     (tmp_path / "config.json").write_text(json.dumps({**catalogue()["qwen3-8b"]["config"], "global_head_dim": 512}))
     lab.path.value = str(tmp_path / "config.json")
     lab.load_button.click()
@@ -28,3 +28,32 @@ def test_the_lab_reads_the_ledger_and_follows_its_controls(tmp_path):
     lab.load_button.click()
     assert lab.model.value.startswith("your file") and lab.error == ""
     assert token_choices(40_960)[-2:] == [32_768, 40_960]
+
+
+def test_typed_tokens_are_used_exactly_and_a_new_model_keeps_them(tmp_path, monkeypatch):
+    lab = RealModelsLab(model="gemma-3-27b", tokens=131_072)
+    assert lab.tokens.type("4096") and lab.tokens.value == 4096  # was ignored: every number stayed at 131,072
+    assert lab.reading.ledger.tokens == 4096 and "T = 4,096" in lab.layers_fig.layout.title.text
+    assert lab.tokens.type("100,000") and lab.reading.ledger.tokens == 100_000  # off the powers of two
+    assert not lab.tokens.type("200000") and lab.reading.ledger.tokens == 100_000
+    assert "from 1 to 131,072 tokens" in lab.tokens.message
+    lab.tokens.type("3000")
+    (tmp_path / "config.json").write_text(json.dumps(catalogue()["qwen3-8b"]["config"]))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    lab.path.value = "~/config.json"  # '~' expanded as a shell would
+    lab.load_button.click()
+    assert lab.error == "" and lab.model.value.startswith("your file") and lab.tokens.value == 3000  # T kept
+    lab.model.value = "llama-2-7b"
+    assert lab.tokens.value == 3000 and lab.tokens.max == 4096
+
+
+def test_the_readouts_say_what_limits_and_what_the_naive_formula_misses():
+    lab = RealModelsLab(model="gemma-3-27b", tokens=512)  # T below the 1,024-token window
+    html = lab.readout_html.value
+    assert "not T = 512" not in html and "the window covers every token" in html
+    assert "+0.0 %" not in html
+    assert "context limit (max_position_embeddings)" in html  # 1 sequence: the model's limit stops it, not memory
+    lab.update(batch=256, tokens=32_768)
+    assert "memory limit" in lab.readout_html.value
+    title = lab.layers_fig.layout.title.text
+    assert "<br>" in title and len(title.split("<br>")[0]) < 70  # one long line was cut off

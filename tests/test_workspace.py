@@ -123,3 +123,43 @@ def test_the_labs_folder_holds_only_the_labs():
     """Learners see notebooks there, not the test machinery (conftest.py, nbval's sanitizers live elsewhere)."""
     names = {p.name for p in shipped.LABS.iterdir() if p.is_file() and not p.name.startswith(".")}
     assert names and {Path(n).suffix for n in names} == {".ipynb"}, sorted(names)
+
+
+def test_the_learners_jupyterlab_loads_no_site_only_extension_and_shows_no_news_toast(tmp_path):
+    """Every page logged 'Shared module @jupyterlite/services doesn't exist' (the site build's kernel extension),
+    and JupyterLab's news question covered the lower right of every lab."""
+    import re
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv, env = workspace.lab_command(tmp_path, [f"--port={port}", "--ip=127.0.0.1", "--no-browser",
+                                                 "--IdentityProvider.token=t"])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    links = tmp_path / ".jupyter-config" / "labextensions"
+    assert not list(links.glob("@jupyterlite/*")) and (links / "@jupyter-widgets" / "jupyterlab-manager").is_dir()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, page = time.time() + 90, None
+        while page is None and time.time() < deadline:
+            assert proc.poll() is None, "jupyter lab exited"
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token=t", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.3)
+        config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
+        names = [e["name"] for e in config["federated_extensions"]]
+        assert not [n for n in names if n.startswith("@jupyterlite/")]
+        assert {"@jupyter-widgets/jupyterlab-manager", "jupyterlab-plotly", "anywidget"} <= set(names)
+        assert "@jupyterlab/apputils-extension:announcements" in config["disabledExtensions"]
+        assert "@jupyter/nbgrader" in config["disabledExtensions"]  # the hidden menus stay hidden
+        widgets_ext = config["federated_extensions"][names.index("@jupyter-widgets/jupyterlab-manager")]
+        url = f"http://127.0.0.1:{port}/lab/extensions/{widgets_ext['name']}/{widgets_ext['load']}?token=t"
+        assert urllib.request.urlopen(url, timeout=10).status == 200  # served through the link
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -14,6 +14,7 @@ import ipywidgets as widgets
 import traitlets
 
 from widgets._html import error_box
+from widgets.number_input import NumberInput
 
 
 def describe(err: Exception) -> str:
@@ -23,7 +24,15 @@ def describe(err: Exception) -> str:
 
 def check_value(control: widgets.Widget, value: Any, name: str) -> None:
     """Refuse what the control would clamp or reject, in one line naming the control and its range."""
-    if isinstance(control, widgets.IntSlider):
+    if isinstance(control, NumberInput):  # any value in range, off the slider's stops too
+        m, kind = control.multiple_of, "an integer" if control.integer else "a number"
+        number = isinstance(value, int) if control.integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not number or not control.min <= value <= control.max or (m != 1 and value % m):
+            steps = f" in steps of {m}" if m != 1 else ""
+            raise ValueError(f"{name}: expected {kind} in [{control.min}, {control.max}]{steps}, got {value!r}")
+        if control.check is not None:
+            control.check(value)
+    elif isinstance(control, widgets.IntSlider):
         step = control.step or 1
         if isinstance(value, bool) or not isinstance(value, int) or not control.min <= value <= control.max \
                 or (value - control.min) % step:

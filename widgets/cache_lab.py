@@ -21,6 +21,7 @@ import dantinox
 from dantinox.config import DTYPES, heads_fields
 from widgets._controls import Lab
 from widgets._html import badge, esc, formula_block, note_box, readout_table
+from widgets.number_input import NumberInput
 from widgets.readings import (
     DEFAULT_BUDGET,
     KV_PER_TOKEN,
@@ -95,9 +96,10 @@ class CacheLab(Lab):
         style, layout = {"description_width": "150px"}, widgets.Layout(width="520px")
         self.preset = widgets.Dropdown(options=[(PRESET_LABELS.get(p, p), p) for p in dantinox.PRESETS],
                                        description="model preset", style=style, layout=layout)
-        self.tokens = widgets.IntSlider(min=1, max=1, description="tokens T", style=style, layout=layout)
-        self.batch = widgets.IntSlider(min=1, max=max_batch_slider, description="concurrency B",
-                                       style=style, layout=layout)
+        self.tokens = NumberInput(value=1, min=1, max=1, description="tokens T", unit="tokens", style=style,
+                                  layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=max_batch_slider, description="concurrency B",
+                                 unit="sequences", style=style, layout=layout)
         self.attention = widgets.ToggleButtons(options=list(self.ATTENTIONS), description="attention",
                                                style=style)
         self.kv_heads = widgets.Dropdown(description="KV heads K", style=style, layout=layout)

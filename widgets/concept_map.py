@@ -155,9 +155,13 @@ class ConceptMap(widgets.VBox):
                        standoff=14, startstandoff=14, text="")
                   for i, e in self.entries.items() for p in e.prerequisites if p in pos]
         ids = list(self.path)
+        # names as annotations on a white box, drawn after the arrows: as scatter text they sat under the arrows
+        labels = [dict(x=pos[i][0], y=pos[i][1], yshift=20, text=esc(self.entries[i].short_name), showarrow=False,
+                       xref="x", yref="y", bgcolor="rgba(255,255,255,0.92)", borderpad=1, font=dict(size=12))
+                  for i in self.path]
         nodes = go.Scatter(
-            x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", customdata=ids,
-            text=[esc(self.entries[i].short_name) for i in ids], textposition="top center",
+            x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers", customdata=ids,
+            text=[esc(self.entries[i].short_name) for i in ids],
             hovertext=[f"<b>{esc(self.entries[i].name)}</b> ({esc(self.entries[i].level)})" for i in ids],
             hoverinfo="text", name="entries",
             marker=dict(size=22, color=[LEVEL_COLOURS.get(self.entries[i].level, "#444") for i in ids],
@@ -167,7 +171,7 @@ class ConceptMap(widgets.VBox):
         columns = max(x for x, _ in pos.values())
         rows = max(abs(y) for _, y in pos.values())
         return FigureWidget(data=[related, nodes], layout=dict(
-            height=max(320, 90 * (2 * rows + 1) + 80), width=860, showlegend=False, annotations=arrows,
+            height=max(320, 90 * (2 * rows + 1) + 80), width=860, showlegend=False, annotations=[*arrows, *labels],
             margin=dict(l=20, r=20, t=60, b=20), hovermode="closest", plot_bgcolor="white",
             xaxis=dict(visible=False, range=[-0.5, columns + 0.5]),
             yaxis=dict(visible=False, range=[-rows - 0.7, rows + 0.7]),

@@ -35,6 +35,7 @@ from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box
+from widgets.number_input import NumberInput
 from widgets.readings import formula_params
 
 KIB = 1024
@@ -90,7 +91,10 @@ def _browser_loop(change: dict | None) -> asyncio.AbstractEventLoop | None:
 
     ipywidgets locks a property while it applies the front end's update, so a locked name is a browser move.
     """
-    if not change or change["name"] not in getattr(change["owner"], "_property_lock", {}):
+    if not change:
+        return None
+    owner = change["owner"]
+    if not (owner.from_browser if isinstance(owner, NumberInput) else change["name"] in owner._property_lock):
         return None
     try:
         return asyncio.get_running_loop()
@@ -169,14 +173,16 @@ class DiffusionLab(Lab):
                                  f"most max_context - prompt = {room}, got {g}")
         style = {"description_width": "120px"}
         wide = widgets.Layout(width="460px")
-        self.block_size = widgets.SelectionSlider(options=block_sizes, value=block_size, description="block size",
-                                                  continuous_update=False, style=style, layout=wide)
-        self.threshold = widgets.FloatSlider(value=threshold, min=0.05, max=1.0, step=0.05, readout_format=".2f",
-                                             description="threshold", continuous_update=False, style=style,
-                                             layout=wide)
-        self.gen_length = widgets.SelectionSlider(options=gen_lengths, value=gen_length,
-                                                  description="gen length", continuous_update=False, style=style,
-                                                  layout=wide)
+        self._room = room
+        self.block_size = NumberInput(value=block_size, min=min(block_sizes), max=max(block_sizes),
+                                      grid=sorted(block_sizes), description="block size", unit="tokens",
+                                      check=self._check_block, continuous_update=False, style=style, layout=wide)
+        self.threshold = NumberInput(value=threshold, min=0.05, max=1.0, step=0.05, integer=False,
+                                     description="threshold", continuous_update=False, style=style, layout=wide)
+        self.gen_length = NumberInput(value=gen_length, min=min(gen_lengths), max=max(gen_lengths),
+                                      grid=sorted(gen_lengths), description="gen length", unit="tokens",
+                                      check=self._check_gen_length, continuous_update=False, style=style,
+                                      layout=wide)
         self.show = widgets.ToggleButtons(options=CACHE_MODES, value=show, description="show", style=style)
         self.step = widgets.IntSlider(min=1, max=1, value=1, description="step", style=style, layout=wide)
         self.play = widgets.Play(min=1, max=1, value=1, interval=350, description="play", tooltip=(
@@ -205,6 +211,20 @@ class DiffusionLab(Lab):
         self.observe_controls(self.block_size, self.threshold, self.gen_length)
         self.refresh()
 
+    # Controls ----------------------------------------------------------------------------------------
+    def _check_block(self, block: int) -> None:
+        """A block size must divide the generation length: the decode runs whole blocks."""
+        gen = self.gen_length.value if hasattr(self, "gen_length") else block
+        if gen % block:
+            raise ValueError(f"block_size: expected a divisor of the gen length ({gen}), got {block}")
+
+    def _check_gen_length(self, gen: int) -> None:
+        """A generation length must be whole blocks and fit the context after the prompt."""
+        block = self.block_size.value
+        if gen % block or gen > self._room:
+            raise ValueError(f"gen_length: expected a multiple of the block size ({block}) up to {self._room} "
+                             f"(max_context - prompt), got {gen}")
+
     # Running -----------------------------------------------------------------------------------------
     def _settings(self) -> tuple[int, int, float]:
         return self.gen_length.value, self.block_size.value, round(float(self.threshold.value), 6)
@@ -229,6 +249,9 @@ class DiffusionLab(Lab):
         busy = (self.block_size, self.threshold, self.gen_length, self.show, self.step, self.play)
         for control in busy:
             control.disabled = True  # sent at once: a move made while decoding would otherwise queue a run
+        if self.runs:  # the old table stays readable but says it is the old one until the new runs replace it
+            self.table.value = (f"<div style='color:#8d6e63'><b>previous settings</b> (decoding the new ones, see "
+                                f"above)</div><div style='opacity:0.45'>{self.table.value}</div>")
         try:
             return super().refresh()
         finally:

@@ -1,16 +1,17 @@
 """The formula explorer: any science item of any entry, one control per variable, driven by the YAML alone.
 
     explorer = FormulaExplorer(content.load_entry("paged-attention"))
-    explorer.set(T=1000, P=16)              # what moving the sliders does (values the sliders can show)
+    explorer.set(T=1000, P=16)              # any value in range, used exactly (the slider moves to its nearest stop)
     explorer.reading.result                 # == content.evaluate(entry, item, **explorer.reading.values)
     explorer.load_spec(0)                   # one click: a spec's published inputs into the sliders
-    explorer.type_value("T", "4100")        # what typing in the box beside a slider does: snapped, and said so
+    explorer.type_value("T", "32768")       # what typing in the box beside a slider does: T = 32,768 exactly
 
-Each variable's control comes from its range in content (`content.ranges`): a slider over a linear or log
-grid that always holds min, max, default and every spec input, in whole steps for integer variables, or a
-dropdown of allowed values. Beside each slider a box takes a typed number: it is applied at the slider's
-nearest value (the explorer says when it snapped) or refused with a message; the box always shows what the
-formula uses. The result is derived: `content.evaluate` of the item, nothing computed here.
+Each variable's control comes from its range in content (`content.ranges`): a NumberInput (widgets.number_input)
+whose slider runs over a linear or log grid that always holds min, max, default and every spec input, in whole
+steps for integer variables, or a dropdown of allowed values. The box beside each slider takes a typed number:
+inside the range it is used exactly as typed, even between the slider's stops (a standard context length such as
+32,768 is not moved to a grid point); outside it, or not a number, it is refused in one line naming the range.
+The result is derived: `content.evaluate` of the item, nothing computed here.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import traitlets
 
 import content
 from content import expr, ranges
-from content.units import format_value, number_text, param_text, parse_number
+from content.units import format_value, number_text, param_text
 from widgets._figure import FigureWidget
-from widgets._html import badge, error_box, esc, note_box
+from widgets._html import badge, error_box, esc
+from widgets.number_input import NumberInput
 
 GRID_STEPS = 96  # slider positions over a range; a narrow linear integer range gets every integer
 PLOT_POINTS = 96  # points of the result-vs-variable curve
@@ -88,13 +90,6 @@ def value_grid(var: Any, extra: tuple[float, ...] = ()) -> list[int | float]:
         if text not in out or v in keep:
             out[text] = v
     return sorted(out.values())
-
-
-def nearest(var: Any, options: list[float], value: float) -> int | float:
-    """The option closest to `value`: by ratio for log-scale variables, by difference otherwise."""
-    if var.scale == "log" and value > 0:
-        return min(options, key=lambda v: abs(math.log(v / value)))
-    return min(options, key=lambda v: abs(v - value))
 
 
 def substitute(compute: str, values: dict[str, float]) -> str:
@@ -191,26 +186,26 @@ class FormulaExplorer(widgets.VBox):
             description = f"{name} [{var.unit}]"
             tip = f"{name}: {var.meaning} ({ranges.describe(var)} {var.unit})"
             if var.values is not None:
-                control = widgets.Dropdown(options=[(label(v), v) for v in value_grid(var)])
-            else:
-                control = widgets.SelectionSlider(options=[(label(v), v) for v in value_grid(var, inputs)],
-                                                  continuous_update=True, readout=False)
-            control.description, control.tooltip = description, tip
-            control.style = {"description_width": "170px"}
-            control.layout = widgets.Layout(width="620px" if var.values is not None else "520px")
-            control.value = ranges.as_number(var, var.default)
+                control = widgets.Dropdown(options=[(label(v), v) for v in value_grid(var)], description=description,
+                                           tooltip=tip, style={"description_width": "170px"},
+                                           layout=widgets.Layout(width="620px"))
+                control.value = ranges.as_number(var, var.default)
+                rows.append(control)
+            else:  # a slider over the grid and a box that takes any value in range, exactly as typed
+                lo, hi = ranges.bounds(var)
+                control = NumberInput(value=ranges.as_number(var, var.default), min=ranges.as_number(var, lo),
+                                      max=ranges.as_number(var, hi), integer=ranges.is_integer(var),
+                                      scale=var.scale or "linear", grid=value_grid(var, inputs),
+                                      description=description, name=name, unit=var.unit,
+                                      style={"description_width": "170px"},
+                                      layout=widgets.Layout(width="520px"), box_width="110px")
+                control.slider.tooltip = tip
+                control.box.tooltip = f"type a value for {name} ({ranges.describe(var)} {var.unit}) and press Enter"
+                control.observe(lambda change: self._typed_error(change["new"]), names="error")
+                self.boxes[name] = control.box
+                rows.append(control)
             control.observe(lambda _: self._on_change(), names="value")
             self.controls[name] = control
-            if var.values is not None:
-                rows.append(control)
-                continue
-            box = widgets.Text(value=label(control.value), continuous_update=False, tooltip=(
-                f"type a value for {name} ({ranges.describe(var)} {var.unit}) and press Enter"),
-                layout=widgets.Layout(width="110px"))
-            box.observe(lambda change, name=name: self._guard(lambda: self.type_value(name, change["new"])),
-                        names="value")
-            self.boxes[name] = box
-            rows.append(widgets.HBox([control, box]))
         buttons = []
         for i, spec in specs:
             button = widgets.Button(description=f"load: {spec.label}", tooltip=spec.context,
@@ -231,16 +226,22 @@ class FormulaExplorer(widgets.VBox):
 
     # Setting values ------------------------------------------------------------------------------
     def set(self, **values: float) -> ExplorerReading | None:
-        """Set some variables at once (one refresh); a value the control cannot show raises ValueError."""
+        """Set some variables at once (one refresh), each used exactly; a value its control does not take (out
+        of range, not whole where the variable is, not one of a dropdown's values) raises ValueError."""
         for name, value in values.items():
             if name not in self.controls:
                 raise ValueError(f"{name}: expected a variable of {self.item.title!r} "
                                  f"({', '.join(self.controls)}), got {name!r}")
-            options = [v for _, v in self.controls[name].options]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value not in options:
-                var = self.item.variables[name]
-                raise ValueError(f"{name}: expected a value the control offers ({ranges.describe(var)}, "
-                                 f"e.g. {label(options[0])}, {label(options[len(options) // 2])}), got {value!r}")
+            var, control = self.item.variables[name], self.controls[name]
+            if isinstance(control, NumberInput):
+                try:
+                    control.validate(value)
+                except ValueError:
+                    raise ValueError(f"{name}: expected a value the control takes ({control.range_text()}), "
+                                     f"got {value!r}") from None
+            elif isinstance(value, bool) or value not in [v for _, v in control.options]:
+                raise ValueError(f"{name}: expected a value the control offers ({ranges.describe(var)}), "
+                                 f"got {value!r}")
         self._quiet = True
         try:
             with self.hold_sync():
@@ -251,36 +252,21 @@ class FormulaExplorer(widgets.VBox):
         return self.refresh()
 
     def type_value(self, name: str, text: str) -> ExplorerReading | None:
-        """What typing `text` in the box beside `name`'s slider does: apply it at the slider's nearest value
-        (saying so when that is not the number typed), or raise ValueError naming what was expected."""
+        """What typing `text` in the box beside `name`'s slider and pressing Enter does: the value is used
+        exactly as typed (the slider moves to its nearest stop), or refused with a ValueError naming the range."""
         if name not in self.boxes:
             raise ValueError(f"{name}: expected a slider variable of {self.item.title!r} "
                              f"({', '.join(self.boxes)}), got {name!r}")
-        var, control = self.item.variables[name], self.controls[name]
-        shown = label(control.value)
-        if text.strip() == shown:  # the box showing the current value (also the echo of a slider move)
-            return self.reading
-        options = [v for _, v in control.options]
-        expected = f"{name}: expected a number from {label(min(options))} to {label(max(options))} {var.unit}"
-        try:
-            typed = parse_number(text)
-        except ValueError:
-            self._show_box(name)
-            raise ValueError(f"{expected}, got {text!r}; kept {shown}") from None
-        if not min(options) <= typed <= max(options):
-            self._show_box(name)
-            raise ValueError(f"{expected}, got {label(typed)}; kept {shown}")
-        value = nearest(var, options, typed)
-        reading = self.set(**{name: value})
-        if value != typed and reading is not None:
-            self.status_html.value = note_box(esc(
-                f"{name}: {label(typed)} is not one of the slider's values; set to the nearest, {label(value)}."))
-        return reading
+        control = self.controls[name]
+        if not control.type(text):
+            raise ValueError(control.message)
+        return self.reading
 
-    def _show_box(self, name: str) -> None:
-        """Put the slider's value back in its box (a refused entry must not stay on screen)."""
-        if name in self.boxes:
-            self.boxes[name].value = label(self.controls[name].value)
+    def _typed_error(self, message: str) -> None:
+        """A box refused a typed value: the explorer's status line and `error` say so (the box's line too)."""
+        if message:
+            self.error = message
+            self.status_html.value = error_box(message)
 
     def load_spec(self, index: int) -> ExplorerReading | None:
         """Load the inputs of spec `index` (one computed by a science item) into the controls."""
@@ -322,8 +308,6 @@ class FormulaExplorer(widgets.VBox):
             return None
         self.error = ""
         self.status_html.value = ""
-        for name in self.boxes:
-            self._show_box(name)
         x = self.x_axis.value
         xvar = item.variables[x]
         self.formula_html.value = (

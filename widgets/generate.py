@@ -40,8 +40,10 @@ from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
 from widgets.decode_models import PUBLISHED, RUNS_DIR, find_run, load_published, same_model
 from widgets.decode_runs import DecodeRun, DecodeSettings, StepRatio, describe, progress_text, step_ratio
+from widgets.number_input import NumberInput
+from widgets.plot import byte_unit
 
-MIB = 2**20
+RUNNING_NOTE = note_box("A decode is already running; press stop first.")
 CHUNK_TOKENS = 8  # decode steps per compiled call: the per-call cost is spread over 8 tokens
 MAX_REDRAWS_PER_S = 20
 MAX_HISTORY = 40  # runs kept for the ratio's spread
@@ -83,6 +85,7 @@ class GeneratePanel(widgets.VBox):
         self.runs: dict[str, DecodeRun] = {}  # the last run of each kind
         self.history: list[DecodeRun] = []  # every run, oldest first (the last MAX_HISTORY)
         self.error = ""
+        self._status_before = ""  # the status line a "decode is already running" note covers
         self.prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="520px"))
         cfg = self.config()
         context, prompt_tokens = cfg.max_context, max(1, len(self.encode(cfg, prompt)))
@@ -92,8 +95,8 @@ class GeneratePanel(widgets.VBox):
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or not 1 <= new_tokens <= longest:
             raise ValueError(f"new_tokens: expected an integer in [1, {longest}] (the {context}-token context "
                              f"of this preset less the {prompt_tokens}-token prompt), got {new_tokens!r}")
-        self.new_tokens = widgets.IntSlider(value=new_tokens, min=1, max=longest, description="new tokens",
-                                            layout=widgets.Layout(width="520px"))
+        self.new_tokens = NumberInput(value=new_tokens, min=1, max=longest, scale="log", description="new tokens",
+                                      unit="tokens", layout=widgets.Layout(width="520px"))  # fine steps at small T
         self.cached_button = widgets.Button(description="decode with KV cache", button_style="primary",
                                             icon="play", layout=widgets.Layout(width="200px"))
         self.uncached_button = widgets.Button(description="decode without cache", icon="play",
@@ -108,7 +111,7 @@ class GeneratePanel(widgets.VBox):
         self.figure.update_layout(height=380, width=900, margin=dict(l=60, r=20, t=60, b=50),
                                   legend=dict(orientation="h", y=-0.25))
         self.figure.update_xaxes(title_text="tokens held (prompt + generated)")
-        self.figure.update_yaxes(title_text="MiB", row=1, col=1)
+        self.figure.update_yaxes(title_text="bytes", row=1, col=1)
         self.figure.update_yaxes(title_text="ms per step, compiles left out", rangemode="tozero",
                                  row=1, col=2)
         self.cached_button.on_click(lambda _: self.run(use_cache=True))
@@ -218,7 +221,9 @@ class GeneratePanel(widgets.VBox):
     def run(self, use_cache: bool = True, wait: bool = False) -> None:
         """Decode with (or without) the cache in a background thread; `wait=True` blocks until it ends."""
         if self._thread is not None and self._thread.is_alive():
-            self.status.value = note_box("A decode is already running; press stop first.")
+            if self.status.value != RUNNING_NOTE:  # put back when the run ends: the note is true only until then
+                self._status_before = self.status.value
+            self.status.value = RUNNING_NOTE
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run_safely, args=(use_cache,), daemon=True)
@@ -234,6 +239,8 @@ class GeneratePanel(widgets.VBox):
     def _set_busy(self, busy: bool) -> None:
         self.cached_button.disabled = self.uncached_button.disabled = busy
         self.stop_button.disabled = not busy
+        if not busy and self.status.value == RUNNING_NOTE:
+            self.status.value = self._status_before
 
     def _run_safely(self, use_cache: bool) -> None:
         try:
@@ -361,12 +368,16 @@ class GeneratePanel(widgets.VBox):
         traces = []
         cached = self.runs.get("cache")
         if cached is not None and cached.filled_bytes:
-            traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.filled_bytes], mode="lines+markers",
-                                     name="bytes held for filled tokens (measured)", xaxis="x", yaxis="y"))
-            derived = [self.lab.derived_bytes(cfg, cached.batch, t) / MIB for t in cached.held]
-            traces.append(go.Scatter(x=cached.held, y=derived, mode="lines", line=dict(dash="dot"),
-                                     name="formula for those tokens (derived)", xaxis="x", yaxis="y"))
-            traces.append(go.Scatter(x=cached.held, y=[b / MIB for b in cached.allocated_bytes], mode="lines",
+            derived = [self.lab.derived_bytes(cfg, cached.batch, t) for t in cached.held]
+            unit, scale = byte_unit(max(*cached.allocated_bytes, *cached.filled_bytes, *derived))
+            self.figure.layout.yaxis.title.text = unit  # the unit that fits: KiB for a tiny model, GiB for a big one
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in cached.filled_bytes],
+                                     mode="lines+markers", name="bytes held for filled tokens (measured)",
+                                     xaxis="x", yaxis="y"))
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in derived], mode="lines",
+                                     line=dict(dash="dot"), name="formula for those tokens (derived)", xaxis="x",
+                                     yaxis="y"))
+            traces.append(go.Scatter(x=cached.held, y=[b / scale for b in cached.allocated_bytes], mode="lines",
                                      line=dict(dash="dash", color="grey", shape="hv"),
                                      name="allocated cache, grown per key bucket (measured)", xaxis="x", yaxis="y"))
         for name, r in self.runs.items():  # chunks that compiled are left out: they would set the scale

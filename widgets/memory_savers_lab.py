@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import plotly.graph_objects as go
 import traitlets
+from plotly.subplots import make_subplots
 
 import dantinox
 from dantinox import quality
@@ -32,6 +33,7 @@ from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
+from widgets.number_input import NumberInput
 
 MEASUREMENTS = shipped.data("memory_savers.json")  # written by benchmarks/memory_savers.py, shipped with the labs
 ROW_FIELDS = ("label", "family", "run", "bytes_per_token", "formula_bytes", "bytes", "bits_per_byte",
@@ -66,36 +68,70 @@ def load_measurements(path: str | Path = MEASUREMENTS) -> dict[str, Any]:
     return read_measurements(path, ("date", "tokens", "rows"), ROW_FIELDS, "python benchmarks/memory_savers.py")
 
 
-UNTRAINED = "window, not retrained"  # the family whose quality is not comparable (no training with the window)
+UNTRAINED = "window, not retrained"  # a window imposed on MHA weights at inference only
+# Families whose quality change is not comparable with full MHA's on this tiny model: it memorised its training
+# text, so on new text every window (retrained or imposed) lowered bits per byte. Their bytes still compare.
+NOT_COMPARABLE = ("window", UNTRAINED)
+SYMBOLS = ("circle", "diamond", "square", "triangle-up", "cross")  # points of one family that overlap differ
+
+
+def comparable(row: dict[str, Any]) -> bool:
+    """Whether a row's quality may be ranked against full MHA's (False for the window runs, see NOT_COMPARABLE)."""
+    return row["family"] not in NOT_COMPARABLE
+
+
+def _place(row: dict[str, Any]) -> tuple[float, Any, int]:
+    """Where a row sits: (x, y, subplot row); the window runs on a bytes-only strip, by family."""
+    if comparable(row):
+        return row["bytes_per_token"], row["delta_bits_per_byte"], 1
+    return row["bytes_per_token"], _strip_label(row["family"]), 2
+
+
+def _strip_label(family: str) -> str:
+    return "window, retrained" if family == "window" else family
 
 
 def frontier_figure(data: dict[str, Any], selected: str | None = None) -> go.Figure:
-    """Cache bytes per token (log x) against the bits-per-byte change vs float MHA; `selected` ringed in red."""
-    fig = go.Figure()
+    """Cache bytes per token (log x) against the bits-per-byte change vs float MHA for the comparable runs; the
+    window runs, whose quality change is not comparable here, on a bytes-only strip below; `selected` ringed."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.74, 0.26], vertical_spacing=0.1,
+                        subplot_titles=("comparable runs: lower and further left is better",
+                                        "not comparable here: windows on a model that memorised its text "
+                                        "(bytes only)"))
     for family, color in COLORS.items():
         rows = [r for r in data["rows"] if r["family"] == family]
-        if rows:
-            untrained = family == UNTRAINED
-            fig.add_trace(go.Scatter(  # labels on hover and in the table: a dozen point labels overlap
-                x=[r["bytes_per_token"] for r in rows], y=[r["delta_bits_per_byte"] for r in rows],
-                mode="markers", text=[r["label"] for r in rows],
-                name=f"{family} (not comparable)" if untrained else family,
-                marker=dict(size=11, color="white" if untrained else color, symbol="circle-open" if untrained
-                            else "circle", line=dict(color=color, width=2.5)),
-                hovertemplate="%{text}<br>%{x:,.0f} B/token<br>Δ %{y:+.4f} bits/byte<extra></extra>"))
-    chosen = [r for r in data["rows"] if r["label"] == selected]
-    fig.add_trace(go.Scatter(x=[r["bytes_per_token"] for r in chosen], y=[r["delta_bits_per_byte"] for r in chosen],
+        if not rows:
+            continue
+        places = [_place(r) for r in rows]
+        if comparable(rows[0]):
+            hover = "%{text}<br>%{x:,.0f} B/token<br>Δ %{y:+.4f} bits/byte<extra></extra>"
+            symbols = [SYMBOLS[i % len(SYMBOLS)] for i in range(len(rows))]
+        else:
+            hover = ("%{text}<br>%{x:,.0f} B/token<br>Δ %{customdata:+.4f} bits/byte: not comparable, see the "
+                     "strip's title<extra></extra>")
+            symbols = [f"{SYMBOLS[i % len(SYMBOLS)]}-open" for i in range(len(rows))]
+        fig.add_trace(go.Scatter(  # labels on hover and in the table: a dozen point labels overlap
+            x=[x for x, _, _ in places], y=[y for _, y, _ in places], mode="markers",
+            text=[r["label"] for r in rows], customdata=[r["delta_bits_per_byte"] for r in rows],
+            name=f"{family} (not comparable)" if not comparable(rows[0]) else family,
+            marker=dict(size=11, color=color, symbol=symbols, line=dict(color=color, width=2.5)),
+            hovertemplate=hover), row=places[0][2], col=1)
+    chosen = [_place(r) for r in data["rows"] if r["label"] == selected]
+    where = chosen[0][2] if chosen else 1
+    fig.add_trace(go.Scatter(x=[x for x, _, _ in chosen], y=[y for _, y, _ in chosen],
                              mode="markers", name="your selection", hoverinfo="skip",
-                             marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(color="#d50000", width=3))))
+                             marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(color="#d50000", width=3))),
+                  row=where, col=1)
     fig.update_layout(
         title=dict(text=f"Cache bytes vs quality<br><sup>measured by benchmarks/memory_savers.py on {data['date']}"
-                        f" · further down and left is better among retrained runs<br>hollow: windows imposed on "
-                        f"MHA weights without retraining, not a fair comparison</sup>",
-                   x=0, xref="paper", xanchor="left"),
-        xaxis=dict(title=f"KV cache bytes per token at {data['tokens']} tokens (log)", type="log"),
-        yaxis=dict(title="bits per byte − float MHA's<br>(held-out text; lower is better)"),
-        height=540, width=820, margin=dict(l=80, r=40, t=100, b=120),
-        legend=dict(orientation="h", x=0, y=-0.22, xanchor="left", yanchor="top"))
+                        f" · click a point to select it</sup>", x=0, xref="paper", xanchor="left"),
+        height=600, width=820, margin=dict(l=80, r=40, t=100, b=120),
+        legend=dict(orientation="h", x=0, y=-0.16, xanchor="left", yanchor="top"))
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text=f"KV cache bytes per token at {data['tokens']} tokens (log)", row=2, col=1)
+    fig.update_yaxes(title_text="bits per byte − float MHA's<br>(held-out text; lower is better)", row=1, col=1)
+    fig.update_yaxes(type="category", row=2, col=1)
+    fig.update_annotations(font_size=12)
     return fig
 
 
@@ -167,14 +203,17 @@ class MemorySaversLab(Lab):
         labels = [r["label"] for r in self.data["rows"]]
         style, layout = {"description_width": "150px"}, widgets.Layout(width="480px")
         self.selection = widgets.Dropdown(options=labels, description="configuration", style=style, layout=layout)
-        self.window = widgets.IntSlider(min=2, max=16, value=8, description="window W", style=style, layout=layout)
-        self.written = widgets.IntSlider(min=0, max=48, value=13, description="tokens decoded", style=style,
-                                         layout=layout)
+        self.window = NumberInput(value=8, min=2, max=16, description="window W", unit="slots", style=style,
+                                  layout=layout)
+        self.written = NumberInput(value=13, min=0, max=48, description="tokens decoded", unit="tokens",
+                                   style=style, layout=layout)
         K, T, _ = self.keys_KTH.shape
-        self.head = widgets.IntSlider(min=0, max=K - 1, description="KV head", style=style, layout=layout)
-        self.token = widgets.IntSlider(min=0, max=T - 1, value=40, description="token position", style=style,
-                                       layout=layout)
+        self.head = NumberInput(value=0, min=0, max=K - 1, description="KV head", style=style, layout=layout)
+        self.token = NumberInput(value=40, min=0, max=T - 1, description="token position", style=style,
+                                 layout=layout)
         self.figure = FigureWidget(frontier_figure(self.data))
+        for trace in self.figure.data[:-1]:  # clicking a point selects it, as the dropdown does
+            trace.on_click(self._on_point)
         self.readout_html, self.ring_html, status = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.quant_html = widgets.HTML()
         self.quant_figure = FigureWidget(layout=dict(height=300, margin=dict(l=50, r=20, t=40, b=40)))
@@ -187,6 +226,11 @@ class MemorySaversLab(Lab):
             raise ValueError(f"selection: expected one of {', '.join(labels)}, got {selection!r}")
         self.update(selection=selection)
 
+    def _on_point(self, trace, points, _state=None) -> None:
+        """A click on the chart: select the configuration of the point clicked."""
+        if points.point_inds:
+            self.guard(lambda: self.update(selection=trace.text[points.point_inds[0]]))
+
     def _read(self) -> MemorySaversReading:
         row = next(r for r in self.data["rows"] if r["label"] == self.selection.value)
         quant = quantize_key(self.keys_KTH[self.head.value, self.token.value])
@@ -195,9 +239,9 @@ class MemorySaversLab(Lab):
     def _render(self, r: MemorySaversReading) -> None:
         self.status_html.value = ""
         row = r.row
-        fresh = frontier_figure(self.data, row["label"])
+        ring = frontier_figure(self.data, row["label"]).data[-1]
         with self.figure.batch_update():
-            self.figure.data[-1].x, self.figure.data[-1].y = fresh.data[-1].x, fresh.data[-1].y
+            self.figure.data[-1].update(x=ring.x, y=ring.y, xaxis=ring.xaxis, yaxis=ring.yaxis)
         ref = f"same weights, float32 cache ({row['run']})"
         self.readout_html.value = f"<b>{esc(row['label'])}</b> ({esc(row['run'])})" + readout_table([
             ("cache bytes per token, from the arrays", f"{row['bytes_per_token']:,.1f} B",

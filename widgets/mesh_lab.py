@@ -24,6 +24,7 @@ from dantinox import sharding
 from widgets._controls import Lab
 from widgets._html import badge, esc, note_box
 from widgets.cache_lab import divisors
+from widgets.number_input import NumberInput
 from widgets.readings import formula_params
 
 BUDGET = 256 * 2**20  # bytes: a larger cache is sized from its shard shapes instead of allocated
@@ -125,6 +126,9 @@ def _span(r: range) -> str:
     return f"{r.start}" if len(r) == 1 else f"{r.start}–{r.stop - 1}"
 
 
+BATCH_MAX = 64
+
+
 class MeshLab(Lab):
     """Controls for the mesh shape, KV heads, batch and context; a device grid and a table of what each holds."""
 
@@ -141,9 +145,10 @@ class MeshLab(Lab):
                                            layout=layout)
         self.kv_heads = widgets.Dropdown(options=divisors(self.base.n_heads), description="KV heads K", style=style,
                                          layout=layout)
-        self.batch = widgets.IntSlider(min=1, max=64, description="batch B", style=style, layout=layout)
-        self.context = widgets.IntSlider(min=1, max=self.base.max_context, description="context T", style=style,
-                                         layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=64, description="batch B", unit="sequences", style=style,
+                                 layout=layout)
+        self.context = NumberInput(value=1, min=1, max=self.base.max_context, description="context T",
+                                   unit="tokens", style=style, layout=layout)
         self.grid_html, self.table_html = widgets.HTML(), widgets.HTML()
         controls = [self.mesh_shape, self.kv_heads, self.batch, self.context]
         super().__init__([*controls, status := widgets.HTML(), self.grid_html, self.table_html], status)
@@ -154,16 +159,15 @@ class MeshLab(Lab):
                     context=context)
 
     def _on_mesh(self, _change=None) -> None:
-        """The batch slider steps by the data axis, so every batch it offers splits evenly over the mesh."""
+        """The batch takes multiples of the data axis only, so every batch splits evenly over the mesh; a batch
+        that must move is announced, and one that need not move stays (2×4 -> 1×8 keeps B = 8)."""
         data = self._shapes[self.mesh_shape.value][0]
         old = self.batch.value
-        new = min(max(data, round(old / data) * data), self.batch.max // data * data)
+        top = BATCH_MAX // data * data
+        new = min(max(data, round(old / data) * data), top)
         moved = new != old and not self._quiet  # update(...) sets the batch itself next: no note then
         with self.batched():
-            self.batch.min = 1  # widen first: the value never leaves the range while min and step change
-            self.batch.step = data
-            self.batch.value = new
-            self.batch.min = data
+            self.batch.set_range(data, top, multiple_of=data, value=new)
         self._snapped = f"batch moved from {old} to {new}: the data axis ({data}) must divide it" if moved else ""
         self._on_change()
 

@@ -26,6 +26,7 @@ import dantinox
 from widgets._controls import Lab
 from widgets._html import badge, formula_block, readout_table
 from widgets.cache_lab import guard_note, measured_how
+from widgets.number_input import NumberInput
 from widgets.plot import CachePlot
 from widgets.readings import (
     DEFAULT_BUDGET,
@@ -68,13 +69,14 @@ class MlaLab(Lab):
         self.budget_bytes = budget_bytes
         style, layout = {"description_width": "170px"}, widgets.Layout(width="520px")
         h = self.base.head_size
-        self.latent = widgets.IntSlider(min=8, max=16 * h, step=8, description="latent width C", style=style,
-                                        layout=layout)
-        self.rope = widgets.IntSlider(min=2, max=4 * h, step=2, description="RoPE key width R", style=style,
-                                      layout=layout)
-        self.tokens = widgets.IntSlider(min=1, max=self.base.max_context, description="tokens T", style=style,
-                                        layout=layout)
-        self.batch = widgets.IntSlider(min=1, max=64, description="batch B", style=style, layout=layout)
+        self.latent = NumberInput(value=8, min=8, max=16 * h, step=8, description="latent width C",
+                                  unit="elements", style=style, layout=layout)
+        self.rope = NumberInput(value=2, min=2, max=4 * h, multiple_of=2, description="RoPE key width R",
+                                unit="elements", style=style, layout=layout)  # RoPE rotates pairs of channels
+        self.tokens = NumberInput(value=1, min=1, max=self.base.max_context, description="tokens T", unit="tokens",
+                                  style=style, layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=64, description="batch B", unit="sequences", style=style,
+                                 layout=layout)
         self.formula_html = widgets.HTMLMath()
         self.readout_html = widgets.HTML()
         status = widgets.HTML()

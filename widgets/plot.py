@@ -20,9 +20,17 @@ import dantinox
 from widgets._figure import FigureWidget
 from widgets.readings import CacheSize, peer_configs, variant_label
 
-MIB = 2**20
 GRID_POINTS = 65
 MAX_DOTS = 200
+BYTE_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The binary unit an axis reaching `largest` bytes reads best in: its values stay below 1,024."""
+    for name, factor in BYTE_UNITS:
+        if largest < 1024 * factor or name == BYTE_UNITS[-1][0]:
+            return name, factor
+    raise AssertionError("unreachable")
 
 
 def attention_variants(reading: CacheSize) -> list[dantinox.ModelConfig]:
@@ -40,6 +48,7 @@ class CachePlot(widgets.VBox):
         self._lines_key = None
         self._dots: dict[int, tuple[int, str]] = {}  # T -> (bytes, source) for the current (cfg, B)
         self._dots_key = None
+        self.unit = BYTE_UNITS[2]  # (name, bytes) of the y axis, chosen from the largest line of the model
         self.figure = FigureWidget(layout=dict(
             height=400, width=820, margin=dict(l=60, r=20, t=60, b=50), hovermode="closest",
             xaxis=dict(title="tokens held per sequence (T)"), yaxis=dict(title="KV cache (MiB)"),
@@ -56,13 +65,15 @@ class CachePlot(widgets.VBox):
     def _lines(self, reading: CacheSize) -> list[dict]:
         """One derived trace per variant: the content formula over a grid of token counts."""
         grid = np.unique(np.linspace(1, reading.cfg.max_context, GRID_POINTS).round().astype(int))
+        lines = [(cfg, [self.lab.derived_bytes(cfg, reading.batch, int(t)) for t in grid])
+                 for cfg in self.variants(reading)]
+        self.unit = byte_unit(max(max(y) for _, y in lines))
         traces = []
-        for cfg in self.variants(reading):
+        for cfg, y_bytes in lines:
             label = variant_label(cfg)
-            y_bytes = [self.lab.derived_bytes(cfg, reading.batch, int(t)) for t in grid]
             current = cfg == reading.cfg
             traces.append(dict(
-                x=grid.tolist(), y=[b / MIB for b in y_bytes], customdata=y_bytes, mode="lines",
+                x=grid.tolist(), y=[b / self.unit[1] for b in y_bytes], customdata=y_bytes, mode="lines",
                 name=f"{label}, derived" + (" (current)" if current else ""),
                 line=dict(width=3.5 if current else 1.5, dash="solid" if current else "dash"),
                 hovertemplate=f"{label}<br>T=%{{x}}<br>%{{customdata:,}} B (derived)<extra></extra>"))
@@ -83,10 +94,10 @@ class CachePlot(widgets.VBox):
                                      ("shapes", "eval_shape sizes, measured (not allocated)", "x")):
             pts = sorted((t, b) for t, (b, s) in self._dots.items() if s == source)
             dot_traces.append(dict(
-                x=[t for t, _ in pts], y=[b / MIB for _, b in pts], customdata=[b for _, b in pts],
+                x=[t for t, _ in pts], y=[b / self.unit[1] for _, b in pts], customdata=[b for _, b in pts],
                 mode="markers", name=name, marker=dict(size=9, symbol=symbol, color="black"),
                 hovertemplate=f"T=%{{x}}<br>%{{customdata:,}} B ({name})<extra></extra>"))
-        current = dict(x=[reading.tokens], y=[reading.measured_bytes / MIB], mode="markers",
+        current = dict(x=[reading.tokens], y=[reading.measured_bytes / self.unit[1]], mode="markers",
                        name="current setting", marker=dict(size=16, color="rgba(0,0,0,0)",
                                                            line=dict(width=2.5, color="crimson")),
                        hoverinfo="skip")
@@ -99,6 +110,7 @@ class CachePlot(widgets.VBox):
             for old, new in zip(fig.data[-len(traces):], traces, strict=True):
                 old.update(new)
             cfg = reading.cfg
+            fig.layout.yaxis.title.text = f"KV cache ({self.unit[0]})"
             fig.layout.title.text = (
                 f"KV cache vs tokens — {cfg.n_layers} layers, head size {cfg.head_size}, "
                 f"B={reading.batch}, {cfg.cache_dtype}<br><sup>lines: derived from the content formula · "

@@ -160,7 +160,13 @@ class Quiz(widgets.VBox):
         else:
             typed = response if isinstance(response, str) else None
             if typed is not None:
-                response = parse_number(typed, check.unit)
+                try:
+                    response = parse_number(typed, check.unit)
+                except ValueError as err:
+                    if "," not in typed:
+                        raise
+                    raise ValueError(f"{err}: a comma only groups thousands (4,096); write a decimal with a "
+                                     f"point (2.91)") from None
             if isinstance(response, bool) or not isinstance(response, int | float):
                 raise ValueError(f"answer: expected a number in {check.unit}, got {response!r}")
             shown = self.shown_params.get(index) or None

@@ -31,6 +31,7 @@ from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, readout_table
 from widgets.memory_savers_lab import read_measurements
+from widgets.number_input import NumberInput
 
 SMOL_MEASUREMENTS = shipped.data("memory_savers_smollm2.json")  # benchmarks/memory_savers.py --part smollm2
 METRICS = {"perplexity": ("perplexity", "perplexity on the held-out text (lower is better)"),
@@ -218,8 +219,8 @@ class RealModelSaversLab(Lab):
         if not windows:
             raise ValueError(f"{measurements}: no window was measured, so the StreamingLLM panel has nothing to show")
         self.window = widgets.Dropdown(options=windows, description="window W", style=style, layout=layout)
-        self.position = widgets.IntSlider(min=0, max=self.data["tokens"] - 1, value=self.data["tokens"] - 1,
-                                          description="position", style=style, layout=layout)
+        self.position = NumberInput(value=self.data["tokens"] - 1, min=0, max=self.data["tokens"] - 1,
+                                    description="position", style=style, layout=layout)
         self.bits = widgets.Dropdown(options=[2, 4], value=2, description="KIVI bits", style=style, layout=layout)
         self.block = widgets.Dropdown(options=list(BLOCKS), description="block", style=style, layout=layout)
         self.figure = FigureWidget(frontier_figure(self.data, "perplexity", tiny))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
 
 import ipywidgets as widgets
 import traitlets
@@ -24,6 +26,7 @@ from dantinox.peer_allocation import llama_cpp_column, vllm_column
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box, readout_table
+from widgets.number_input import NumberInput
 
 KIND_COLOURS = {"full": "#1565c0", "sliding": "#2e7d32", "chunked": "#00897b", "latent": "#6a1b9a",
                 "shared": "#9e9e9e", "linear": "#ef6c00"}
@@ -79,6 +82,31 @@ def read_real_model(arch: Architecture, tokens: int, batch: int, cache_dtype: st
     return RealModelReading(arch, ledger, curve, _engine_lines(arch, ledger))
 
 
+_WINDOW_TERM = re.compile(r"^(.*?): they hold min\(T, ([\d,]+)\) = ([\d,]+) slots, not T = ([\d,]+)$")
+
+
+def gap_lines(terms: tuple[str, ...]) -> list[str]:
+    """The ledger's gap terms as a learner reads them: a window at least T long misses nothing, so say that
+    instead of 'hold min(T, W) = T slots, not T'."""
+    out = []
+    for term in terms:
+        match = _WINDOW_TERM.match(term)
+        if match and match.group(3) == match.group(4):
+            out.append(f"{match.group(1)}: at T = {match.group(4)} the window covers every token, so these "
+                       "layers hold all T slots, as the naive formula assumes (they save memory once T > the window)")
+        else:
+            out.append(term)
+    return out
+
+
+def max_context_row(fits: int, model_limit: int, batch: int) -> tuple[str, str, str]:
+    """The longest T whose B sequences fit, saying when the model's own context limit, not memory, stops it."""
+    if fits >= model_limit:
+        return (f"max context at B = {batch}", f"{fits:,} tokens",
+                badge("derived", "the model's context limit (max_position_embeddings); memory holds more"))
+    return (f"max context at B = {batch}", f"{fits:,} tokens", badge("derived", "memory limit: cache + weights"))
+
+
 class RealModelsLab(Lab):
     """Pick a model (or load a config.json / GGUF), move T, B, cache dtype and device; see every layer."""
 
@@ -90,8 +118,12 @@ class RealModelsLab(Lab):
         self._archs = {name: load_architecture(name) for name in catalogue()}
         style, layout = {"description_width": "150px"}, widgets.Layout(width="560px")
         self.model = widgets.Dropdown(options=list(self._archs), description="model", style=style, layout=layout)
-        self.tokens = widgets.SelectionSlider(options=[1], description="tokens T (log)", style=style, layout=layout)
-        self.batch = widgets.IntSlider(min=1, max=256, description="sequences B", style=style, layout=layout)
+        first = self._archs[model].max_context if model in self._archs else 1
+        self.tokens = NumberInput(value=min(tokens, first), min=1, max=first, scale="log",
+                                  grid=token_choices(first), description="tokens T (log)", unit="tokens",
+                                  style=style, layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=256, description="sequences B", unit="sequences",
+                                 style=style, layout=layout)
         self.cache_dtype = widgets.Dropdown(options=list(CACHE_DTYPES), description="cache dtype", style=style,
                                             layout=layout)
         self.device = widgets.Dropdown(options=[d for d in dantinox.DEVICE_PRESETS if not d.startswith("this")],
@@ -118,10 +150,12 @@ class RealModelsLab(Lab):
         self.update(batch=batch, cache_dtype=cache_dtype, device=device)
 
     def _set_tokens_range(self, tokens: int | None = None) -> None:
-        choices = token_choices(self._archs[self.model.value].max_context)
-        current = tokens if tokens is not None else self.tokens.value
-        self.tokens.options = [(f"{t:,}", t) for t in choices]
-        self.tokens.value = min(choices, key=lambda t: abs(math.log2(t) - math.log2(max(current, 1))))
+        """A new model: T keeps its value (said in the control's line when the new context is shorter)."""
+        context = self._archs[self.model.value].max_context
+        self.tokens.set_range(1, context)  # an outside T moves to the new end, and the control says so
+        self.tokens.set_grid(token_choices(context))
+        if tokens is not None:
+            self.tokens.value = min(tokens, context)
 
     def _on_model(self, _change=None) -> None:
         with self.batched():
@@ -130,7 +164,7 @@ class RealModelsLab(Lab):
 
     def load_file(self, path: str) -> Architecture:
         """Read a user's config.json or GGUF (metadata only) and select it; errors show in one line."""
-        arch = load_architecture(path.strip())
+        arch = load_architecture(os.path.expanduser(path.strip()))  # '~/models/config.json' as a shell reads it
         label = f"your file: {arch.name}"
         self._archs[label] = arch
         self.model.options = list(self._archs)
@@ -148,7 +182,8 @@ class RealModelsLab(Lab):
         rows = [("total cache", f"{led.total_bytes:,} B = {fmt(led.total_bytes)}",
                  badge("measured", "dantinox cache shapes, = formula" if same else "differs from the formula!")),
                 ("one more token adds", f"{led.per_token_bytes:,} B per sequence", badge("derived", "ledger")),
-                ("naive calculator", f"{fmt(led.naive_bytes)} ({led.naive_error_pct:+.1f} %)",
+                ("naive calculator", f"{fmt(led.naive_bytes)} "
+                 f"({'the same here' if led.naive_bytes == led.total_bytes else f'{led.naive_error_pct:+.1f} %'})",
                  badge("derived", "2·L·K·(D/N)·T·B·s"))]
         fit = led.fit
         if fit is not None:
@@ -160,9 +195,9 @@ class RealModelsLab(Lab):
                 if fit.capacity_bytes <= fit.weight_bytes:
                     rows.append(("fit", "the weights alone do not fit", ""))
                 else:
-                    rows.append((f"max context at B = {led.batch}", f"{fit.max_context:,} tokens", badge("derived")))
+                    rows.append(max_context_row(fit.max_context, led.max_context, led.batch))
                     rows.append((f"max batch at T = {led.tokens:,}", f"{fit.max_batch:,} sequences", badge("derived")))
-        gaps = "".join(f"<li>{esc(t)}</li>" for t in led.gap_terms)
+        gaps = "".join(f"<li>{esc(t)}</li>" for t in gap_lines(led.gap_terms))
         self.readout_html.value = (readout_table(rows)
                                    + (f"<div>What the naive formula misses:<ul>{gaps}</ul></div>" if gaps else ""))
         with self.layers_fig.batch_update():
@@ -172,8 +207,9 @@ class RealModelsLab(Lab):
                 if mine:
                     self.layers_fig.add_bar(x=[row.layer for row in mine], y=[row.bytes for row in mine], name=kind,
                                             marker_color=colour)
-            self.layers_fig.layout.title = (f"{led.model}: bytes per layer at T = {led.tokens:,}, B = {led.batch} "
-                                            "(measured from dantinox's cache shapes; linear states derived)")
+            self.layers_fig.layout.title = dict(  # two short lines: one long line was cut off for every model
+                text=(f"{esc(led.model)}: bytes per layer at T = {led.tokens:,}, B = {led.batch}<br><sup>measured "
+                      "from dantinox's cache shapes; linear states derived</sup>"), x=0, xref="paper", xanchor="left")
         with self.curve_fig.batch_update():
             self.curve_fig.data = []
             ts = [t for t, _, _ in r.curve]

@@ -28,6 +28,7 @@ from widgets._controls import Lab, describe
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
+from widgets.number_input import NumberInput
 from widgets.roofline_reading import (
     RooflineReading,
     Sweep,
@@ -65,10 +66,10 @@ class RooflineLab(Lab):
             if sweep is not None:
                 self._keep(sweep)
         style, layout = {"description_width": "150px"}, widgets.Layout(width="520px")
-        self.batch = widgets.IntSlider(min=1, max=BATCH_GRID[-1], description="batch B", style=style,
-                                       layout=layout)
-        self.context = widgets.IntSlider(min=1, max=self.base.max_context, description="context (cache slots)",
-                                         style=style, layout=layout)
+        self.batch = NumberInput(value=1, min=1, max=BATCH_GRID[-1], grid=BATCH_GRID, scale="log",
+                                 description="batch B", unit="sequences", style=style, layout=layout)
+        self.context = NumberInput(value=1, min=1, max=self.base.max_context, description="context (cache slots)",
+                                   unit="slots", style=style, layout=layout)
         self.attention = widgets.ToggleButtons(options=list(self.ATTENTIONS), description="attention", style=style)
         self.kv_heads = widgets.Dropdown(description="KV heads K", style=style, layout=layout)
         self.cache_dtype = widgets.Dropdown(options=list(DTYPES), description="cache dtype", style=style,
@@ -138,10 +139,17 @@ class RooflineLab(Lab):
         return None if reading is None else self.profile
 
     def _measure(self, note: str, work) -> RooflineReading | None:
-        """Run a measurement with `note` on screen and both buttons disabled (a second click would queue a
-        second run), then redraw; an error is shown, never raised."""
+        """Run a measurement with `note` on screen, the buttons saying they are working and every control
+        disabled (a click or a move would queue behind it), then redraw; an error is shown, never raised."""
         self.status_html.value = note_box(note)
-        self.measure_button.disabled = self.profile_button.disabled = True
+        busy = (self.measure_button, self.profile_button, self.batch, self.context, self.attention, self.kv_heads,
+                self.cache_dtype)
+        was = [c.disabled for c in busy]  # the KV-heads dropdown is disabled for MHA and MQA: keep that
+        labels = [(b, b.description, b.icon) for b in (self.measure_button, self.profile_button)]
+        for control in busy:
+            control.disabled = True
+        for button, _, _ in labels:
+            button.description, button.icon = "working… (see the note below)", "hourglass-half"
         try:
             work()
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
@@ -149,7 +157,10 @@ class RooflineLab(Lab):
             self.status_html.value = error_box(self.error)
             return None
         finally:
-            self.measure_button.disabled = self.profile_button.disabled = False
+            for control, disabled in zip(busy, was, strict=True):
+                control.disabled = disabled
+            for button, description, icon in labels:
+                button.description, button.icon = description, icon
         return self.refresh()
 
     # Reading and drawing ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dantinox.serving_sim import LENGTHS, ServeResult, make_trace, serve
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box
+from widgets.number_input import NumberInput
 
 # label -> (policy, reservation), in the order of the paper's Fig. 2: baselines first, paging last
 POLICY_RUNS = {
@@ -115,6 +116,12 @@ def policy_table(r: ServingReading) -> str:
             f"{header}</tr>{''.join(rows)}</table>")
 
 
+def _page_size(value: int) -> None:
+    if value not in PAGE_SIZES:
+        raise ValueError(f"page_size: expected one of {', '.join(map(str, PAGE_SIZES))} (the page sizes the "
+                         f"paged-attention entry's formulas take), got {value}")
+
+
 class ServingLab(Lab):
     """Sliders for page size, budget, request rate, length distribution and samples; bars, lines, tables."""
 
@@ -126,15 +133,17 @@ class ServingLab(Lab):
         self.cfg = dantinox.ModelConfig.preset("tiny") if cfg is None else cfg
         self.n_requests = n_requests
         style, layout = {"description_width": "170px"}, widgets.Layout(width="520px")
-        self.page_size = widgets.SelectionSlider(options=PAGE_SIZES, description="page size (tokens)",
-                                                  style=style, layout=layout)
-        self.budget_mib = widgets.IntSlider(min=2, max=32, description="KV memory budget (MiB)", style=style,
-                                            layout=layout)
-        self.rate = widgets.FloatSlider(min=0.1, max=2.0, step=0.1, description="requests per step", style=style,
-                                        layout=layout)
+        self.page_size = NumberInput(value=16, min=PAGE_SIZES[0], max=PAGE_SIZES[-1], grid=PAGE_SIZES,
+                                     description="page size (tokens)", unit="tokens", check=_page_size,
+                                     style=style, layout=layout)
+        self.budget_mib = NumberInput(value=8, min=2, max=32, description="KV memory budget (MiB)", unit="MiB",
+                                      style=style, layout=layout)
+        self.rate = NumberInput(value=0.5, min=0.1, max=2.0, step=0.1, integer=False,
+                                description="requests per step", style=style, layout=layout)
         self.lengths = widgets.Dropdown(options=list(LENGTHS), description="length distribution", style=style,
                                         layout=layout)
-        self.n = widgets.IntSlider(min=1, max=4, description="samples per request n", style=style, layout=layout)
+        self.n = NumberInput(value=1, min=1, max=4, description="samples per request n", unit="samples",
+                             style=style, layout=layout)
         self.lengths_html, self.readout_html, self.tables_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.bars = FigureWidget(layout=dict(  # legend above the bars: the policy names need the room below
             barmode="stack", height=420, width=760, margin=dict(l=60, r=40, t=110, b=70),
@@ -155,8 +164,15 @@ class ServingLab(Lab):
 
     def _read(self) -> ServingReading:
         self.status_html.value = "<i>running the five policies on this setting…</i>"
-        return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
-                            self.budget_mib.value << 20, self.page_size.value, self.n.value)
+        try:
+            return read_serving(self.cfg, self.lengths.value, round(self.rate.value, 3), self.n_requests,
+                                self.budget_mib.value << 20, self.page_size.value, self.n.value)
+        except ValueError as err:  # the simulator names its argument; the learner sees the slider's name
+            prefix = "budget_bytes: "
+            if str(err).startswith(prefix):
+                raise ValueError(f"KV memory budget ({self.budget_mib.value} MiB) too small: "
+                                 f"{str(err)[len(prefix):]}") from None
+            raise
 
     def _render(self, r: ServingReading) -> None:
         how = "allocator state × bytes per token from the cache arrays"

@@ -188,7 +188,11 @@ def _press(page, name: str, press) -> None:
     button = (page.locator(press.selector) if press.selector else _button(page, press.label)).first
     cell = _cell_with(page, button)
     before = _kernel_text(cell)
+    handle = button.element_handle()  # the same element when its text changes while it works
     button.click()
+    if press.busy:
+        _wait_for(lambda: re.search(press.busy, handle.inner_text()) and handle.is_disabled(), 5,
+                  f"{name}: {what} showed no sign of working (text {press.busy!r}, disabled) while it ran")
     if press.expect == "changes":
         _wait_for(lambda: _kernel_text(cell) != before, press.timeout_s, f"{name}: pressing {what} changed nothing")
     else:

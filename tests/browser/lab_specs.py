@@ -19,6 +19,7 @@ class Press:
     expect: str = "changes"  # a regex the cell's kernel-written text must match afterwards, or "changes"
     timeout_s: float = 120.0  # decoding compiles first; the rest answers in well under a second
     typed: tuple[tuple[str, str], ...] = ()  # (slider description, value) typed into slider boxes before the click
+    busy: str = ""  # a regex the button's own text must match, disabled, soon after the click (long work says so)
     # A button the kernel disables while it works (decode) is waited for until it is enabled again.
 
 
@@ -65,7 +66,8 @@ SPECS: dict[str, LabSpec] = {
     # "time this model here" is not pressed: with the lab's settings unchanged it times again the sweep Run All has
     # just timed (16 s of a 70 s test here); tests/test_roofline.py presses it (lab.measure()) and checks its readings
     "roofline": LabSpec(slider="batch B", presses=(
-        Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0),),
+        Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0,
+              busy=r"working"),),
         seconds=45),
     # re-serves the trace: waste bar and page tables follow; every label readable, no readout cut off
     # a published model's ledger: the T stops are powers of two up to the model's context
