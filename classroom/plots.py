@@ -20,6 +20,9 @@ def _wrap(text: str, width: int = 60) -> str:
     return "<br>".join(textwrap.wrap(text, width)) or text
 
 
+TICK_WIDTH = 18  # characters per line of a question's axis label ("multi-head-latent-attention Q2" on three)
+
+
 def question_label(row: dict[str, Any]) -> str:
     """'kv-cache Q3': the entry and the 1-based question number the learner saw."""
     return f"{row['entry']} Q{row['check'] + 1}"
@@ -28,12 +31,13 @@ def question_label(row: dict[str, Any]) -> str:
 def first_try_figure(rows: list[dict[str, Any]], label: str) -> go.Figure:
     """First-try success rate per question, with how many learners answered it."""
     fig = go.Figure(go.Bar(
-        x=[question_label(r) for r in rows], y=[r["first_try_rate"] for r in rows],
+        x=[_wrap(question_label(r), TICK_WIDTH) for r in rows], y=[r["first_try_rate"] for r in rows],
         text=[f"{r['first_try_right']}/{r['learners']}" for r in rows], textposition="outside",
         marker_color=[RIGHT if r["first_try_rate"] >= 0.5 else WRONG for r in rows],
         hovertext=[_wrap(r.get("question", "")) for r in rows], hoverinfo="text+y"))
     fig.update_layout(title=f"First-try success per question ({label})", yaxis_title="learners right first time",
-                      yaxis_tickformat=".0%", yaxis_range=[0, 1.15], height=360, margin=dict(t=50, b=90))
+                      yaxis_tickformat=".0%", yaxis_range=[0, 1.15], height=360, margin=dict(t=50))
+    fig.update_xaxes(automargin=True, tickangle=0)  # labels wrapped at hyphens, the margin grows to hold them
     return fig
 
 

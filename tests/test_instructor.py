@@ -58,3 +58,14 @@ def test_without_a_class_store_the_records_are_illustrative(monkeypatch):
     records = instructor.class_records(learners=3, seed=1)
     assert records.label == "illustrative records" and set(records.entries) == set(instructor.ILLUSTRATIVE_ENTRIES)
     assert len({a.learner for a in records.attempts}) == 3
+
+
+def test_the_first_try_chart_shows_whole_question_labels():
+    from classroom.plots import TICK_WIDTH, first_try_figure
+
+    rows = [{"entry": "multi-head-latent-attention", "check": 1, "first_try_rate": 0.5, "first_try_right": 1,
+             "learners": 2, "question": "q"}]
+    fig = first_try_figure(rows, "illustrative")
+    (label,) = fig.data[0].x
+    assert label.replace("<br>", "") == "multi-head-latent-attention Q2"  # whole, not cut
+    assert max(len(line) for line in label.split("<br>")) <= TICK_WIDTH and fig.layout.xaxis.automargin
