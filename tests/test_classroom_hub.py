@@ -434,6 +434,7 @@ def test_the_shipped_config_on_a_real_hub_its_learners_server_and_a_kill_9_of_th
         status, page, _ = http("GET", f"{dora}/user/dora/lab", token)
         config = json.loads(re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
         assert status == 200 and "@jupyter/nbgrader" in config["disabledExtensions"]  # menus, Validate
+        assert "@jupyterlab/apputils-extension:announcements" in config["disabledExtensions"]  # no news toast
 
         started = psutil.Process(h.proc.pid).children()  # the proxy, the service, dora's server
         service = next(p for p in started if "classroom.service" in p.cmdline())
