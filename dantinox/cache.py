@@ -31,7 +31,7 @@ import numpy as np
 
 from dantinox import pool_kernel
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
+from dantinox.config import LayerSpec, ModelConfig
 from dantinox.quant import quantize
 
 
@@ -118,8 +118,9 @@ class LayerCache(_Payload, _HeadsFields):
     SEQ_AXES = (3, 2, 2, 2)  # k, v, k_scale, v_scale
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
-        K, H = cfg.n_kv_heads, cfg.head_size
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> LayerCache:
+        """An empty layer of `slots` slots with the K and H of `layer` (default: the model-wide ones)."""
+        K, H = (cfg.n_kv_heads, cfg.head_size) if layer is None else (layer.kv_heads, layer.head_size)
 
         def scales():  # a buffer each: decoding donates them
             return jnp.zeros((rows, K, slots), jnp.float32) if cfg.quantized_cache else None
@@ -142,7 +143,7 @@ class LatentCache(_Payload, _LatentFields):
     SEQ_AXES = (1, 1)  # ckv, ckv_scale
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LatentCache:
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> LatentCache:
         width = cfg.kv_latent_dim + cfg.rope_head_dim
         scales = jnp.zeros((rows, slots), jnp.float32) if cfg.quantized_cache else None
         return cls(jnp.zeros((rows, slots, width), cfg.cache_jnp_dtype), scales)
@@ -198,10 +199,15 @@ class Linear:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """One layer's layout: addressing x storage (the config's cache_dtype) x payload type."""
+    """One layer's layout: addressing x storage (the config's cache_dtype) x payload type, for one layer's spec."""
 
     addressing: Any
     payload: type
+    layer: LayerSpec | None = None  # its K and H size the payload; None: the model-wide ones
+
+    def zeros(self, cfg: ModelConfig, rows: int, slots: int) -> Any:
+        """An empty payload of `slots` slots in `rows` rows for this layer."""
+        return self.payload.zeros(cfg, rows, slots, self.layer)
 
     def update(self, layer: Any, new: Any, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
                after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
@@ -226,26 +232,26 @@ def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
     from dantinox.paged import Paged
     from dantinox.ring import Chunked, Ring, SinkRing
 
-    if cfg.kivi_bits is not None:
-        return (KiviLayout(Linear(), KiviCache, cfg),) * cfg.n_layers
+    if cfg.kivi_bits is not None:  # the config refuses per-layer K, H and windows with KIVI and eviction
+        return tuple(KiviLayout(Linear(), KiviCache, layer, cfg=cfg) for layer in cfg.layers)
     if cfg.eviction is not None:
         from dantinox.eviction import Budget, BudgetCache, EvictionLayout
 
-        return (EvictionLayout(Budget(cfg.cache_budget), BudgetCache, cfg),) * cfg.n_layers
+        return tuple(EvictionLayout(Budget(cfg.cache_budget), BudgetCache, layer, cfg=cfg) for layer in cfg.layers)
     payload = LatentCache if cfg.attention == "latent" else LayerCache
     out = []
-    for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):
-        if window is not None and cfg.attention_sinks:
-            addr = SinkRing(window, cfg.attention_sinks)
-        elif window is not None:
-            addr = Ring(window)
-        elif chunk is not None:
-            addr = Chunked(chunk)
+    for layer in cfg.layers:
+        if layer.kind == "sliding" and cfg.attention_sinks:
+            addr = SinkRing(layer.window, cfg.attention_sinks)
+        elif layer.kind == "sliding":
+            addr = Ring(layer.window)
+        elif layer.kind == "chunked":
+            addr = Chunked(layer.window)
         elif cfg.cache_layout == "paged":
-            addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.groups)
+            addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.n_heads // layer.kv_heads)
         else:
             addr = Linear()
-        out.append(Layout(addr, payload))
+        out.append(Layout(addr, payload, layer))
     return tuple(out)
 
 
@@ -295,9 +301,9 @@ def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, nu
         addr = layout.addressing
         if hasattr(addr, "page_size"):
             n = int(np.max(np.asarray(table))) + 1 if num_pages is None else num_pages
-            layers.append(layout.payload.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
+            layers.append(layout.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
         else:
-            layers.append(layout.payload.zeros(cfg, batch, addr.slots(length)))
+            layers.append(layout.zeros(cfg, batch, addr.slots(length)))
     table = None if table is None else jnp.asarray(table, jnp.int32)
     return KVCache(tuple(layers), jnp.zeros((batch,), jnp.int32), table)
 

@@ -26,6 +26,9 @@ KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
+# Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.KINDS.
+LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
+LAYER_KINDS_BUILT = ("full", "sliding", "chunked")  # "shared" and "state" are declared, not built yet
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -41,6 +44,23 @@ def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dic
             raise ValueError(f"kv_heads: gqa needs kv_heads, a divisor of n_heads ({n_heads})")
         return dict(attention="heads", kv_heads=kv_heads)
     return dict(attention="heads", kv_heads=None if variant == "mha" else 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer's attention: which keys its queries read, and the shapes where real models differ per layer.
+
+    The cached payload (K/V heads or an MLA latent, `ModelConfig.attention`) is the other axis: a sliding
+    layer of an MLA model caches W latents. In `ModelConfig.layer_specs` a None field means the model-wide
+    value; `ModelConfig.layers` gives every layer's spec with each field filled in.
+    """
+
+    kind: str = "full"  # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state"
+    window: int | None = None  # W of a sliding layer (the current token and W - 1 before it), C of a chunked one
+    kv_heads: int | None = None  # K of this layer, a divisor of n_heads
+    head_size: int | None = None  # H of this layer's queries, keys and values
+    rope_base: float | None = None  # RoPE wavelength base of this layer (Gemma 3: 10k local, 1M global)
+    source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +95,8 @@ class ModelConfig:
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
     attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
+    # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks; see layers.
+    layer_specs: tuple[LayerSpec, ...] | None = None  # one per layer, None fields: the model-wide value
     # Score-based eviction (dantinox/eviction.py): every layer keeps at most cache_budget slots.
     cache_budget: int | None = None  # N: slots per layer; the most recent N // 2 tokens plus the heavy hitters
     eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
@@ -108,6 +130,7 @@ class ModelConfig:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
         self._check_kv_heads()
         self._check_mla()
+        self._check_layer_specs()
         self._check_local_layers()
         self._check_kivi()
         self._check_eviction()
@@ -124,8 +147,9 @@ class ModelConfig:
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                   ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                   ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads),
                                    ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
             if not plain:
                 raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
@@ -138,11 +162,12 @@ class ModelConfig:
             return
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None)):
+                                   ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                   ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
-                                 f"(no latent, paged, window or chunk), got {value!r}")
+                                 f"(no latent, paged, window or chunk; one K and H), got {value!r}")
         if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
             raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
                              f"divide head_size ({self.head_size}), got {g}")
@@ -200,24 +225,71 @@ class ModelConfig:
                     positive_int(f"{name}[{i}]", size)
             if all(size is None for size in sizes):  # no local layer: one way to say it
                 object.__setattr__(self, name, None)
-        both = [i for i, (w, c) in enumerate(zip(self.layer_windows, self.layer_chunks, strict=True)) if w and c]
+        windows, chunks = (sizes or (None,) * self.n_layers for sizes in (self.sliding_windows, self.attention_chunks))
+        both = [i for i, (w, c) in enumerate(zip(windows, chunks, strict=True)) if w and c]
         if both:
             raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
-                             f"window {self.layer_windows[both[0]]} and chunk {self.layer_chunks[both[0]]}")
+                             f"window {windows[both[0]]} and chunk {chunks[both[0]]}")
         positive_int("attention_sinks", self.attention_sinks, minimum=0)
-        if self.attention_sinks and self.sliding_windows is None:
+        if self.attention_sinks and self.sliding_window is None:
             raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
                              f"got attention_sinks={self.attention_sinks} without one")
         # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
         if self.paradigm != "autoregressive":
             for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                       ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                       ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                       ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                       ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
                                        ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
                 if not plain:
                     raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
                                      f"(its DualCache splits and joins them), got {value!r}")
+
+    def _check_layer_specs(self) -> None:
+        specs = self.layer_specs
+        if specs is None:
+            return
+        if isinstance(specs, list | tuple):  # JSON gives a list of dicts: stored as the tuple of specs they mean
+            specs = tuple(LayerSpec(**s) if isinstance(s, dict) else s for s in specs)
+        if (not isinstance(specs, tuple) or len(specs) != self.n_layers
+                or not all(isinstance(s, LayerSpec) for s in specs)):
+            raise ValueError(f"layer_specs: expected one dantinox.LayerSpec per layer ({self.n_layers}), got {specs!r}")
+        for name in ("sliding_windows", "attention_chunks"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: layer_specs gives every layer's window; set one of them, not both")
+        model_wide = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
+        kept = []
+        for i, spec in enumerate(specs):
+            at = f"layer_specs[{i}]"
+            if spec.kind not in LAYER_KINDS:
+                raise ValueError(f"{at}.kind: expected one of {', '.join(LAYER_KINDS)}, got {spec.kind!r}")
+            if spec.kind not in LAYER_KINDS_BUILT:
+                raise ValueError(f"{at}.kind: {spec.kind!r} is declared but not built yet; dantinox builds "
+                                 f"{', '.join(LAYER_KINDS_BUILT)}")
+            if (spec.window is None) != (spec.kind == "full"):
+                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full layer "
+                                 f"none; got kind={spec.kind!r}, window={spec.window!r}")
+            if spec.window is not None:
+                positive_int(f"{at}.window", spec.window)
+            if spec.source is not None:
+                raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got {spec.source}")
+            if spec.kv_heads is not None:
+                positive_int(f"{at}.kv_heads", spec.kv_heads)
+                if self.n_heads % spec.kv_heads:
+                    raise ValueError(f"{at}.kv_heads: must divide n_heads ({self.n_heads}), got {spec.kv_heads}")
+            if spec.head_size is not None and positive_int(f"{at}.head_size", spec.head_size) % 2:
+                raise ValueError(f"{at}.head_size: RoPE rotates pairs of channels, so it must be even, "
+                                 f"got {spec.head_size}")
+            if spec.rope_base is not None and spec.rope_base <= 1:
+                raise ValueError(f"{at}.rope_base: must be greater than 1, got {spec.rope_base}")
+            # a value equal to the model-wide one is stored once, as None
+            spec = dataclasses.replace(spec, **{k: None for k, v in model_wide.items() if getattr(spec, k) == v})
+            if self.attention == "latent" and (spec.kv_heads, spec.head_size) != (None, None):
+                raise ValueError(f"{at}.kv_heads: attention='latent' caches one latent per layer; per-layer "
+                                 f"kv_heads and head_size are for K/V-heads layers, got {spec}")
+            kept.append(spec)
+        # no layer differs from the model-wide fields: one way to say it
+        object.__setattr__(self, "layer_specs", None if all(s == LayerSpec() for s in kept) else tuple(kept))
 
     # Helpers that fill the per-layer tuples from one size.
     def with_sliding_window(self, window: int | None, local_per_global: int | None = None) -> ModelConfig:
@@ -232,14 +304,33 @@ class ModelConfig:
 
     # Derived values.
     @property
+    def layers(self) -> tuple[LayerSpec, ...]:
+        """Every layer's spec, each field filled in (the model-wide value where layer_specs leaves it None);
+        without layer_specs, a full, sliding or chunked layer per sliding_windows and attention_chunks."""
+        specs = self.layer_specs
+        if specs is None:
+            windows, chunks = (sizes or (None,) * self.n_layers for sizes in (self.sliding_windows,
+                                                                              self.attention_chunks))
+            specs = tuple(LayerSpec("sliding", w) if w else LayerSpec("chunked", c) if c else LayerSpec()
+                          for w, c in zip(windows, chunks, strict=True))
+        fill = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
+        return tuple(dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None})
+                     for s in specs)
+
+    @property
+    def uniform_heads(self) -> bool:
+        """Whether every layer has the model-wide K and H (what the one-geometry cache formulas assume)."""
+        return all(s.kv_heads is None and s.head_size is None for s in self.layer_specs or ())
+
+    @property
     def layer_windows(self) -> tuple[int | None, ...]:
         """Per layer, its sliding window W (a local layer) or None (a global layer, full causal attention)."""
-        return self.sliding_windows or (None,) * self.n_layers
+        return tuple(s.window if s.kind == "sliding" else None for s in self.layers)
 
     @property
     def layer_chunks(self) -> tuple[int | None, ...]:
         """Per layer, its chunk size C (a chunked layer, Llama 4) or None."""
-        return self.attention_chunks or (None,) * self.n_layers
+        return tuple(s.window if s.kind == "chunked" else None for s in self.layers)
 
     @property
     def sliding_window(self) -> int | None:
@@ -255,8 +346,10 @@ class ModelConfig:
     def local_per_global(self) -> int | None:
         """n when the local layers follow local_layers' n-local-then-one-global placement with one size;
         0 when every layer is local; None when no layer is local or the placement is another."""
-        sizes = self.sliding_windows or self.attention_chunks
-        if sizes is None:
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            return None  # sliding and chunked layers in one model: no single placement
+        sizes = self.layer_windows if self.sliding_window is not None else self.layer_chunks
+        if self.sliding_window is None and self.attention_chunk_size is None:
             return None
         size = max(s for s in sizes if s)
         if sizes == (size,) * self.n_layers:

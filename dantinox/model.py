@@ -30,7 +30,7 @@ from dantinox.cache import (
 )
 from dantinox.cache_checks import check_cache, check_write
 from dantinox.checks import check_ids, concrete_index
-from dantinox.config import ModelConfig
+from dantinox.config import LayerSpec, ModelConfig
 
 
 def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_element_type=None,
@@ -120,31 +120,34 @@ def _view(layout: Layout, cache: Any, new: Any, pos_BT: jax.Array, fill: Fill | 
 class Attention(nnx.Module):
     """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum.
 
-    The layer's layout (linear, ring, chunked or paged addressing; float or quantized storage) decides what
-    the cache holds and which keys a query may see; attention reads its View and has one path for all.
+    The layer's spec gives its K, H and RoPE base. Its layout (linear, ring, chunked or paged addressing;
+    float or quantized storage) decides what the cache holds and which keys a query may see; attention reads
+    its View and has one path for all.
     """
 
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, layout: Layout, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.layer = layer
         self.layout = layout
-        n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
+        n, k, h = cfg.n_heads, layer.kv_heads, layer.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
                  fill: Fill | None = None) -> tuple[jax.Array, LayerCache | None]:
         """Attend from T new tokens at positions pos_BT; with a cache, through its layout's write and view."""
-        cfg = self.cfg
+        cfg, base = self.cfg, self.layer.rope_base
         B, T, _ = x_BTD.shape
-        K, G, H = cfg.n_kv_heads, cfg.groups, cfg.head_size
+        K, H = self.layer.kv_heads, self.layer.head_size
+        G = cfg.n_heads // K
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
             q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, cfg.rope_base)
+            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, base)
             sink_q = None
             if hasattr(self.layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
                 shifted = pos_BT - self.layout.addressing.sink_shift(pos_BT)
-                sink_q = apply_rope(q.reshape(B, T, K, G, H), shifted, cfg.rope_base)
-            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, cfg.rope_base).transpose(0, 2, 1, 3)
+                sink_q = apply_rope(q.reshape(B, T, K, G, H), shifted, base)
+            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
             if cache is None:
@@ -179,8 +182,9 @@ class LatentAttention(nnx.Module):
     also rotates W_UK·c_KV, which only the materialized path can apply, so the two then disagree.
     """
 
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, layout: Layout, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.rope_base = layer.rope_base  # the config refuses per-layer K and H for a latent
         self.layout = layout
         D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
         if cfg.q_latent_dim is None:  # queries straight from x
@@ -206,11 +210,11 @@ class LatentAttention(nnx.Module):
         q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
         q_BTNX = self.q_up(q_in).reshape(B, T, N, H + cfg.rope_head_dim)
         q_nope_BTNH = q_BTNX[..., :H]
-        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, cfg.rope_base)
+        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, self.rope_base)
         if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
-            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, cfg.rope_base)
+            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.rope_base)
         ckv_BTX = jnp.concatenate([self.kv_norm(self.kv_down(x_BTD)),
-                                   apply_rope(self.k_rope(x_BTD), pos_BT, cfg.rope_base)], axis=-1)
+                                   apply_rope(self.k_rope(x_BTD), pos_BT, self.rope_base)], axis=-1)
         new = LatentCache(ckv_BTX) if cache is None else LatentCache.encode(cfg, ckv_BTX)
         cache, view = _view(self.layout, cache, new, pos_BT, fill)
         read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
@@ -234,7 +238,7 @@ class LatentAttention(nnx.Module):
         c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
         k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))
         if self.cfg.mla_rope_on_latent:  # rotate each compressed key by the position its slot holds
-            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.cfg.rope_base)
+            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.rope_base)
         v_BNSH = jnp.einsum("BSC,CNH->BNSH", c_BSC, self.w_uv[...].astype(jnp.float32))
         k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
         k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
@@ -270,10 +274,10 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, layout: Layout, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "latent"
-                     else Attention(cfg, layout, rngs=rngs))
+        self.attn = (LatentAttention(cfg, layer, layout, rngs=rngs) if cfg.attention == "latent"
+                     else Attention(cfg, layer, layout, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
@@ -318,7 +322,8 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, layout, rngs=rngs) for layout in layouts(cfg)])
+        self.blocks = nnx.List([Block(cfg, layer, layout, rngs=rngs)
+                                for layer, layout in zip(cfg.layers, layouts(cfg), strict=True)])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 

@@ -92,6 +92,9 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
     quantized caches: kv-cache-quantization's sizes (int8/fp8 with one float32 scale per head of H elements);
     MLA: its latent size; otherwise the kv-cache formula.
     """
+    if not cfg.uniform_heads:
+        raise ValueError("layer_specs: the content's cache formulas have one K and H for every layer; "
+                         "dantinox.kv_cache_bytes sums a config with per-layer K or H layer by layer")
     head = dict(B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
     if cfg.kivi_bits is not None:
         return ("kv-cache-quantization", "KIVI-style cache size (dantinox)",
