@@ -8,6 +8,7 @@ G = N/K query heads per KV head, H head size, L layers, V vocab, C latent width 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax.numpy as jnp
@@ -64,8 +65,104 @@ class LayerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """What fixes a KV cache and not the weights: its storage, addressing, KIVI, eviction and sinks.
+
+    A model decodes with any cache config its architecture allows (`ModelConfig.with_cache` checks the pair):
+    `dantinox.init_cache(cfg, B, cache=CacheConfig(cache_layout="paged"))`, `generate(..., cache_layout=...)`.
+    """
+
+    cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in the model's `dtype`)
+    cache_layout: str = "contiguous"  # addressing of the full layers: "contiguous" rows, or "paged" (page table)
+    page_size: int = 16  # token slots per page of a paged cache
+    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
+    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
+    cache_budget: int | None = None  # N: slots per layer under eviction; the latest N // 2 plus the heavy hitters
+    eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
+
+    def __post_init__(self) -> None:
+        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
+        if self.cache_dtype not in known:
+            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
+        if self.cache_layout not in CACHE_LAYOUTS:
+            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
+        positive_int("page_size", self.page_size)
+        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        if self.kivi_bits is not None and r < g:
+            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
+                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
+        positive_int("attention_sinks", self.attention_sinks, minimum=0)
+        if (self.cache_budget is None) != (self.eviction is None):
+            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
+                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
+        if self.eviction is not None:
+            if self.eviction not in EVICTIONS:
+                raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
+            positive_int("cache_budget", self.cache_budget, minimum=2)
+
+    def replace(self, **changes: Any) -> CacheConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def quantized_cache(self) -> bool:
+        """Whether the cache stores low-bit codes with scales (cache_dtype in QUANT_CACHE_DTYPES)."""
+        return self.cache_dtype in QUANT_CACHE_DTYPES
+
+    @property
+    def kivi_bits(self) -> int | None:
+        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
+        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
+
+    @property
+    def recent_budget(self) -> int | None:
+        """Of an eviction budget N, the slots kept for the most recent tokens (N // 2, H2O's even split)."""
+        return None if self.cache_budget is None else self.cache_budget // 2
+
+    @property
+    def cache_jnp_dtype(self) -> Any:
+        """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
+        if self.kivi_bits is not None:
+            return jnp.uint8  # packed codes: 8 // bits per byte
+        return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
+
+    @property
+    def cache_itemsize(self) -> int:
+        """Bytes per cached element (per code for a quantized cache, which also stores float32 scales)."""
+        return jnp.dtype(self.cache_jnp_dtype).itemsize
+
+
+CACHE_FIELDS = tuple(f.name for f in dataclasses.fields(CacheConfig))
+
+
+def _from_cache(name: str) -> property:
+    """ModelConfig.<name>: read through to its cache config (the fact is stored there, once)."""
+    return property(lambda self: getattr(self.cache, name), doc=f"The cache config's {name} (ModelConfig.cache).")
+
+
+def _flat_cache_fields(cls: type) -> type:
+    """Let ModelConfig(...), preset and replace take the cache's fields flat (cache_dtype="int8"), as before
+    the split: they go into its `cache`."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, cache: CacheConfig | dict | None = None, **fields: Any) -> None:
+        flat = {name: fields.pop(name) for name in CACHE_FIELDS if name in fields}
+        cache = CacheConfig(**cache) if isinstance(cache, dict) else CacheConfig() if cache is None else cache
+        if not isinstance(cache, CacheConfig):
+            raise ValueError(f"cache: expected a dantinox.CacheConfig, got {type(cache).__name__}")
+        init(self, *args, cache=cache.replace(**flat) if flat else cache, **fields)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_flat_cache_fields
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Everything that fixes the shapes of a dantinox model and its KV cache."""
+    """What fixes the weights and shapes of a dantinox model (its architecture, layer by layer), and `cache`,
+    the config of the KV caches it makes by default (a model decodes with others too: see CacheConfig)."""
 
     vocab_size: int = 259  # 256 bytes + <bos>, <eos>, <mask>
     d_model: int = 256  # D, residual stream width
@@ -77,9 +174,6 @@ class ModelConfig:
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # activations and the matmuls' compute
     param_dtype: str | None = None  # storage of the weights (converted to `dtype` where used); None: `dtype`
-    cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
-    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
-    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
     mlp_width: int = 768  # F, SwiGLU hidden width
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
@@ -94,17 +188,26 @@ class ModelConfig:
     # Local layers (dantinox/ring.py), one entry per layer; None: every layer global. See local_layers.
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
-    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
     # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks; see layers.
     layer_specs: tuple[LayerSpec, ...] | None = None  # one per layer, None fields: the model-wide value
-    # Score-based eviction (dantinox/eviction.py): every layer keeps at most cache_budget slots.
-    cache_budget: int | None = None  # N: slots per layer; the most recent N // 2 tokens plus the heavy hitters
-    eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
-    # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
-    cache_layout: str = "contiguous"
-    page_size: int = 16  # token slots per page of a paged cache
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
+    # The KV cache the model's caches get by default (init_cache, generate); its fields also read flat, below.
+    cache: CacheConfig = CacheConfig()
+
+    cache_dtype = _from_cache("cache_dtype")
+    cache_layout = _from_cache("cache_layout")
+    page_size = _from_cache("page_size")
+    kivi_group = _from_cache("kivi_group")
+    kivi_residual = _from_cache("kivi_residual")
+    attention_sinks = _from_cache("attention_sinks")
+    cache_budget = _from_cache("cache_budget")
+    eviction = _from_cache("eviction")
+    quantized_cache = _from_cache("quantized_cache")
+    kivi_bits = _from_cache("kivi_bits")
+    recent_budget = _from_cache("recent_budget")
+    cache_jnp_dtype = _from_cache("cache_jnp_dtype")
+    cache_itemsize = _from_cache("cache_itemsize")
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context", "mlp_width"):
@@ -121,9 +224,6 @@ class ModelConfig:
         if self.param_dtype is not None and self.param_dtype not in DTYPES:
             raise ValueError(f"param_dtype: expected one of {', '.join(DTYPES)} (or None: stored in dtype), "
                              f"got {self.param_dtype!r}")
-        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
-        if self.cache_dtype not in known:
-            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
         if self.rope_base <= 1:
@@ -132,18 +232,29 @@ class ModelConfig:
         self._check_mla()
         self._check_layer_specs()
         self._check_local_layers()
+        self._check_cache()
+
+    def _check_cache(self) -> None:
+        """The cache config against this architecture: what each storage and addressing can hold."""
+        if self.attention_sinks and self.sliding_window is None:
+            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
+                             f"got attention_sinks={self.attention_sinks} without one")
+        # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
+        if self.paradigm != "autoregressive":
+            for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
+                                       ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                       ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                       ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
+                if not plain:
+                    raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
+                                     f"(its DualCache splits and joins them), got {value!r}")
         self._check_kivi()
         self._check_eviction()
 
     def _check_eviction(self) -> None:
-        if (self.cache_budget is None) != (self.eviction is None):
-            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
-                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
         if self.eviction is None:
             return
-        if self.eviction not in EVICTIONS:
-            raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
-        positive_int("cache_budget", self.cache_budget, minimum=2)
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
@@ -157,7 +268,7 @@ class ModelConfig:
                                  f"layout), got {value!r}")
 
     def _check_kivi(self) -> None:
-        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        g = self.kivi_group
         if self.kivi_bits is None:
             return
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
@@ -171,9 +282,6 @@ class ModelConfig:
         if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
             raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
                              f"divide head_size ({self.head_size}), got {g}")
-        if r < g:
-            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
-                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
@@ -208,9 +316,6 @@ class ModelConfig:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
     def _check_local_layers(self) -> None:
-        if self.cache_layout not in CACHE_LAYOUTS:
-            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
-        positive_int("page_size", self.page_size)
         for name in ("sliding_windows", "attention_chunks"):
             sizes = getattr(self, name)
             if sizes is None:
@@ -230,20 +335,6 @@ class ModelConfig:
         if both:
             raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
                              f"window {windows[both[0]]} and chunk {chunks[both[0]]}")
-        positive_int("attention_sinks", self.attention_sinks, minimum=0)
-        if self.attention_sinks and self.sliding_window is None:
-            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
-                             f"got attention_sinks={self.attention_sinks} without one")
-        # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
-        if self.paradigm != "autoregressive":
-            for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
-                                       ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                       ("sliding_windows", self.layer_windows, self.sliding_window is None),
-                                       ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
-                if not plain:
-                    raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
-                                     f"(its DualCache splits and joins them), got {value!r}")
 
     def _check_layer_specs(self) -> None:
         specs = self.layer_specs
@@ -366,21 +457,6 @@ class ModelConfig:
         return "mha" if k == self.n_heads else "mqa" if k == 1 else "gqa"
 
     @property
-    def quantized_cache(self) -> bool:
-        """Whether the cache stores low-bit codes with scales (cache_dtype in QUANT_CACHE_DTYPES)."""
-        return self.cache_dtype in QUANT_CACHE_DTYPES
-
-    @property
-    def kivi_bits(self) -> int | None:
-        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
-        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
-
-    @property
-    def recent_budget(self) -> int | None:
-        """Of an eviction budget N, the slots kept for the most recent tokens (N // 2, H2O's even split)."""
-        return None if self.cache_budget is None else self.cache_budget // 2
-
-    @property
     def n_kv_heads(self) -> int:
         """K: KV heads the cache stores per layer (kv_heads, or N when unset, as for MLA's materialized heads)."""
         return self.n_heads if self.kv_heads is None else self.kv_heads
@@ -405,18 +481,6 @@ class ModelConfig:
         return DTYPES[self.weights_dtype]
 
     @property
-    def cache_jnp_dtype(self) -> Any:
-        """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
-        if self.kivi_bits is not None:
-            return jnp.uint8  # packed codes: 8 // bits per byte
-        return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
-
-    @property
-    def cache_itemsize(self) -> int:
-        """Bytes per cached element (per code for a quantized cache, which also stores float32 scales)."""
-        return jnp.dtype(self.cache_jnp_dtype).itemsize
-
-    @property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
         if self.attention == "latent":
@@ -428,12 +492,22 @@ class ModelConfig:
         return self.paradigm == "autoregressive"
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (every other field, kv_heads included, as it was)."""
+        """A copy with some fields changed (every other field, kv_heads included, as it was); the cache's
+        fields may be given flat (cache_dtype="int8")."""
         return dataclasses.replace(self, **changes)
 
+    def with_cache(self, cache: CacheConfig | None = None, **changes: Any) -> ModelConfig:
+        """This architecture with another cache config (or this one's with `changes`), checked against it:
+        the weights are the same, so one model decodes with either."""
+        cache = self.cache if cache is None else cache
+        cache = cache.replace(**changes) if changes else cache
+        return self if cache == self.cache else self.replace(cache=cache)
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields as given, numpy scalars as Python numbers (so the dict is JSON)."""
-        return {k: v.item() if hasattr(v, "item") else v for k, v in dataclasses.asdict(self).items()}
+        """The fields as given, the cache's nested under "cache", numpy scalars as Python numbers (JSON)."""
+        def plain(v: Any) -> Any:
+            return {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v.item() if hasattr(v, "item") else v
+        return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
