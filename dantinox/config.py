@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from dantinox.checks import positive_int
@@ -134,6 +135,7 @@ class CacheConfig:
 
 
 CACHE_FIELDS = tuple(f.name for f in dataclasses.fields(CacheConfig))
+jax.tree_util.register_static(CacheConfig)  # a KVCache carries its config as static structure: one trace per config
 
 
 def _from_cache(name: str) -> property:
