@@ -26,6 +26,7 @@ QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 # KIVI-style low-bit storage (dantinox/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
+MLP_KINDS = ("swiglu", "geglu")  # the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
 # Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.KINDS.
@@ -176,7 +177,8 @@ class ModelConfig:
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # activations and the matmuls' compute
     param_dtype: str | None = None  # storage of the weights (converted to `dtype` where used); None: `dtype`
-    mlp_width: int = 768  # F, SwiGLU hidden width
+    mlp_width: int = 768  # F, the gated MLP's hidden width
+    mlp: str = "swiglu"  # "swiglu": down(silu(gate) · up); "geglu": down(gelu(gate) · up), Gemma's
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
@@ -228,6 +230,8 @@ class ModelConfig:
                              f"got {self.param_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
+        if self.mlp not in MLP_KINDS:
+            raise ValueError(f"mlp: expected one of {', '.join(MLP_KINDS)}, got {self.mlp!r}")
         if self.rope_base <= 1:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
         self._check_kv_heads()

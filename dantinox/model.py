@@ -262,16 +262,18 @@ class LatentAttention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+    """Gated feed-forward: down(act(gate(x)) * up(x)), act silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.gelu = cfg.mlp == "geglu"
         self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
         self.down = _dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     @jax.named_scope("mlp")
     def __call__(self, x: jax.Array) -> jax.Array:
         gate, up = jnp.split(self.gate_up(x), 2, axis=-1)
-        return self.down(jax.nn.silu(gate) * up)
+        act = jax.nn.gelu(gate, approximate=True) if self.gelu else jax.nn.silu(gate)
+        return self.down(act * up)
 
 
 class Block(nnx.Module):
