@@ -181,6 +181,7 @@ class ModelConfig:
     mlp: str = "swiglu"  # "swiglu": down(silu(gate) · up); "geglu": down(gelu(gate) · up), Gemma's
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
+    qk_norm: bool = False  # RMSNorm on every query and key head before RoPE (Gemma 3, OLMo 2); K/V heads only
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
     scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
     # Multi-head latent attention (attention="latent").
@@ -234,6 +235,9 @@ class ModelConfig:
             raise ValueError(f"mlp: expected one of {', '.join(MLP_KINDS)}, got {self.mlp!r}")
         if self.rope_base <= 1:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
+        if self.qk_norm and self.attention == "latent":
+            raise ValueError("qk_norm: normalizes K/V-heads queries and keys; attention='latent' normalizes its "
+                             "latent (kv_norm) instead")
         self._check_kv_heads()
         self._check_mla()
         self._check_layer_specs()

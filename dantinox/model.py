@@ -132,6 +132,11 @@ class Attention(nnx.Module):
         n, k, h = cfg.n_heads, layer.kv_heads, layer.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        if cfg.qk_norm:  # one scale of H per layer, shared by its heads
+            self.q_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
+            self.k_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
+        else:
+            self.q_norm = self.k_norm = None
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
                  fill: Fill | None = None, layout: Layout | None = None) -> tuple[jax.Array, LayerCache | None]:
@@ -143,12 +148,15 @@ class Attention(nnx.Module):
         G = cfg.n_heads // K
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
             q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, base)
+            q, k = q.reshape(B, T, K, G, H), k.reshape(B, T, K, H)
+            if self.q_norm is not None:  # QK-norm: each head normalized before RoPE
+                q, k = self.q_norm(q), self.k_norm(k)
+            q_BTKGH = apply_rope(q, pos_BT, base)
             sink_q = None
             if hasattr(layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
                 shifted = pos_BT - layout.addressing.sink_shift(pos_BT)
-                sink_q = apply_rope(q.reshape(B, T, K, G, H), shifted, base)
-            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, base).transpose(0, 2, 1, 3)
+                sink_q = apply_rope(q, shifted, base)
+            k_BKTH = apply_rope(k, pos_BT, base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
             if cache is None:

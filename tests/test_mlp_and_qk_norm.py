@@ -1,4 +1,4 @@
-"""Gemma's pieces as architecture fields: the GeGLU MLP (`mlp="geglu"`)."""
+"""Gemma's pieces as architecture fields: the GeGLU MLP (`mlp="geglu"`) and QK-norm (`qk_norm=True`)."""
 
 import numpy as np
 import pytest
@@ -8,8 +8,8 @@ import dantinox
 from dantinox import LayerSpec
 
 IDS = (np.arange(12)[None] * 11 + 5) % 259
-# Gemma 3 in small: a local layer (window 5, base 10k) then a global one (base 1M, its own H), GeGLU.
-GEMMA3_LIKE = dict(kv_heads=2, mlp="geglu",
+# Gemma 3 in small: a local layer (window 5, base 10k) then a global one (base 1M, its own H), GeGLU, QK-norm.
+GEMMA3_LIKE = dict(kv_heads=2, mlp="geglu", qk_norm=True,
                    layer_specs=(LayerSpec("sliding", 5, rope_base=1e4), LayerSpec(head_size=16, rope_base=1e6)))
 
 
@@ -26,7 +26,7 @@ def stepped(model, cfg):
     return np.stack(out, 1)
 
 
-@pytest.mark.parametrize("kw", [dict(mlp="geglu"), GEMMA3_LIKE], ids=["geglu", "gemma3"])
+@pytest.mark.parametrize("kw", [dict(mlp="geglu"), dict(qk_norm=True), GEMMA3_LIKE], ids=["geglu", "qk-norm", "gemma3"])
 def test_cached_equals_uncached(kw):
     cfg, model = build(**kw)
     np.testing.assert_allclose(stepped(model, cfg), np.asarray(model(IDS)[0]), atol=2e-5)
@@ -40,8 +40,22 @@ def test_geglu_is_another_activation_over_the_same_weights():
     assert np.abs(swiglu - geglu).max() > 1e-3
 
 
+def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys():
+    cfg, model = build(qk_norm=True, kv_heads=2)
+    assert model.blocks[0].attn.q_norm.scale[...].shape == (cfg.head_size,)
+    before = np.asarray(model(IDS)[0])
+    for block in model.blocks:  # scale the Q and K columns of the fused projection by 3
+        w = block.attn.wqkv.kernel
+        qk = (cfg.n_heads + cfg.n_kv_heads) * cfg.head_size
+        w[...] = w[...].at[:, :qk].multiply(3.0)
+    np.testing.assert_allclose(np.asarray(model(IDS)[0]), before, atol=1e-4)
+    _, mixed = build(**GEMMA3_LIKE)
+    assert mixed.blocks[1].attn.k_norm.scale[...].shape == (16,)  # the layer's own H
+
+
 @pytest.mark.parametrize("kw,message", [
     (dict(mlp="relu"), "mlp: expected one of swiglu, geglu, got 'relu'"),
+    (dict(qk_norm=True, attention="latent", kv_latent_dim=16, rope_head_dim=4), "qk_norm: normalizes K/V-heads"),
 ])
 def test_bad_fields_get_one_line(kw, message):
     with pytest.raises(ValueError, match=message) as err:
