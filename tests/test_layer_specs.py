@@ -109,3 +109,14 @@ def test_latent_layers_refuse_per_layer_heads():
     with pytest.raises(ValueError, match=r"layer_specs\[1\]\.kv_heads: attention='latent' caches one latent"):
         dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=16, rope_head_dim=4,
                                     layer_specs=(LayerSpec(), LayerSpec(kv_heads=2)))
+
+
+def test_the_engine_serves_layers_of_their_own_shape():
+    """A ring layer with its own K and H beside a paged one: the engine's rows equal generate's."""
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, layer_specs=(
+        LayerSpec("sliding", 5, kv_heads=1, head_size=16), LayerSpec(rope_base=1e6)))
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    prompt = (np.arange(6)[None] * 11 + 5) % cfg.vocab_size
+    engine = dantinox.Engine(model, num_pages=16, page_size=4, max_seqs=2, fixed_shapes=True, chunk_tokens=4)
+    rid = engine.add(prompt[0].tolist(), 10)
+    np.testing.assert_array_equal(engine.run()[rid], np.asarray(dantinox.generate(model, prompt, 10))[0, 6:])
