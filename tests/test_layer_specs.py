@@ -120,3 +120,18 @@ def test_the_engine_serves_layers_of_their_own_shape():
     engine = dantinox.Engine(model, num_pages=16, page_size=4, max_seqs=2, fixed_shapes=True, chunk_tokens=4)
     rid = engine.add(prompt[0].tolist(), 10)
     np.testing.assert_array_equal(engine.run()[rid], np.asarray(dantinox.generate(model, prompt, 10))[0, 6:])
+
+
+def test_one_geometry_counts_refuse_layers_that_differ():
+    """The roofline, the mesh layout and the content's formulas assume one K and H: they say so in one line."""
+    import jax
+
+    from dantinox import quality, roofline, sharding
+
+    cfg = dantinox.ModelConfig.preset("test", **MIXED)
+    with pytest.raises(ValueError, match="layer_specs: the roofline counts one K and H for every layer"):
+        roofline.weight_count(cfg)
+    with pytest.raises(ValueError, match="mesh: the cache is laid out with one K for every layer"):
+        sharding.plan(cfg, jax.make_mesh((1, 1), ("data", "model")), 1)
+    with pytest.raises(ValueError, match="layer_specs: the content's cache formulas have one K and H"):
+        quality.formula_for(cfg, 1, 8)
