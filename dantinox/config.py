@@ -1,4 +1,5 @@
-"""Model configuration: one frozen dataclass, named presets, and the validation rules.
+"""Model configuration: the architecture (ModelConfig, a LayerSpec per layer) and the cache (CacheConfig), frozen
+dataclasses; named presets; the validation rules.
 
 Dimension alphabet used across dantinox (names and einsum strings):
 B batch, T query length, S key length, D model width, F MLP width, N query heads, K KV heads,
@@ -71,7 +72,7 @@ class CacheConfig:
     """What fixes a KV cache and not the weights: its storage, addressing, KIVI, eviction and sinks.
 
     A model decodes with any cache config its architecture allows (`ModelConfig.with_cache` checks the pair):
-    `dantinox.init_cache(cfg, B, cache=CacheConfig(cache_layout="paged"))`, `generate(..., cache_layout=...)`.
+    `dantinox.init_cache(cfg.with_cache(cache_layout="paged"), B)`, `generate(..., cache_layout=...)`.
     """
 
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in the model's `dtype`)
