@@ -22,7 +22,7 @@ from dantinox.cache import (
     init_cache,
     tree_nbytes,
 )
-from dantinox.config import PRESETS, ModelConfig
+from dantinox.config import PRESETS, CacheConfig, LayerSpec, ModelConfig
 from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
 from dantinox.engine import Engine, StepReport
 from dantinox.generate import DecodeState, StreamEvent, generate, stream
@@ -41,7 +41,8 @@ from dantinox.pretrained import load_pretrained
 from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [
-    "DEVICE_PRESETS", "PRESETS", "DecodeState", "DevicePreset", "KVCache", "LatentCache", "LayerCache", "ModelConfig",
+    "DEVICE_PRESETS", "PRESETS", "CacheConfig", "DecodeState", "DevicePreset", "KVCache", "LatentCache", "LayerCache",
+    "LayerSpec", "ModelConfig",
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",

@@ -6,11 +6,14 @@
     lengths      [B] int32, tokens each sequence holds, shared by every layer
     page_table  [B, M] int32 for a paged cache (logical page m of sequence b is physical page
                  table[b, m] of every layer's pool), held once; None for a contiguous cache
+    config       the CacheConfig it was made with (static): the model reads its layers' layouts from it,
+                 so one model decodes with a contiguous, paged, ring, quantized or engine cache
 
 `model.forward` writes at `lengths` and advances it, and attention masks with it, so no caller passes a
 length beside the cache and nothing re-reads it from the data.
 
-A layer's layout is three independent choices, fixed per layer by the config (`layouts`):
+A layer's layout is three independent choices, fixed per layer by its LayerSpec and the cache's CacheConfig
+(`layouts`; the model holds none, so one model decodes with any cache its architecture allows):
   addressing  where position p lives: `Linear` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
               `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the page table, dantinox/paged.py)
   storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
@@ -31,7 +34,7 @@ import numpy as np
 
 from dantinox import pool_kernel
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
+from dantinox.config import CacheConfig, LayerSpec, ModelConfig
 from dantinox.quant import quantize
 
 
@@ -118,8 +121,9 @@ class LayerCache(_Payload, _HeadsFields):
     SEQ_AXES = (3, 2, 2, 2)  # k, v, k_scale, v_scale
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LayerCache:
-        K, H = cfg.n_kv_heads, cfg.head_size
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> LayerCache:
+        """An empty layer of `slots` slots with the K and H of `layer` (default: the model-wide ones)."""
+        K, H = (cfg.n_kv_heads, cfg.head_size) if layer is None else (layer.kv_heads, layer.head_size)
 
         def scales():  # a buffer each: decoding donates them
             return jnp.zeros((rows, K, slots), jnp.float32) if cfg.quantized_cache else None
@@ -127,7 +131,7 @@ class LayerCache(_Payload, _HeadsFields):
         return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype), scales(), scales())
 
     @classmethod
-    def encode(cls, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
+    def encode(cls, cfg: CacheConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
         """New keys and values as the cache stores them (rounded to its dtype, or quantized)."""
         if not cfg.quantized_cache:
             return cls(k_BKTH.astype(cfg.cache_jnp_dtype).swapaxes(2, 3), v_BKTH.astype(cfg.cache_jnp_dtype))
@@ -142,13 +146,13 @@ class LatentCache(_Payload, _LatentFields):
     SEQ_AXES = (1, 1)  # ckv, ckv_scale
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> LatentCache:
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> LatentCache:
         width = cfg.kv_latent_dim + cfg.rope_head_dim
         scales = jnp.zeros((rows, slots), jnp.float32) if cfg.quantized_cache else None
         return cls(jnp.zeros((rows, slots, width), cfg.cache_jnp_dtype), scales)
 
     @classmethod
-    def encode(cls, cfg: ModelConfig, ckv_BTX: jax.Array) -> LatentCache:
+    def encode(cls, cfg: CacheConfig, ckv_BTX: jax.Array) -> LatentCache:
         if not cfg.quantized_cache:
             return cls(ckv_BTX.astype(cfg.cache_jnp_dtype))
         return cls(*quantize(ckv_BTX, cfg.cache_dtype))
@@ -198,10 +202,20 @@ class Linear:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """One layer's layout: addressing x storage (the config's cache_dtype) x payload type."""
+    """One layer's layout: addressing x storage x payload type, for one layer's spec."""
 
     addressing: Any
     payload: type
+    layer: LayerSpec | None = None  # its K and H size the payload; None: the model-wide ones
+    storage: CacheConfig | None = None  # the cache dtype new tokens are stored in (rounded or quantized)
+
+    def encode(self, *new: jax.Array) -> Any:
+        """New tokens (keys and values, or MLA latents) as this layer's payload stores them."""
+        return self.payload.encode(self.storage, *new)
+
+    def zeros(self, cfg: ModelConfig, rows: int, slots: int) -> Any:
+        """An empty payload of `slots` slots in `rows` rows for this layer."""
+        return self.payload.zeros(cfg, rows, slots, self.layer)
 
     def update(self, layer: Any, new: Any, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
                after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
@@ -221,32 +235,33 @@ class Layout:
 
 
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
-    """The layout of every layer of a config."""
+    """The layout of every layer of a config (its layer specs under its cache config)."""
+    return tuple(layer_layout(cfg, layer) for layer in cfg.layers)
+
+
+def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
+    """The layout of one layer, given its filled-in spec (one of cfg.layers), under cfg.cache."""
     from dantinox.kivi import KiviCache, KiviLayout
     from dantinox.paged import Paged
     from dantinox.ring import Chunked, Ring, SinkRing
 
-    if cfg.kivi_bits is not None:
-        return (KiviLayout(Linear(), KiviCache, cfg),) * cfg.n_layers
+    if cfg.kivi_bits is not None:  # the config refuses per-layer K, H and windows with KIVI and eviction
+        return KiviLayout(Linear(), KiviCache, layer, cfg.cache, cfg=cfg)
     if cfg.eviction is not None:
         from dantinox.eviction import Budget, BudgetCache, EvictionLayout
 
-        return (EvictionLayout(Budget(cfg.cache_budget), BudgetCache, cfg),) * cfg.n_layers
-    payload = LatentCache if cfg.attention == "latent" else LayerCache
-    out = []
-    for window, chunk in zip(cfg.layer_windows, cfg.layer_chunks, strict=True):
-        if window is not None and cfg.attention_sinks:
-            addr = SinkRing(window, cfg.attention_sinks)
-        elif window is not None:
-            addr = Ring(window)
-        elif chunk is not None:
-            addr = Chunked(chunk)
-        elif cfg.cache_layout == "paged":
-            addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.groups)
-        else:
-            addr = Linear()
-        out.append(Layout(addr, payload))
-    return tuple(out)
+        return EvictionLayout(Budget(cfg.cache_budget), BudgetCache, layer, cfg.cache, cfg=cfg)
+    if layer.kind == "sliding" and cfg.attention_sinks:
+        addr = SinkRing(layer.window, cfg.attention_sinks)
+    elif layer.kind == "sliding":
+        addr = Ring(layer.window)
+    elif layer.kind == "chunked":
+        addr = Chunked(layer.window)
+    elif cfg.cache_layout == "paged":
+        addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.n_heads // layer.kv_heads)
+    else:
+        addr = Linear()
+    return Layout(addr, LatentCache if cfg.attention == "latent" else LayerCache, layer, cfg.cache)
 
 
 class KVCache(NamedTuple):
@@ -255,6 +270,7 @@ class KVCache(NamedTuple):
     layers: tuple  # one payload per layer
     lengths: jax.Array  # [B] int32, tokens held by each sequence
     page_table: jax.Array | None = None  # [B, M] int32, paged layers only
+    config: CacheConfig | None = None  # what it was made with (static); None: the model's own cfg.cache
 
     @property
     def batch(self) -> int:
@@ -295,11 +311,11 @@ def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, nu
         addr = layout.addressing
         if hasattr(addr, "page_size"):
             n = int(np.max(np.asarray(table))) + 1 if num_pages is None else num_pages
-            layers.append(layout.payload.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
+            layers.append(layout.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
         else:
-            layers.append(layout.payload.zeros(cfg, batch, addr.slots(length)))
+            layers.append(layout.zeros(cfg, batch, addr.slots(length)))
     table = None if table is None else jnp.asarray(table, jnp.int32)
-    return KVCache(tuple(layers), jnp.zeros((batch,), jnp.int32), table)
+    return KVCache(tuple(layers), jnp.zeros((batch,), jnp.int32), table, cfg.cache)
 
 
 def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:

@@ -30,7 +30,7 @@ def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
             raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for attention={cfg.attention!r}, "
                              f"got {type(got).__name__}")
         rows = got[0].shape[0] if hasattr(lay.addressing, "page_size") else batch  # a pool's rows are pages
-        want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.payload.zeros(cfg, rows, got.slots))
+        want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.zeros(cfg, rows, got.slots))
         for name, g, w in zip(got._fields, got, want, strict=True):
             if (g is None) != (w is None):
                 raise ValueError(f"kv_caches[{i}].{name}: expected {'no array' if w is None else 'an array'} "

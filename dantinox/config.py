@@ -1,4 +1,5 @@
-"""Model configuration: one frozen dataclass, named presets, and the validation rules.
+"""Model configuration: the architecture (ModelConfig, a LayerSpec per layer) and the cache (CacheConfig), frozen
+dataclasses; named presets; the validation rules.
 
 Dimension alphabet used across dantinox (names and einsum strings):
 B batch, T query length, S key length, D model width, F MLP width, N query heads, K KV heads,
@@ -8,8 +9,10 @@ G = N/K query heads per KV head, H head size, L layers, V vocab, C latent width 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from dantinox.checks import positive_int
@@ -24,8 +27,12 @@ QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 # KIVI-style low-bit storage (dantinox/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
+MLP_KINDS = ("swiglu", "geglu")  # the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
+# Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.KINDS.
+LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
+LAYER_KINDS_BUILT = ("full", "sliding", "chunked")  # "shared" and "state" are declared, not built yet
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -44,8 +51,122 @@ def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dic
 
 
 @dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer's attention: which keys its queries read, and the shapes where real models differ per layer.
+
+    The cached payload (K/V heads or an MLA latent, `ModelConfig.attention`) is the other axis: a sliding
+    layer of an MLA model caches W latents. In `ModelConfig.layer_specs` a None field means the model-wide
+    value; `ModelConfig.layers` gives every layer's spec with each field filled in.
+    """
+
+    kind: str = "full"  # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state"
+    window: int | None = None  # W of a sliding layer (the current token and W - 1 before it), C of a chunked one
+    kv_heads: int | None = None  # K of this layer, a divisor of n_heads
+    head_size: int | None = None  # H of this layer's queries, keys and values
+    rope_base: float | None = None  # RoPE wavelength base of this layer (Gemma 3: 10k local, 1M global)
+    source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """What fixes a KV cache and not the weights: its storage, addressing, KIVI, eviction and sinks.
+
+    A model decodes with any cache config its architecture allows (`ModelConfig.with_cache` checks the pair):
+    `dantinox.init_cache(cfg.with_cache(cache_layout="paged"), B)`, `generate(..., cache_layout=...)`.
+    """
+
+    cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in the model's `dtype`)
+    cache_layout: str = "contiguous"  # addressing of the full layers: "contiguous" rows, or "paged" (page table)
+    page_size: int = 16  # token slots per page of a paged cache
+    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
+    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
+    cache_budget: int | None = None  # N: slots per layer under eviction; the latest N // 2 plus the heavy hitters
+    eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
+
+    def __post_init__(self) -> None:
+        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
+        if self.cache_dtype not in known:
+            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
+        if self.cache_layout not in CACHE_LAYOUTS:
+            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
+        positive_int("page_size", self.page_size)
+        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        if self.kivi_bits is not None and r < g:
+            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
+                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
+        positive_int("attention_sinks", self.attention_sinks, minimum=0)
+        if (self.cache_budget is None) != (self.eviction is None):
+            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
+                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
+        if self.eviction is not None:
+            if self.eviction not in EVICTIONS:
+                raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
+            positive_int("cache_budget", self.cache_budget, minimum=2)
+
+    def replace(self, **changes: Any) -> CacheConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def quantized_cache(self) -> bool:
+        """Whether the cache stores low-bit codes with scales (cache_dtype in QUANT_CACHE_DTYPES)."""
+        return self.cache_dtype in QUANT_CACHE_DTYPES
+
+    @property
+    def kivi_bits(self) -> int | None:
+        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
+        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
+
+    @property
+    def recent_budget(self) -> int | None:
+        """Of an eviction budget N, the slots kept for the most recent tokens (N // 2, H2O's even split)."""
+        return None if self.cache_budget is None else self.cache_budget // 2
+
+    @property
+    def cache_jnp_dtype(self) -> Any:
+        """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
+        if self.kivi_bits is not None:
+            return jnp.uint8  # packed codes: 8 // bits per byte
+        return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
+
+    @property
+    def cache_itemsize(self) -> int:
+        """Bytes per cached element (per code for a quantized cache, which also stores float32 scales)."""
+        return jnp.dtype(self.cache_jnp_dtype).itemsize
+
+
+CACHE_FIELDS = tuple(f.name for f in dataclasses.fields(CacheConfig))
+jax.tree_util.register_static(CacheConfig)  # a KVCache carries its config as static structure: one trace per config
+
+
+def _from_cache(name: str) -> property:
+    """ModelConfig.<name>: read through to its cache config (the fact is stored there, once)."""
+    return property(lambda self: getattr(self.cache, name), doc=f"The cache config's {name} (ModelConfig.cache).")
+
+
+def _flat_cache_fields(cls: type) -> type:
+    """Let ModelConfig(...), preset and replace take the cache's fields flat (cache_dtype="int8"), as before
+    the split: they go into its `cache`."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, cache: CacheConfig | dict | None = None, **fields: Any) -> None:
+        flat = {name: fields.pop(name) for name in CACHE_FIELDS if name in fields}
+        cache = CacheConfig(**cache) if isinstance(cache, dict) else CacheConfig() if cache is None else cache
+        if not isinstance(cache, CacheConfig):
+            raise ValueError(f"cache: expected a dantinox.CacheConfig, got {type(cache).__name__}")
+        init(self, *args, cache=cache.replace(**flat) if flat else cache, **fields)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_flat_cache_fields
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Everything that fixes the shapes of a dantinox model and its KV cache."""
+    """What fixes the weights and shapes of a dantinox model (its architecture, layer by layer), and `cache`,
+    the config of the KV caches it makes by default (a model decodes with others too: see CacheConfig)."""
 
     vocab_size: int = 259  # 256 bytes + <bos>, <eos>, <mask>
     d_model: int = 256  # D, residual stream width
@@ -57,12 +178,11 @@ class ModelConfig:
     max_context: int = 1024  # longest sequence the static cache holds
     dtype: str = "float32"  # activations and the matmuls' compute
     param_dtype: str | None = None  # storage of the weights (converted to `dtype` where used); None: `dtype`
-    cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in `dtype`)
-    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
-    kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
-    mlp_width: int = 768  # F, SwiGLU hidden width
+    mlp_width: int = 768  # F, the gated MLP's hidden width
+    mlp: str = "swiglu"  # "swiglu": down(silu(gate) · up); "geglu": down(gelu(gate) · up), Gemma's
     rope_base: float = 10_000.0  # RoPE wavelength base
     norm_eps: float = 1e-6  # RMSNorm epsilon
+    qk_norm: bool = False  # RMSNorm on every query and key head before RoPE (Gemma 3, OLMo 2); K/V heads only
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
     scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
     # Multi-head latent attention (attention="latent").
@@ -74,15 +194,26 @@ class ModelConfig:
     # Local layers (dantinox/ring.py), one entry per layer; None: every layer global. See local_layers.
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
-    attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
-    # Score-based eviction (dantinox/eviction.py): every layer keeps at most cache_budget slots.
-    cache_budget: int | None = None  # N: slots per layer; the most recent N // 2 tokens plus the heavy hitters
-    eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
-    # Cache addressing of the global layers (dantinox/cache.py): "contiguous" rows, or "paged" through a page table.
-    cache_layout: str = "contiguous"
-    page_size: int = 16  # token slots per page of a paged cache
+    # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks; see layers.
+    layer_specs: tuple[LayerSpec, ...] | None = None  # one per layer, None fields: the model-wide value
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
+    # The KV cache the model's caches get by default (init_cache, generate); its fields also read flat, below.
+    cache: CacheConfig = CacheConfig()
+
+    cache_dtype = _from_cache("cache_dtype")
+    cache_layout = _from_cache("cache_layout")
+    page_size = _from_cache("page_size")
+    kivi_group = _from_cache("kivi_group")
+    kivi_residual = _from_cache("kivi_residual")
+    attention_sinks = _from_cache("attention_sinks")
+    cache_budget = _from_cache("cache_budget")
+    eviction = _from_cache("eviction")
+    quantized_cache = _from_cache("quantized_cache")
+    kivi_bits = _from_cache("kivi_bits")
+    recent_budget = _from_cache("recent_budget")
+    cache_jnp_dtype = _from_cache("cache_jnp_dtype")
+    cache_itemsize = _from_cache("cache_itemsize")
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_size", "max_context", "mlp_width"):
@@ -99,33 +230,48 @@ class ModelConfig:
         if self.param_dtype is not None and self.param_dtype not in DTYPES:
             raise ValueError(f"param_dtype: expected one of {', '.join(DTYPES)} (or None: stored in dtype), "
                              f"got {self.param_dtype!r}")
-        known = [*DTYPES, *QUANT_CACHE_DTYPES, *KIVI_CACHE_DTYPES]
-        if self.cache_dtype not in known:
-            raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
         if self.head_size % 2:
             raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
+        if self.mlp not in MLP_KINDS:
+            raise ValueError(f"mlp: expected one of {', '.join(MLP_KINDS)}, got {self.mlp!r}")
         if self.rope_base <= 1:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
+        if self.qk_norm and self.attention == "latent":
+            raise ValueError("qk_norm: normalizes K/V-heads queries and keys; attention='latent' normalizes its "
+                             "latent (kv_norm) instead")
         self._check_kv_heads()
         self._check_mla()
+        self._check_layer_specs()
         self._check_local_layers()
+        self._check_cache()
+
+    def _check_cache(self) -> None:
+        """The cache config against this architecture: what each storage and addressing can hold."""
+        if self.attention_sinks and self.sliding_window is None:
+            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
+                             f"got attention_sinks={self.attention_sinks} without one")
+        # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
+        if self.paradigm != "autoregressive":
+            for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
+                                       ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
+                                       ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                       ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
+                if not plain:
+                    raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
+                                     f"(its DualCache splits and joins them), got {value!r}")
         self._check_kivi()
         self._check_eviction()
 
     def _check_eviction(self) -> None:
-        if (self.cache_budget is None) != (self.eviction is None):
-            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
-                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
         if self.eviction is None:
             return
-        if self.eviction not in EVICTIONS:
-            raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
-        positive_int("cache_budget", self.cache_budget, minimum=2)
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
+                                   ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                   ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads),
                                    ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
             if not plain:
                 raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
@@ -133,22 +279,20 @@ class ModelConfig:
                                  f"layout), got {value!r}")
 
     def _check_kivi(self) -> None:
-        g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
+        g = self.kivi_group
         if self.kivi_bits is None:
             return
         for name, value, plain in (("attention", self.attention, self.attention == "heads"),
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                   ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                   ("attention_chunks", self.attention_chunks, self.attention_chunks is None)):
+                                   ("sliding_windows", self.layer_windows, self.sliding_window is None),
+                                   ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
-                                 f"(no latent, paged, window or chunk), got {value!r}")
+                                 f"(no latent, paged, window or chunk; one K and H), got {value!r}")
         if self.head_size % g or (self.head_size * self.kivi_bits) % 8:
             raise ValueError(f"kivi_group: values are quantized in groups of kivi_group channels, so it must "
                              f"divide head_size ({self.head_size}), got {g}")
-        if r < g:
-            raise ValueError(f"kivi_residual: a key group is quantized once complete, so the full-precision "
-                             f"window must hold at least kivi_group ({g}) tokens, got {r}")
 
     def _check_kv_heads(self) -> None:
         n, k = self.n_heads, self.kv_heads
@@ -183,9 +327,6 @@ class ModelConfig:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
     def _check_local_layers(self) -> None:
-        if self.cache_layout not in CACHE_LAYOUTS:
-            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
-        positive_int("page_size", self.page_size)
         for name in ("sliding_windows", "attention_chunks"):
             sizes = getattr(self, name)
             if sizes is None:
@@ -200,24 +341,57 @@ class ModelConfig:
                     positive_int(f"{name}[{i}]", size)
             if all(size is None for size in sizes):  # no local layer: one way to say it
                 object.__setattr__(self, name, None)
-        both = [i for i, (w, c) in enumerate(zip(self.layer_windows, self.layer_chunks, strict=True)) if w and c]
+        windows, chunks = (sizes or (None,) * self.n_layers for sizes in (self.sliding_windows, self.attention_chunks))
+        both = [i for i, (w, c) in enumerate(zip(windows, chunks, strict=True)) if w and c]
         if both:
             raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
-                             f"window {self.layer_windows[both[0]]} and chunk {self.layer_chunks[both[0]]}")
-        positive_int("attention_sinks", self.attention_sinks, minimum=0)
-        if self.attention_sinks and self.sliding_windows is None:
-            raise ValueError(f"attention_sinks: kept beside a sliding window's ring; set sliding_windows, "
-                             f"got attention_sinks={self.attention_sinks} without one")
-        # Diffusion's DualCache splits and joins linear slots; the other layouts are autoregressive caches.
-        if self.paradigm != "autoregressive":
-            for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
-                                       ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
-                                       ("sliding_windows", self.sliding_windows, self.sliding_windows is None),
-                                       ("attention_chunks", self.attention_chunks, self.attention_chunks is None),
-                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
-                if not plain:
-                    raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
-                                     f"(its DualCache splits and joins them), got {value!r}")
+                             f"window {windows[both[0]]} and chunk {chunks[both[0]]}")
+
+    def _check_layer_specs(self) -> None:
+        specs = self.layer_specs
+        if specs is None:
+            return
+        if isinstance(specs, list | tuple):  # JSON gives a list of dicts: stored as the tuple of specs they mean
+            specs = tuple(LayerSpec(**s) if isinstance(s, dict) else s for s in specs)
+        if (not isinstance(specs, tuple) or len(specs) != self.n_layers
+                or not all(isinstance(s, LayerSpec) for s in specs)):
+            raise ValueError(f"layer_specs: expected one dantinox.LayerSpec per layer ({self.n_layers}), got {specs!r}")
+        for name in ("sliding_windows", "attention_chunks"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: layer_specs gives every layer's window; set one of them, not both")
+        model_wide = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
+        kept = []
+        for i, spec in enumerate(specs):
+            at = f"layer_specs[{i}]"
+            if spec.kind not in LAYER_KINDS:
+                raise ValueError(f"{at}.kind: expected one of {', '.join(LAYER_KINDS)}, got {spec.kind!r}")
+            if spec.kind not in LAYER_KINDS_BUILT:
+                raise ValueError(f"{at}.kind: {spec.kind!r} is declared but not built yet; dantinox builds "
+                                 f"{', '.join(LAYER_KINDS_BUILT)}")
+            if (spec.window is None) != (spec.kind == "full"):
+                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full layer "
+                                 f"none; got kind={spec.kind!r}, window={spec.window!r}")
+            if spec.window is not None:
+                positive_int(f"{at}.window", spec.window)
+            if spec.source is not None:
+                raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got {spec.source}")
+            if spec.kv_heads is not None:
+                positive_int(f"{at}.kv_heads", spec.kv_heads)
+                if self.n_heads % spec.kv_heads:
+                    raise ValueError(f"{at}.kv_heads: must divide n_heads ({self.n_heads}), got {spec.kv_heads}")
+            if spec.head_size is not None and positive_int(f"{at}.head_size", spec.head_size) % 2:
+                raise ValueError(f"{at}.head_size: RoPE rotates pairs of channels, so it must be even, "
+                                 f"got {spec.head_size}")
+            if spec.rope_base is not None and spec.rope_base <= 1:
+                raise ValueError(f"{at}.rope_base: must be greater than 1, got {spec.rope_base}")
+            # a value equal to the model-wide one is stored once, as None
+            spec = dataclasses.replace(spec, **{k: None for k, v in model_wide.items() if getattr(spec, k) == v})
+            if self.attention == "latent" and (spec.kv_heads, spec.head_size) != (None, None):
+                raise ValueError(f"{at}.kv_heads: attention='latent' caches one latent per layer; per-layer "
+                                 f"kv_heads and head_size are for K/V-heads layers, got {spec}")
+            kept.append(spec)
+        # no layer differs from the model-wide fields: one way to say it
+        object.__setattr__(self, "layer_specs", None if all(s == LayerSpec() for s in kept) else tuple(kept))
 
     # Helpers that fill the per-layer tuples from one size.
     def with_sliding_window(self, window: int | None, local_per_global: int | None = None) -> ModelConfig:
@@ -232,14 +406,33 @@ class ModelConfig:
 
     # Derived values.
     @property
+    def layers(self) -> tuple[LayerSpec, ...]:
+        """Every layer's spec, each field filled in (the model-wide value where layer_specs leaves it None);
+        without layer_specs, a full, sliding or chunked layer per sliding_windows and attention_chunks."""
+        specs = self.layer_specs
+        if specs is None:
+            windows, chunks = (sizes or (None,) * self.n_layers for sizes in (self.sliding_windows,
+                                                                              self.attention_chunks))
+            specs = tuple(LayerSpec("sliding", w) if w else LayerSpec("chunked", c) if c else LayerSpec()
+                          for w, c in zip(windows, chunks, strict=True))
+        fill = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
+        return tuple(dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None})
+                     for s in specs)
+
+    @property
+    def uniform_heads(self) -> bool:
+        """Whether every layer has the model-wide K and H (what the one-geometry cache formulas assume)."""
+        return all(s.kv_heads is None and s.head_size is None for s in self.layer_specs or ())
+
+    @property
     def layer_windows(self) -> tuple[int | None, ...]:
         """Per layer, its sliding window W (a local layer) or None (a global layer, full causal attention)."""
-        return self.sliding_windows or (None,) * self.n_layers
+        return tuple(s.window if s.kind == "sliding" else None for s in self.layers)
 
     @property
     def layer_chunks(self) -> tuple[int | None, ...]:
         """Per layer, its chunk size C (a chunked layer, Llama 4) or None."""
-        return self.attention_chunks or (None,) * self.n_layers
+        return tuple(s.window if s.kind == "chunked" else None for s in self.layers)
 
     @property
     def sliding_window(self) -> int | None:
@@ -255,8 +448,10 @@ class ModelConfig:
     def local_per_global(self) -> int | None:
         """n when the local layers follow local_layers' n-local-then-one-global placement with one size;
         0 when every layer is local; None when no layer is local or the placement is another."""
-        sizes = self.sliding_windows or self.attention_chunks
-        if sizes is None:
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            return None  # sliding and chunked layers in one model: no single placement
+        sizes = self.layer_windows if self.sliding_window is not None else self.layer_chunks
+        if self.sliding_window is None and self.attention_chunk_size is None:
             return None
         size = max(s for s in sizes if s)
         if sizes == (size,) * self.n_layers:
@@ -271,21 +466,6 @@ class ModelConfig:
             return "mla"
         k = self.n_kv_heads
         return "mha" if k == self.n_heads else "mqa" if k == 1 else "gqa"
-
-    @property
-    def quantized_cache(self) -> bool:
-        """Whether the cache stores low-bit codes with scales (cache_dtype in QUANT_CACHE_DTYPES)."""
-        return self.cache_dtype in QUANT_CACHE_DTYPES
-
-    @property
-    def kivi_bits(self) -> int | None:
-        """Bits per code of a KIVI cache (cache_dtype "kivi4" / "kivi2"), else None."""
-        return KIVI_CACHE_DTYPES.get(self.cache_dtype)
-
-    @property
-    def recent_budget(self) -> int | None:
-        """Of an eviction budget N, the slots kept for the most recent tokens (N // 2, H2O's even split)."""
-        return None if self.cache_budget is None else self.cache_budget // 2
 
     @property
     def n_kv_heads(self) -> int:
@@ -312,18 +492,6 @@ class ModelConfig:
         return DTYPES[self.weights_dtype]
 
     @property
-    def cache_jnp_dtype(self) -> Any:
-        """Storage dtype of cached values: the float dtype, or the code dtype of a quantized cache."""
-        if self.kivi_bits is not None:
-            return jnp.uint8  # packed codes: 8 // bits per byte
-        return QUANT_CACHE_DTYPES[self.cache_dtype] if self.quantized_cache else DTYPES[self.cache_dtype]
-
-    @property
-    def cache_itemsize(self) -> int:
-        """Bytes per cached element (per code for a quantized cache, which also stores float32 scales)."""
-        return jnp.dtype(self.cache_jnp_dtype).itemsize
-
-    @property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
         if self.attention == "latent":
@@ -335,12 +503,22 @@ class ModelConfig:
         return self.paradigm == "autoregressive"
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (every other field, kv_heads included, as it was)."""
+        """A copy with some fields changed (every other field, kv_heads included, as it was); the cache's
+        fields may be given flat (cache_dtype="int8")."""
         return dataclasses.replace(self, **changes)
 
+    def with_cache(self, cache: CacheConfig | None = None, **changes: Any) -> ModelConfig:
+        """This architecture with another cache config (or this one's with `changes`), checked against it:
+        the weights are the same, so one model decodes with either."""
+        cache = self.cache if cache is None else cache
+        cache = cache.replace(**changes) if changes else cache
+        return self if cache == self.cache else self.replace(cache=cache)
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields as given, numpy scalars as Python numbers (so the dict is JSON)."""
-        return {k: v.item() if hasattr(v, "item") else v for k, v in dataclasses.asdict(self).items()}
+        """The fields as given, the cache's nested under "cache", numpy scalars as Python numbers (JSON)."""
+        def plain(v: Any) -> Any:
+            return {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v.item() if hasattr(v, "item") else v
+        return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

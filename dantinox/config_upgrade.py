@@ -7,19 +7,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from dantinox.config import ATTENTION_VARIANTS, ModelConfig, heads_fields
+from dantinox.config import ATTENTION_VARIANTS, CACHE_FIELDS, ModelConfig, heads_fields
 from dantinox.windows import local_layers
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """Fields as earlier dantinox versions wrote them, in today's form: mlp_width None (3 * d_model), attention as a
     variant label (mha/gqa/mqa/mla) beside kv_heads, one window or chunk size placed by a window_pattern
-    ("local" or "n:1"), and block_size for what is now page_size (the paged cache's tokens per page)."""
+    ("local" or "n:1"), block_size for what is now page_size (the paged cache's tokens per page), and the
+    cache's fields flat beside the architecture's, as every config written before CacheConfig has them: they
+    move under "cache"."""
     data = dict(data)
     if "block_size" in data:
-        if "page_size" in data:
+        if "page_size" in data or "page_size" in (data.get("cache") or {}):
             raise ValueError("config: block_size is the old name of page_size; give one of them, not both")
         data["page_size"] = data.pop("block_size")
+    flat = {name: data.pop(name) for name in CACHE_FIELDS if name in data}
+    cache = dict(data.get("cache") or {})
+    unknown = sorted(set(cache) - set(CACHE_FIELDS))
+    if unknown:
+        raise ValueError(f"config: unknown field(s) {', '.join('cache.' + name for name in unknown)}")
+    if set(flat) & set(cache):
+        raise ValueError(f"config: {sorted(set(flat) & set(cache))[0]} is given both flat and under cache; "
+                         f"give it once")
+    if flat or cache:
+        data["cache"] = {**cache, **flat}
     if "mlp_width" in data and data["mlp_width"] is None:
         data["mlp_width"] = 3 * data.get("d_model", ModelConfig.d_model)
     if data.get("attention") in ATTENTION_VARIANTS:

@@ -187,7 +187,7 @@ def cache_slots(cache_mode: str, prompt_length: int, gen_length: int, block_size
 
 
 def _empty_cache(cfg: ModelConfig, batch: int, prefix_slots: int, suffix_slots: int) -> DualCache:
-    return DualCache(*(tuple(lay.payload.zeros(cfg, batch, slots) for lay in layouts(cfg))
+    return DualCache(*(tuple(lay.zeros(cfg, batch, slots) for lay in layouts(cfg))
                        for slots in (prefix_slots, suffix_slots)))
 
 

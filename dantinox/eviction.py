@@ -45,7 +45,7 @@ class BudgetCache(BudgetFields):
         return self.k.shape[3]
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> BudgetCache:
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: Any = None) -> BudgetCache:
         K, H, dtype = cfg.n_kv_heads, cfg.head_size, cfg.cache_jnp_dtype
         return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype),
                    jnp.zeros((rows, slots), jnp.float32), jnp.full((rows, slots), -1, jnp.int32))

@@ -263,9 +263,10 @@ class _Pager:
 
 
 def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.ndarray, seed: int,
-           use_cache: bool, temperature: float, mesh: Any = None):
-    """Split the model, prefill, and return what the decode loop needs; the paged cache's pager if any."""
-    cfg = model.cfg
+           use_cache: bool, temperature: float, mesh: Any = None, cfg: ModelConfig | None = None):
+    """Split the model, prefill, and return what the decode loop needs; the paged cache's pager if any.
+    The cache is made for `cfg` (default the model's): the model's architecture with any cache config."""
+    cfg = model.cfg if cfg is None else cfg
     graphdef, params = nnx.split(model)
     layout = None if mesh is None else sharding.plan(cfg, mesh, prompt.shape[0])
     if layout is not None:  # weights replicated, prompts over "data"; XLA partitions the programs
@@ -313,27 +314,18 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     result repeats eos_id after that). Decoding runs in compiled `lax.while_loop`s, one per key bucket
     (128, 192, 256, 384, ... slots) the generation passes through, with the cache grown between them; no
     Python runs per token. The cache's layout (contiguous or paged, rings, int8) comes from the config;
-    `cache_layout` and `page_size` override those two config fields for this call (the same weights).
+    `cache_layout` and `page_size` choose another cache for this call: the same model decodes with it.
     `mesh` (a jax ("data", "model") Mesh) decodes with sequences and KV heads spread over its devices
     (dantinox/sharding.py).
     """
-    model = _override(model, cache_layout=cache_layout, page_size=page_size)
-    prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
-    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
-    decode = decode_program(prompt.shape[0], cfg=model.cfg, slots=int(end.max()))
-    state = _advance(model.cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager,
-                     eos_id)
+    asked = dict(cache_layout=cache_layout, page_size=page_size)
+    cfg = model.cfg.with_cache(**{k: v for k, v in asked.items() if v is not None})
+    prompt, lengths, end, ragged = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
+    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh,
+                                                  cfg)
+    decode = decode_program(prompt.shape[0], cfg=cfg, slots=int(end.max()))
+    state = _advance(cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager, eos_id)
     return _result(state, lengths, end, ragged, eos_id)
-
-
-def _override(model: Transformer, **changes: Any) -> Transformer:
-    """The model under a config with the given (not None) cache fields changed; weights shared."""
-    changes = {k: v for k, v in changes.items() if v is not None and getattr(model.cfg, k) != v}
-    if not changes:
-        return model
-    from dantinox.quality import with_changes
-
-    return with_changes(model, **changes)
 
 
 def _result(state: DecodeState, lengths: np.ndarray, end: np.ndarray, ragged: bool, eos_id: int | None):

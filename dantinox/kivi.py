@@ -114,7 +114,7 @@ class KiviCache(NamedTuple):
         return self.k_codes.shape[2]
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, rows: int, slots: int) -> KiviCache:
+    def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: Any = None) -> KiviCache:
         K, H, G, b = cfg.n_kv_heads, cfg.head_size, cfg.kivi_group, cfg.kivi_bits
         R, groups = min(slots, cfg.kivi_residual), -(-slots // G)
         codes, key_params = (rows, K, slots, H * b // 8), (rows, K, groups, H)

@@ -174,7 +174,7 @@ def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_
         for layer in built:
             cfg = _layer_config(layer, tokens, cache_dtype)
             layout = layouts(cfg)[0]  # the layout the model would use: Linear, Ring or Chunked x payload
-            payloads.append(layout.payload.zeros(cfg, batch, layout.addressing.slots(tokens)))
+            payloads.append(layout.zeros(cfg, batch, layout.addressing.slots(tokens)))
         return KVCache(tuple(payloads), jax.numpy.zeros((batch,), jax.numpy.int32))
 
     shapes = jax.eval_shape(cache)

@@ -82,13 +82,16 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
         return kivi_cache_bytes(cfg, int(batch_size), int(tokens))
     if cfg.eviction is not None:
         return budget_cache_bytes(cfg, int(batch_size), int(tokens))
-    scales_per_slot = 1 if cfg.attention == "latent" else 2 * cfg.n_kv_heads  # one per latent; one per K/V head
-    scales = scales_per_slot * SCALE_BYTES if cfg.quantized_cache else 0
-    per_slot = cfg.kv_elements_per_token_per_layer * cfg.cache_itemsize + scales
-    rings = [c if w is None else w + cfg.attention_sinks for w, c in zip(cfg.layer_windows, cfg.layer_chunks,
-                                                                         strict=True)]
-    slots = sum(tokens if ring is None else min(tokens, ring) for ring in rings)
-    return int(batch_size) * slots * per_slot
+    total = 0
+    for layer in cfg.layers:  # each layer with its own K, H and ring
+        if cfg.attention == "latent":  # one scale per latent
+            elements, scales = cfg.kv_elements_per_token_per_layer, 1
+        else:  # one scale per K/V head
+            elements, scales = 2 * layer.kv_heads * layer.head_size, 2 * layer.kv_heads
+        per_slot = elements * cfg.cache_itemsize + (scales * SCALE_BYTES if cfg.quantized_cache else 0)
+        ring = None if layer.kind == "full" else layer.window + (cfg.attention_sinks if layer.kind == "sliding" else 0)
+        total += (tokens if ring is None else min(tokens, ring)) * per_slot
+    return int(batch_size) * total
 
 
 # Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the code's.

@@ -26,11 +26,12 @@ from dantinox.cache import (
     Layout,
     View,
     init_cache,
+    layer_layout,
     layouts,
 )
 from dantinox.cache_checks import check_cache, check_write
 from dantinox.checks import check_ids, concrete_index
-from dantinox.config import ModelConfig
+from dantinox.config import LayerSpec, ModelConfig
 
 
 def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_element_type=None,
@@ -120,49 +121,60 @@ def _view(layout: Layout, cache: Any, new: Any, pos_BT: jax.Array, fill: Fill | 
 class Attention(nnx.Module):
     """Multi-head attention with K KV heads: MHA (K = N), GQA (1 < K < N) and MQA (K = 1) in one einsum.
 
-    The layer's layout (linear, ring, chunked or paged addressing; float or quantized storage) decides what
+    The layer's spec gives its K, H and RoPE base. The layout the cache gives it (linear, ring, chunked or
+    paged addressing; float or quantized storage; default: under the model's own cache config) decides what
     the cache holds and which keys a query may see; attention reads its View and has one path for all.
     """
 
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.layout = layout
-        n, k, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
+        self.layer = layer
+        n, k, h = cfg.n_heads, layer.kv_heads, layer.head_size
         self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        if cfg.qk_norm:  # one scale of H per layer, shared by its heads
+            self.q_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
+            self.k_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
+        else:
+            self.q_norm = self.k_norm = None
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
-                 fill: Fill | None = None) -> tuple[jax.Array, LayerCache | None]:
+                 fill: Fill | None = None, layout: Layout | None = None) -> tuple[jax.Array, LayerCache | None]:
         """Attend from T new tokens at positions pos_BT; with a cache, through its layout's write and view."""
-        cfg = self.cfg
+        cfg, base = self.cfg, self.layer.rope_base
+        layout = layer_layout(cfg, self.layer) if layout is None else layout
         B, T, _ = x_BTD.shape
-        K, G, H = cfg.n_kv_heads, cfg.groups, cfg.head_size
+        K, H = self.layer.kv_heads, self.layer.head_size
+        G = cfg.n_heads // K
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
             q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-            q_BTKGH = apply_rope(q.reshape(B, T, K, G, H), pos_BT, cfg.rope_base)
+            q, k = q.reshape(B, T, K, G, H), k.reshape(B, T, K, H)
+            if self.q_norm is not None:  # QK-norm: each head normalized before RoPE
+                q, k = self.q_norm(q), self.k_norm(k)
+            q_BTKGH = apply_rope(q, pos_BT, base)
             sink_q = None
-            if hasattr(self.layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
-                shifted = pos_BT - self.layout.addressing.sink_shift(pos_BT)
-                sink_q = apply_rope(q.reshape(B, T, K, G, H), shifted, cfg.rope_base)
-            k_BKTH = apply_rope(k.reshape(B, T, K, H), pos_BT, cfg.rope_base).transpose(0, 2, 1, 3)
+            if hasattr(layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
+                shifted = pos_BT - layout.addressing.sink_shift(pos_BT)
+                sink_q = apply_rope(q, shifted, base)
+            k_BKTH = apply_rope(k, pos_BT, base).transpose(0, 2, 1, 3)
             v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
             if cache is None:
                 new = LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH)
             else:  # each payload type stores new tokens its own way (rounded to the cache dtype, or quantized)
-                new = self.layout.payload.encode(cfg, k_BKTH, v_BKTH)
-            cache, view = _view(self.layout, cache, new, pos_BT, fill)
+                new = layout.encode(k_BKTH, v_BKTH)
+            cache, view = _view(layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
             kv = view.payload
-            sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < self.layout.addressing.sinks)
-            scored = cache is not None and hasattr(self.layout, "keep")  # eviction: the write needs the weights
+            sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < layout.addressing.sinks)
+            scored = cache is not None and hasattr(layout, "keep")  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
                                sink_q, sinks, with_weights=scored)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
                 weights_BS = jnp.einsum("BKGTS,BT->BS", weights_BKGTS, fill.live_BT.astype(jnp.float32))
-                cache = self.layout.keep(cache, view, weights_BS, fill.after_B)
+                cache = layout.keep(cache, view, weights_BS, fill.after_B)
         with jax.named_scope("out_proj"):
             return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
 
@@ -179,9 +191,9 @@ class LatentAttention(nnx.Module):
     also rotates W_UK·c_KV, which only the materialized path can apply, so the two then disagree.
     """
 
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.layout = layout
+        self.layer = layer  # its RoPE base; the config refuses per-layer K and H for a latent
         D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
         if cfg.q_latent_dim is None:  # queries straight from x
             self.q_down, self.q_norm = None, None
@@ -199,20 +211,21 @@ class LatentAttention(nnx.Module):
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
-                 fill: Fill | None = None) -> tuple[jax.Array, LatentCache | None]:
+                 fill: Fill | None = None, layout: Layout | None = None) -> tuple[jax.Array, LatentCache | None]:
         cfg = self.cfg
+        layout = layer_layout(cfg, self.layer) if layout is None else layout
         B, T, _ = x_BTD.shape
         N, H = cfg.n_heads, cfg.head_size
         q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
         q_BTNX = self.q_up(q_in).reshape(B, T, N, H + cfg.rope_head_dim)
         q_nope_BTNH = q_BTNX[..., :H]
-        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, cfg.rope_base)
+        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, self.layer.rope_base)
         if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
-            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, cfg.rope_base)
+            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.layer.rope_base)
         ckv_BTX = jnp.concatenate([self.kv_norm(self.kv_down(x_BTD)),
-                                   apply_rope(self.k_rope(x_BTD), pos_BT, cfg.rope_base)], axis=-1)
-        new = LatentCache(ckv_BTX) if cache is None else LatentCache.encode(cfg, ckv_BTX)
-        cache, view = _view(self.layout, cache, new, pos_BT, fill)
+                                   apply_rope(self.k_rope(x_BTD), pos_BT, self.layer.rope_base)], axis=-1)
+        new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
+        cache, view = _view(layout, cache, new, pos_BT, fill)
         read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
         out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
         return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache
@@ -234,7 +247,7 @@ class LatentAttention(nnx.Module):
         c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
         k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))
         if self.cfg.mla_rope_on_latent:  # rotate each compressed key by the position its slot holds
-            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.cfg.rope_base)
+            k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.layer.rope_base)
         v_BNSH = jnp.einsum("BSC,CNH->BNSH", c_BSC, self.w_uv[...].astype(jnp.float32))
         k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
         k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
@@ -257,28 +270,30 @@ class LatentAttention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+    """Gated feed-forward: down(act(gate(x)) * up(x)), act silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.gelu = cfg.mlp == "geglu"
         self.gate_up = _dense(cfg.d_model, 2 * cfg.mlp_width, cfg, rngs)  # one matmul for both
         self.down = _dense(cfg.mlp_width, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     @jax.named_scope("mlp")
     def __call__(self, x: jax.Array) -> jax.Array:
         gate, up = jnp.split(self.gate_up(x), 2, axis=-1)
-        return self.down(jax.nn.silu(gate) * up)
+        act = jax.nn.gelu(gate, approximate=True) if self.gelu else jax.nn.silu(gate)
+        return self.down(act * up)
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, layout: Layout, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.attn = (LatentAttention(cfg, layout, rngs=rngs) if cfg.attention == "latent"
-                     else Attention(cfg, layout, rngs=rngs))
+        self.attn = (LatentAttention(cfg, layer, rngs=rngs) if cfg.attention == "latent"
+                     else Attention(cfg, layer, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, pos_BT, cache=None, fill=None):
-        h, cache = self.attn(self.norm1(x), pos_BT, cache, fill)
+    def __call__(self, x, pos_BT, cache=None, fill=None, layout=None):
+        h, cache = self.attn(self.norm1(x), pos_BT, cache, fill, layout)
         x = x + h
         x = x + self.mlp(self.norm2(x))
         return x, cache
@@ -318,7 +333,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, layout, rngs=rngs) for layout in layouts(cfg)])
+        self.blocks = nnx.List([Block(cfg, layer, rngs=rngs) for layer in cfg.layers])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.head = None if cfg.tie_embeddings else _dense(cfg.d_model, cfg.vocab_size, cfg, rngs)
 
@@ -339,11 +354,17 @@ class Transformer(nnx.Module):
             return logits, None, {}
         if kv_caches is None:
             kv_caches = init_cache(self.cfg, B)
-        check_cache(self.cfg, kv_caches, B)
-        check_write(self.cfg, kv_caches, None if cache_index is None else concrete_index(cache_index), T)
+        cfg = self.config_for(kv_caches) if isinstance(kv_caches, KVCache) else self.cfg  # else: refused below
+        check_cache(cfg, kv_caches, B)
+        check_write(cfg, kv_caches, None if cache_index is None else concrete_index(cache_index), T)
         logits, kv_caches = _compiled_forward(*nnx.split(self), ids, kv_caches)
         lengths = np.asarray(kv_caches.lengths)
         return logits, kv_caches, {"cache_index": int(lengths.max()), "lengths": lengths}
+
+    def config_for(self, kv_caches: KVCache | None) -> ModelConfig:
+        """This model's config with the cache config `kv_caches` was made with (its own without one)."""
+        config = None if kv_caches is None else kv_caches.config
+        return self.cfg if config is None else self.cfg.with_cache(config)
 
     def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, live_BT: jax.Array | None = None,
                 positions_BT: jax.Array | None = None,
@@ -355,6 +376,7 @@ class Transformer(nnx.Module):
         padding) are neither. A bidirectional caller that rewrites slots it already holds passes
         `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
         `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt chunk).
+        Each layer writes and reads through the layout the cache's config gives it (the model holds none).
         """
         B, T = ids_BT.shape
         fill = None
@@ -373,8 +395,8 @@ class Transformer(nnx.Module):
         with jax.named_scope("embed"):
             x = embed_rows(self.embed.embedding[...], ids_BT, self.cfg.jnp_dtype)
         new_layers = []
-        for i, block in enumerate(self.blocks):
-            x, layer_cache = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill)
+        for i, (block, layout) in enumerate(zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)):
+            x, layer_cache = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill, layout)
             new_layers.append(layer_cache)
         if kv_caches is not None:
             kv_caches = kv_caches._replace(layers=tuple(new_layers), lengths=fill.after_B)

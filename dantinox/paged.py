@@ -181,9 +181,8 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
              top_k: int | None = None, seed: int = 0) -> SampleRun:
     """n continuations of one prompt [1, T] that store the prompt once: prefill once, fork, copy on first write."""
     from dantinox.generate import _advance, _check_request, _prefill_jit, bucket_for, decode_program
-    from dantinox.quality import with_changes
 
-    cfg = model.cfg.replace(cache_layout="paged", page_size=positive_int("page_size", page_size))
+    cfg = model.cfg.with_cache(cache_layout="paged", page_size=positive_int("page_size", page_size))
     prompt, lengths, ends, _ = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k)
     n, ps = positive_int("n", n), cfg.page_size
     if prompt.shape[0] != 1:
@@ -191,8 +190,7 @@ def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int
     T, end = prompt.shape[1], int(ends[0])
     manager = PageManager(pages_for(T, ps) + n * pages_for(end, ps), ps)
     manager.add(0, T)
-    paged_model = model if model.cfg == cfg else with_changes(model, cache_layout="paged", page_size=ps)
-    graphdef, params = nnx.split(paged_model)
+    graphdef, params = nnx.split(model)  # the model as it is: the paged layout comes with the cache
     table = manager.table_array([0], pages_for(bucket_for(cfg.max_context, T), ps))
     caches = init_pool(cfg, manager.num_pages, table)
     state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(ends, jnp.int32),

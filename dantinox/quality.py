@@ -19,7 +19,7 @@ from flax import nnx
 from dantinox import tokenizer
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
+from dantinox.config import CacheConfig, ModelConfig
 from dantinox.eviction import BOOKKEEPING_BYTES
 from dantinox.kivi import SCALE_DTYPE as KIVI_SCALE_DTYPE
 from dantinox.model import Transformer
@@ -38,21 +38,21 @@ def heldout_chunks(text: str, length: int) -> np.ndarray:
     return data[: n * length].reshape(n, length)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _cached_logits(graphdef, params, ids_BT: jax.Array) -> jax.Array:
-    model = nnx.merge(graphdef, params)
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _cached_logits(graphdef, params, ids_BT: jax.Array, cfg: ModelConfig) -> jax.Array:
     B, T = ids_BT.shape
-    return model.forward(ids_BT, init_cache(model.cfg, B, T))[0]
+    return nnx.merge(graphdef, params).forward(ids_BT, init_cache(cfg, B, T))[0]
 
 
-def cached_logits(model: Transformer, ids_BT: np.ndarray) -> np.ndarray:
-    """float32 logits [B, T, V] of a forward pass that writes and reads the model's cache (its cache_dtype)."""
+def cached_logits(model: Transformer, ids_BT: np.ndarray, cache: CacheConfig | None = None) -> np.ndarray:
+    """float32 logits [B, T, V] of a forward pass that writes and reads a cache of `cache` (default the
+    model's own cache config: its cache_dtype, its sinks)."""
     ids_BT = np.asarray(ids_BT, np.int32)
     if ids_BT.ndim != 2 or ids_BT.shape[1] > model.cfg.max_context:
         raise ValueError(f"ids: expected [batch, tokens] with tokens <= max_context={model.cfg.max_context}, "
                          f"got shape {ids_BT.shape}")
     graphdef, params = nnx.split(model)
-    return np.asarray(_cached_logits(graphdef, params, jnp.asarray(ids_BT)))
+    return np.asarray(_cached_logits(graphdef, params, jnp.asarray(ids_BT), model.cfg.with_cache(cache)))
 
 
 def bits_per_byte(logits_BTV: np.ndarray, ids_BT: np.ndarray) -> float:
@@ -80,8 +80,9 @@ def _structure(cfg: ModelConfig) -> nnx.GraphDef:
 
 
 def with_changes(model: Transformer, **changes) -> Transformer:
-    """The same weights under a config with `changes` that keep the parameter shapes (cache_dtype="int8",
-    sliding_windows=(16,) * L): a new model object sharing the parameter arrays."""
+    """The same weights under another architecture that keeps the parameter shapes (sliding_windows=(16,) * L,
+    another RoPE base): a new model object sharing the parameter arrays. Another cache needs no new model:
+    make the cache with it (cfg.with_cache, cached_logits' `cache`, generate's cache_layout)."""
     return nnx.merge(_structure(model.cfg.replace(**changes)), nnx.state(model))
 
 
@@ -92,6 +93,9 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
     quantized caches: kv-cache-quantization's sizes (int8/fp8 with one float32 scale per head of H elements);
     MLA: its latent size; otherwise the kv-cache formula.
     """
+    if not cfg.uniform_heads:
+        raise ValueError("layer_specs: the content's cache formulas have one K and H for every layer; "
+                         "dantinox.kv_cache_bytes sums a config with per-layer K or H layer by layer")
     head = dict(B=batch, T=tokens, H_kv=cfg.n_kv_heads, d_h=cfg.head_size)
     if cfg.kivi_bits is not None:
         return ("kv-cache-quantization", "KIVI-style cache size (dantinox)",

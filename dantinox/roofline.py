@@ -108,6 +108,8 @@ class StepCost:
 def _check_variant(cfg: ModelConfig) -> None:
     if cfg.attention == "latent":
         raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
+    if not cfg.uniform_heads:
+        raise ValueError("layer_specs: the roofline counts one K and H for every layer; this config's layers differ")
 
 
 def weight_count(cfg: ModelConfig) -> int:

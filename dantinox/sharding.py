@@ -50,6 +50,8 @@ def plan(cfg: ModelConfig, mesh: Any, batch: int) -> MeshPlan:
     data, model = mesh.devices.shape
     if batch % data:
         raise ValueError(f"mesh: the data axis ({data}) must divide the batch ({batch})")
+    if not cfg.uniform_heads:
+        raise ValueError("mesh: the cache is laid out with one K for every layer; this config's layers differ")
     k = 1 if cfg.attention == "latent" else cfg.n_kv_heads  # the latent cache is one shared "head"
     if model % k and k % model:
         raise ValueError(f"mesh: the model axis ({model}) must divide K={k} or be a multiple of it")

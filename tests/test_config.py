@@ -56,7 +56,8 @@ def test_numpy_integers_are_accepted_everywhere_and_bools_nowhere():
 def test_run_directories_written_before_this_config_still_load(tmp_path):
     cfg = dantinox.ModelConfig.preset("test")
     save_run(tmp_path, dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
-    old = json.loads((tmp_path / "config.json").read_text())
+    new = json.loads((tmp_path / "config.json").read_text())
+    old = {**{k: v for k, v in new.items() if k != "cache"}, **new["cache"]}  # the cache's fields flat, as before
     old.update(attention="mha", kv_heads=4, mlp_width=None, d_model=32)  # how earlier versions wrote K and width
     (tmp_path / "config.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match="has shape"):  # width 3 * d_model = 96, the weights hold 64
@@ -100,3 +101,39 @@ def test_ids_are_copied_so_later_changes_by_the_caller_cannot_reach_a_dispatched
     checked = check_ids(259, ids)
     ids[:] = 0  # the caller reuses its buffer, as a decoding loop does
     np.testing.assert_array_equal(np.asarray(checked), np.arange(12).reshape(2, 6))
+
+
+def test_the_cache_config_is_apart_from_the_architecture():
+    """Each fact stored once: the cache's fields live in cfg.cache, read flat through the config, given flat or not."""
+    flat = dantinox.ModelConfig.preset("test", cache_dtype="int8", cache_layout="paged", page_size=8)
+    nested = dantinox.ModelConfig.preset("test", cache=dantinox.CacheConfig(cache_dtype="int8", cache_layout="paged",
+                                                                            page_size=8))
+    assert flat == nested and flat.cache.page_size == flat.page_size == 8 and flat.quantized_cache
+    assert flat.replace(cache_dtype="float32").cache == dantinox.CacheConfig(cache_layout="paged", page_size=8)
+    plain = dantinox.ModelConfig.preset("test")
+    assert plain.with_cache(cache_layout="paged", page_size=8).cache == dantinox.CacheConfig(cache_layout="paged",
+                                                                                            page_size=8)
+    assert plain.with_cache(plain.cache) is plain
+    written = flat.to_dict()
+    assert written["cache"]["cache_dtype"] == "int8" and "cache_dtype" not in written and "page_size" not in written
+    assert dantinox.ModelConfig.from_dict(json.loads(json.dumps(written))) == flat
+    with pytest.raises(ValueError, match="config: page_size is given both flat and under cache; give it once"):
+        dantinox.ModelConfig.from_dict(dict(written, page_size=4))
+    with pytest.raises(ValueError, match="config: unknown field.s. cache.pages"):
+        dantinox.ModelConfig.from_dict(dict(written, cache={"pages": 4}))
+    # checked against the architecture whichever way it is given: KIVI needs a head size its groups divide
+    with pytest.raises(ValueError, match=r"kivi_group: values are quantized in groups"):
+        plain.with_cache(cache_dtype="kivi4", kivi_group=3, kivi_residual=8)
+
+
+def test_every_shipped_run_directory_upgrades_on_load():
+    """runs/*/config.json were written flat, before CacheConfig: they load, and write back in the new form."""
+    from dantinox_labs import shipped
+
+    configs = sorted(shipped.RUNS.glob("*/config.json"))
+    assert configs
+    for path in configs:
+        old = json.loads(path.read_text())
+        cfg = dantinox.ModelConfig.from_dict(old)
+        assert cfg.cache_dtype == old.get("cache_dtype", "float32") and cfg.n_layers == old["n_layers"]
+        assert dantinox.ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg

@@ -13,7 +13,7 @@ from invariants import token_ids
 import content
 import dantinox
 from dantinox import quality
-from dantinox.cache import cache_length
+from dantinox.cache import cache_length, layouts
 from dantinox.kivi import KiviCache, pack, unpack
 from dantinox.windows import local_layers
 
@@ -236,7 +236,7 @@ def test_sink_ring_bytes_equal_the_formula_and_hold_the_first_and_latest(tokens)
     assert dantinox.kv_cache_bytes(cfg, 2, tokens) == formula == dantinox.init_cache(cfg, 2, tokens).nbytes
     _, cache = decode(model, cfg, token_ids(2, tokens), 1, tokens)
     assert cache.nbytes == formula
-    addr = model.blocks[0].attn.layout.addressing
+    addr = layouts(cfg)[0].addressing  # the layout the cache gives layer 0
     held = np.asarray(addr.positions(cache.lengths, cache.layers[0].slots))[0]
     want = list(range(tokens)) if tokens <= 7 else [0, 1, *range(tokens - 5, tokens)]
     assert sorted(held.tolist()) == want

@@ -305,8 +305,9 @@ def test_batch_and_dtype_mismatch():
     with pytest.raises(ValueError, match="batch 2 but ids have batch 3"):
         model(ids(3, 2), use_cache=True, kv_caches=dantinox.init_cache(cfg, 2), cache_index=0)
     other = dantinox.init_cache(cfg.replace(cache_dtype="bfloat16"), 1)
-    with pytest.raises(ValueError, match="dtype float32"):
-        model(ids(1, 2), use_cache=True, kv_caches=other, cache_index=0)
+    model(ids(1, 2), use_cache=True, kv_caches=other, cache_index=0)  # a bfloat16 cache: the model decodes with it
+    with pytest.raises(ValueError, match="dtype float32"):  # bfloat16 arrays in a cache that says float32
+        model(ids(1, 2), use_cache=True, kv_caches=other._replace(config=cfg.cache), cache_index=0)
     short = dantinox.init_cache(cfg, 1)
     with pytest.raises(ValueError, match="kv_caches: expected 2 layers, got 1"):
         model(ids(1, 2), use_cache=True, kv_caches=short._replace(layers=short.layers[:1]))

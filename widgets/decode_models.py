@@ -18,9 +18,9 @@ RUNS_DIR = shipped.RUNS
 
 
 def same_model(a: dantinox.ModelConfig, b: dantinox.ModelConfig) -> bool:
-    """Whether weights trained for `a` fit `b`: every field equal but the cache dtype (K compared as counted)."""
+    """Whether weights trained for `a` fit `b`: every field equal but the cache config (K compared as counted)."""
     def key(cfg: dantinox.ModelConfig) -> dict[str, Any]:
-        return {**cfg.to_dict(), "cache_dtype": None}
+        return {**cfg.to_dict(), "cache": None}
     return key(a) == key(b)
 
 

@@ -175,9 +175,9 @@ def quantize_key(key_H: np.ndarray, cache_dtype: str = "int8") -> KeyQuantizatio
 def trained_keys(run_dir: str | Path, text: str, layer: int = 0) -> np.ndarray:
     """Keys [K, T, H] that a trained run's float cache holds for the first row of `text` (after RoPE)."""
     _, model = dantinox.load_run(run_dir)
-    model = quality.with_changes(model, cache_dtype="float32")
     ids = quality.heldout_chunks(text, model.cfg.max_context)[:1]
-    _, cache, _ = model(ids, use_cache=True, kv_caches=dantinox.init_cache(model.cfg, 1))
+    float_cache = dantinox.init_cache(model.cfg.with_cache(cache_dtype="float32"), 1)  # whatever the run's own
+    _, cache, _ = model(ids, use_cache=True, kv_caches=float_cache)
     return np.asarray(cache.layers[layer].k[0]).transpose(0, 2, 1)  # stored [K, H, T]
 
 

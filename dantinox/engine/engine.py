@@ -57,11 +57,8 @@ class Engine:
         ngram = positive_int("ngram", ngram)
         if preempt not in PREEMPT:
             raise ValueError(f"preempt: expected one of {', '.join(PREEMPT)}, got {preempt!r}")
-        if cfg.cache_layout != "paged" or cfg.page_size != self.page_size:
-            from dantinox.quality import with_changes
-
-            model = with_changes(model, cache_layout="paged", page_size=self.page_size)
-        self.cfg = model.cfg
+        self.model = model  # decoded as it is: the engine's caches are paged, the model is not rebuilt
+        self.cfg = cfg.with_cache(cache_layout="paged", page_size=self.page_size)
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {speculate} tokens per verify must fit the smallest ring "
@@ -73,7 +70,8 @@ class Engine:
                             self.chunk_tokens, swap=preempt == "swap")
         self.scheduler = Scheduler(self.kv, max_seqs, self.chunk_tokens, speculate, ngram, batching)
         max_pages = min(pages_for(self.max_len, self.page_size), self.kv.pool.num_pages)  # table width
-        self.runner = Runner(model, speculate, max_seqs, self.max_len, max_pages, self.chunk_tokens, fixed_shapes)
+        self.runner = Runner(model, speculate, max_seqs, self.max_len, max_pages, self.chunk_tokens, fixed_shapes,
+                             self.cfg)
 
     # What the parts hold, read through the engine.
     @property

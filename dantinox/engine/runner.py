@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from dantinox.cache import KVCache, layouts
-from dantinox.config import ModelConfig
+from dantinox.config import CacheConfig, ModelConfig
 from dantinox.engine.copies import put_seat_rows, seat_rows
 from dantinox.engine.records import Request, Row
 from dantinox.engine.speculation import accept_drafts
@@ -117,7 +117,7 @@ def ragged_feed(group, B: int, T: int, M: int, every: bool, vocab_size: int, sea
 
 
 def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, table_BM, seat_B, at_BP,
-                  temp_B, top_k_B, rng_B2, first_B, sampling: bool):
+                  temp_B, top_k_B, rng_B2, first_B, sampling: bool, cache: CacheConfig | None = None):
     """One ragged batch through the model: write every row's live tokens, return its tokens at `at_BP`
     (greedy, or drawn per row where `sampling`) and, where sampling, each row's generator state after each.
 
@@ -125,13 +125,12 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
     its rejected drafts overwrote get their old contents back.
     """
     model = nnx.merge(graphdef, params)
-    addressing = tuple(lay.addressing for lay in layouts(model.cfg))
+    addressing = tuple(lay.addressing for lay in layouts(model.cfg.with_cache(cache)))  # the engine's cache
     ring = tuple(not hasattr(addr, "page_size") for addr in addressing)
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)
-    cache = KVCache(before, lengths_B, table_BM)
-    logits_BPV, cache = model.forward(ids_BT, cache, live_BT, logits_at_BP=at_BP)
+    logits_BPV, cache = model.forward(ids_BT, KVCache(before, lengths_B, table_BM, cache), live_BT, logits_at_BP=at_BP)
     if sampling:
         chosen_BP, rng_BP2 = _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B)
     else:
@@ -161,7 +160,8 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
     return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
 
-forward_rows_jit = jax.jit(forward_rows, static_argnums=(0,), static_argnames=("sampling",), donate_argnums=(2,))
+forward_rows_jit = jax.jit(forward_rows, static_argnums=(0,), static_argnames=("sampling", "cache"),
+                           donate_argnums=(2,))
 
 
 def generator_state(seed: int) -> np.ndarray:
@@ -187,9 +187,9 @@ class Runner:
     """
 
     def __init__(self, model, speculate: int, max_seqs: int, max_len: int, max_pages: int,
-                 chunk_tokens: int | None, fixed_shapes: bool):
+                 chunk_tokens: int | None, fixed_shapes: bool, cfg: ModelConfig | None = None):
         self.graphdef, self.params = nnx.split(model)
-        self.cfg: ModelConfig = model.cfg
+        self.cfg: ModelConfig = model.cfg if cfg is None else cfg  # the model's architecture, the engine's cache
         self.speculate, self.max_seqs, self.max_len, self.max_pages = speculate, max_seqs, max_len, max_pages
         self.chunk_tokens, self.fixed_shapes = chunk_tokens, fixed_shapes
         self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
@@ -228,7 +228,8 @@ class Runner:
         feed = ragged_feed(group, B, T, M, every, self.cfg.vocab_size, self.max_seqs)
         sampling = any(req.rng is not None for req, _, _ in group)
         self.shapes.add((B, T, M, feed.at.shape[1], sampling))
-        layers, chosen, states = forward_rows_jit(self.graphdef, self.params, layers, *feed, sampling=sampling)
+        layers, chosen, states = forward_rows_jit(self.graphdef, self.params, layers, *feed, sampling=sampling,
+                                                  cache=self.cfg.cache)
         chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
         return layers, chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
 
