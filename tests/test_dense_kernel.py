@@ -1,4 +1,4 @@
-"""dantinox/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
+"""dantinox/backend/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
 
 import importlib
 import re
@@ -10,14 +10,16 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import dense_kernel
+from dantinox.backend import dense_kernel
 from dantinox.generate import decode_program
 from dantinox.roofline import timing_state
 
 
 @pytest.fixture(autouse=True)
-def built():
-    assert dense_kernel.available(), dense_kernel.why_not()
+def built(request):
+    """Every test here needs the kernel, except those that turn it off themselves (marked `unbuilt`)."""
+    if "unbuilt" not in request.keywords:
+        request.getfixturevalue("dense_kernel_built")
 
 
 def operands(M, D, N, transposed=False, seed=0):
@@ -98,6 +100,7 @@ def test_vmap_maps_calls():
     np.testing.assert_allclose(out.reshape(8, 24), exact(x, w), rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("DANTINOX_KERNEL_CACHE", str(tmp_path))  # no built library here
     monkeypatch.setattr(dense_kernel, "_state", {})

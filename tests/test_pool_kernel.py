@@ -1,5 +1,6 @@
-"""dantinox/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
+"""dantinox/backend/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
 
+import importlib
 import re
 
 import jax
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dantinox import pool_kernel
+from dantinox.backend import pool_kernel
 
 
 def reference(q, k, v, mask, scale, ks=None, vs=None):
@@ -40,8 +41,10 @@ def problem(B=4, K=2, G=3, H=8, S=37, R=1, seed=0):
 
 
 @pytest.fixture(autouse=True)
-def built():
-    assert pool_kernel.available(), pool_kernel.why_not()
+def built(request):
+    """Every test here needs the kernel, except those that turn it off themselves (marked `unbuilt`)."""
+    if "unbuilt" not in request.keywords:
+        request.getfixturevalue("pool_kernel_built")
 
 
 @pytest.mark.parametrize("H", [8, 6], ids=["channels-by-four", "channels-left-over"])
@@ -140,16 +143,55 @@ def test_rows_other_than_one_or_the_batch_are_refused():
 
 
 def test_which_caches_it_takes():
-    assert pool_kernel.handles(jnp.float32, False) and pool_kernel.handles(jnp.bfloat16, False)
-    assert pool_kernel.handles(jnp.int8, True) and not pool_kernel.handles(jnp.int8, False)
-    assert not pool_kernel.handles(jnp.float8_e4m3fn, True) and not pool_kernel.handles(jnp.float16, False)
+    assert pool_kernel.handles(jnp.float32, None) and pool_kernel.handles(jnp.bfloat16, None)
+    assert pool_kernel.handles(jnp.int8, "per_token") and not pool_kernel.handles(jnp.int8, None)
+    assert not pool_kernel.handles(jnp.float8_e4m3fn, "per_token") and not pool_kernel.handles(jnp.float16, None)
+    assert not pool_kernel.handles(jnp.int8, "per_channel") and not pool_kernel.handles(jnp.float32, "per_token")
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(monkeypatch, fresh_forward, layout):
+    """Dispatch reads the storage's declared scale layout, not its dtype alone: the kernel reads int8 scales as
+    [R, K, S], one per token, and a cache whose scales are laid out otherwise (per channel, say) would be read
+    out of bounds. Declared per channel, the same int8 cache takes XLA's path in every decode step: attention
+    never calls the kernel, and a paged pool is not read in place."""
+    from flax import nnx
+
+    import dantinox
+    from dantinox import attention, cache, paged
+    from dantinox.backend import cpu
+
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8", cache_layout=layout, page_size=4)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    state = dantinox.init_cache(cfg, 2, 16)
+    assert state.layers[0].scale_layout == "per_token" and cpu.uses_kernel(2, 1, cfg.groups, 2, jnp.int8, "per_token")
+
+    def lowered_step():
+        return importlib.import_module("dantinox.model")._compiled_forward.lower(
+            *nnx.split(model), jnp.asarray([[3], [4]]), state).as_text()
+
+    assert lowered_step().count("dantinox_pool_attend_int8") == cfg.n_layers
+    monkeypatch.setattr(cache._Payload, "SCALE_LAYOUT", "per_channel")
+    monkeypatch.setattr(pool_kernel, "attend", lambda *a, **kw: pytest.fail("the kernel was called"))
+    importlib.import_module("dantinox.model")._compiled_forward.clear_cache()
+    assert state.layers[0].scale_layout == "per_channel" and not pool_kernel.handles(jnp.int8, "per_channel")
+    assert "dantinox_pool_attend" not in lowered_step()
+    assert not paged.reads_in_place(1, cache.LayerCache, jnp.int8, "per_channel")
+    q, k, v, mask, scale = problem(R=4)
+    codes, vcodes = jnp.asarray(k * 20, jnp.int8), jnp.asarray(v * 20, jnp.int8)
+    scales = jnp.full((4, 2, k.shape[-1]), 0.05, jnp.float32)
+    out = attention.attend(q[:, None], codes, vcodes, mask[:, None], scale, scales, scales, scale_layout="per_channel")
+    seen = mask.any(-1)  # XLA's softmax over no visible slot is not the kernel's zeros
+    np.testing.assert_allclose(out[seen, 0], reference(q, codes, vcodes, mask, scale, scales, scales)[seen],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here
     monkeypatch.setattr(pool_kernel, "_state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, False)
+    assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, None)
     why = pool_kernel.why_not()
     assert "no C++ compiler found" in why and "no-such-compiler" in why and "\n" not in why
     monkeypatch.setattr(pool_kernel, "_state", {})
@@ -157,6 +199,7 @@ def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypat
     assert not pool_kernel.available() and "DANTINOX_POOL_KERNEL=0" in pool_kernel.why_not()
 
 
+@pytest.mark.unbuilt
 def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
     broken = tmp_path / "cxx"
     broken.write_text("#!/bin/sh\necho 'pool_attend.cc:1: error: this compiler refuses' >&2\nexit 1\n")
@@ -177,16 +220,17 @@ def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fr
     from invariants import token_ids
 
     import dantinox
+    from dantinox.backend import cpu
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     forward = importlib.import_module("dantinox.model")._compiled_forward
-    assert dantinox.attention.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, True)
+    assert cpu.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, "per_token")
     runs = []
     for kernel in (True, False):
         with monkeypatch.context() as m:
             if not kernel:
-                m.setattr(pool_kernel, "handles", lambda k_dtype, quantized: False)
+                m.setattr(pool_kernel, "handles", lambda k_dtype, scale_layout: False)
             forward.clear_cache()
             cache, ids, steps = dantinox.init_cache(cfg, batch, 16), token_ids(batch, 5, seed=7), []
             for _ in range(4):  # the prompt, then three one-token steps

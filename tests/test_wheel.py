@@ -32,7 +32,7 @@ from dantinox_labs import shipped
 from widgets.concept_map import lab_notebook
 from widgets.decode_models import find_run
 from widgets.memory_savers_lab import load_measurements
-from dantinox import dense_kernel, pool_kernel
+from dantinox.backend import dense_kernel, pool_kernel
 
 entries = content.load_all()
 runs = {p.parent.name: sorted((f.name, f.stat().st_size) for f in p.parent.iterdir())

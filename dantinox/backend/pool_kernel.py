@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dantinox import native
+import dantinox.backend.native as native
 
 ENV = "DANTINOX_POOL_KERNEL"
 CACHE_ENV = native.CACHE_ENV
@@ -58,10 +58,17 @@ def why_not() -> str:
     return str(_state["why"])
 
 
-def handles(k_dtype, quantized: bool) -> bool:
-    """Whether the kernel takes a pool stored in `k_dtype` (float32 or bfloat16, or int8 codes with scales)."""
+# The one scale layout the kernel reads: [R, K, S] float32, one scale per token and KV head (quant.quantize's,
+# the payload's declared `scale_layout`). Int8 codes whose scales are laid out any other way never reach it.
+SCALE_LAYOUT = "per_token"
+
+
+def handles(k_dtype, scale_layout: str | None) -> bool:
+    """Whether the kernel takes a pool stored in `k_dtype` with scales laid out as `scale_layout`: float32 or
+    bfloat16 without scales, or int8 codes with SCALE_LAYOUT scales."""
     name = jnp.dtype(k_dtype).name
-    return available() and (name == "int8") == quantized and name in _TARGETS
+    expected = SCALE_LAYOUT if name == "int8" else None
+    return name in _TARGETS and scale_layout == expected and available()
 
 
 def attend(q_BKGH: jax.Array, k_RKHS: jax.Array, v_RKSH: jax.Array, mask_BS: jax.Array, scale: float,

@@ -29,7 +29,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from dantinox import native
+import dantinox.backend.native as native
 
 ENV = "DANTINOX_DENSE_KERNEL"
 SOURCE = "dense.cc"

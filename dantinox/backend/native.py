@@ -1,9 +1,9 @@
-"""Building and loading dantinox's C++ kernels (dantinox/kernels/*.cc), XLA FFI custom calls for the CPU.
+"""Building and loading dantinox's C++ kernels (dantinox/backend/kernels/*.cc), XLA FFI custom calls for the CPU.
 
 Each source is compiled on first use with the machine's compiler (`$CXX`, else g++) against the headers
 jaxlib ships, into the user cache directory (`cache_dir`), one file per source, jaxlib, compiler, flags and
-CPU, so a second process loads it in milliseconds. dantinox/pool_kernel.py (attention over cached slots) and
-dantinox/dense_kernel.py (bfloat16 weights times a few rows) are built this way.
+CPU, so a second process loads it in milliseconds. dantinox/backend/pool_kernel.py (attention over cached slots) and
+dantinox/backend/dense_kernel.py (bfloat16 weights times a few rows) are built this way.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def cache_dir() -> Path:
 
 def _headers() -> dict[str, bytes]:
     """The headers the kernels share (dantinox/kernels/*.h): name -> text."""
-    folder = resources.files("dantinox").joinpath("kernels")
+    folder = resources.files("dantinox.backend").joinpath("kernels")
     return {f.name: f.read_bytes() for f in folder.iterdir() if f.name.endswith(".h")}
 
 
@@ -54,8 +54,8 @@ def library_path(name: str, source: bytes, compiler: str, headers: dict[str, byt
 
 
 def build(name: str) -> Path:
-    """Compile dantinox/kernels/`name` if it is not in the cache yet; the path of the shared library."""
-    source = resources.files("dantinox").joinpath("kernels", name).read_bytes()
+    """Compile dantinox/backend/kernels/`name` if it is not in the cache yet; the path of the shared library."""
+    source = resources.files("dantinox.backend").joinpath("kernels", name).read_bytes()
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler found ({compiler!r}; set CXX)")
