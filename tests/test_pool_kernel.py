@@ -1,6 +1,7 @@
 """dantinox/backend/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
 
 import importlib
+import os
 import re
 
 import jax
@@ -209,6 +210,52 @@ def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="could not build pool_attend.cc: pool_attend.cc:1: error: this compiler"):
         pool_kernel.build()
     assert not list((tmp_path / "kernels").iterdir())  # nothing half-written is left to load
+
+
+FAKE_COMPILER = "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && echo built > \"$2\"; shift; done\n"
+
+
+@pytest.mark.unbuilt
+def test_kernels_are_built_where_every_account_reads_them(monkeypatch, tmp_path):
+    """The set-up builds into the environment's folder, files 0644 and folders 0755 whatever the umask, so a class
+    server's accounts load them; an account that cannot write there loads what is there, and builds only what is
+    missing into its own cache folder."""
+    from dantinox.backend import native
+
+    cxx = tmp_path / "cxx"
+    cxx.write_text(FAKE_COMPILER)
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    shared, own = tmp_path / "venv" / "share" / "kernels", tmp_path / "home" / "kernels"
+    monkeypatch.setattr(native, "cache_dirs", lambda: [shared, own])
+    old = os.umask(0o077)
+    try:
+        built = native.build("dense.cc")
+    finally:
+        os.umask(old)
+    assert built.parent == shared and built.read_text() == "built\n"
+    assert built.stat().st_mode & 0o777 == 0o644
+    assert [p.stat().st_mode & 0o777 for p in (shared, shared.parent)] == [0o755, 0o755]
+    writable = native._writable
+    monkeypatch.setattr(native, "_writable", lambda folder: folder == own and writable(folder))  # a learner's
+    cxx.write_text("#!/bin/sh\nexit 1\n")
+    assert native.build("dense.cc") == built  # found: loaded as it is, nothing compiled
+    cxx.write_text(FAKE_COMPILER)
+    assert native.build("pool_attend.cc").parent == own  # not in the shared folder: built in its own
+
+
+def test_importing_dantinox_builds_and_loads_the_kernels_outside_any_trace():
+    """The kernels are loaded when dantinox is imported (built there if the set-up has not), so no trace waits for
+    a compiler; JAX's backend is not started by it (asked only when a kernel is first considered)."""
+    import subprocess
+    import sys
+
+    code = ("import dantinox\nfrom dantinox.backend import dense_kernel, pool_kernel\n"
+            "from jax._src import xla_bridge\n"
+            "print(pool_kernel._state, dense_kernel._state, bool(xla_bridge._backends))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[0] == "{'ok': True, 'why': ''} {'ok': True, 'why': ''} False"
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -30,5 +30,9 @@ def _selected() -> str:
 NAME = _selected()
 if NAME == "native":
     import dantinox.backend.cpu as cpu
+    import dantinox.backend.dense_kernel as dense_kernel
+    import dantinox.backend.pool_kernel as pool_kernel
 
+    pool_kernel.load()  # here, outside any trace: a decode step's first trace never waits for a compiler
+    dense_kernel.load()
     ops.install(cpu.CPU())

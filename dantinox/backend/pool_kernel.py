@@ -6,12 +6,12 @@ step, and scoring every query against the whole pool computes the other sequence
 in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over the
 rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
-It is C++ built on first use by dantinox/native.py (the machine's compiler, the user cache directory) and
-registered with XLA for the CPU.
-dantinox.attention.attend uses it for one new token per sequence over a shared pool (paged) or, where its
-measured rule `uses_kernel` says so, over a cache row per sequence. Where it cannot be built or the backend
-is not the CPU, `available()` is False, `why_not()` says why in one line, and attention keeps XLA's reads.
-`DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
+It is C++ built by dantinox/backend/native.py (the machine's compiler; by the set-up, or when dantinox is first
+imported) and registered with XLA for the CPU when dantinox is imported (`load`).
+The CPU backend (dantinox/backend/cpu.py) hands it dantinox.attention.attend's one new token per sequence over
+a shared pool (paged) or, where its measured rule `uses_kernel` says so, over a cache row per sequence. Where
+it cannot be built or the backend is not the CPU, `available()` is False, `why_not()` says why in one line,
+and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
 dantinox/cache.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
@@ -46,10 +46,19 @@ def build():
     return native.build(SOURCE)
 
 
+_LOAD = (SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel", "paged decode reads through XLA")
+
+
+def load() -> str:
+    """Build (where it is not built yet) and register the kernel, once per process: at import, outside any trace.
+    Why it cannot be used, in one line ('' when it loaded)."""
+    native.load_once(_state, *_LOAD)
+    return str(_state["why"])
+
+
 def available() -> bool:
     """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel",
-                         "paged decode reads through XLA")
+    return native.loaded(_state, *_LOAD)
 
 
 def why_not() -> str:

@@ -1,6 +1,6 @@
 // A few rows of float32 activations times a bfloat16 weight matrix, the weights widened as they are read.
 //
-// An XLA:CPU custom call (the XLA FFI), built by dantinox/native.py with the machine's C++ compiler. A decode
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/backend/native.py with the machine's C++ compiler. A decode
 // step multiplies one row per sequence by every weight matrix, so it is bound by reading the weights. Stored in
 // bfloat16 they are half the bytes of float32, but XLA:CPU first converts each matrix into a float32 temporary
 // (reading 2 bytes, writing 4 and reading 4 again per weight). Here each weight is widened in registers (a

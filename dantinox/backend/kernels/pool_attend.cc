@@ -1,6 +1,6 @@
 // One new token per sequence attending over a shared pool of cache slots, each slot read where it lies.
 //
-// An XLA:CPU custom call (the XLA FFI), built by dantinox/pool_kernel.py with the machine's C++ compiler.
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/backend/native.py with the machine's C++ compiler.
 // A paged cache keeps every sequence's pages in one pool; attention through XLA either gathers each
 // sequence's pages into a copy or scores every query against the whole pool and masks the rest. This
 // kernel does neither: for each (sequence, KV head) it finds the runs of kBlock-slot blocks the sequence's
