@@ -122,3 +122,18 @@ def dense_kernel_built(native):
 
     if not dense_kernel.available():
         pytest.skip(dense_kernel.why_not())
+
+
+@pytest.fixture
+def ffi_error():
+    """call(target, out, *operands, **attributes) -> the first line of the error a custom call fails with (JAX
+    appends a note on its traceback below it); '' where the call succeeds."""
+    import jax
+
+    def call(target, out, *args, **attrs) -> str:
+        try:
+            jax.block_until_ready(jax.ffi.ffi_call(target, out)(*args, **attrs))
+        except Exception as e:  # jax's runtime error
+            return str(e).strip().splitlines()[0]
+        return ""
+    return call

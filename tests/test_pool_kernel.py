@@ -187,6 +187,49 @@ def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(m
                                rtol=1e-5, atol=1e-5)
 
 
+def _attend_operands(int8=False):
+    q, k, v, mask, scale = problem()  # q [4, 2, 3, 8], keys [1, 2, 8, 37], values [1, 2, 37, 8], mask [4, 37]
+    if int8:
+        k, v = np.asarray(k * 20, np.int8), np.asarray(v * 20, np.int8)
+        return dict(q=q, k=k, v=v, ks=np.ones((1, 2, 37), np.float32), vs=np.ones((1, 2, 37), np.float32), mask=mask)
+    return dict(q=q, k=k, v=v, mask=mask)
+
+
+@pytest.mark.parametrize("target,wrong,got", [
+    ("dantinox_pool_attend_float", dict(k=lambda a: a[..., :-1]), "keys [1, 2, 8, 36]"),
+    ("dantinox_pool_attend_float", dict(q=lambda a: a[:, :, :, :6]), "q [4, 2, 3, 6]"),
+    ("dantinox_pool_attend_bf16", dict(v=lambda a: a[:, :, :, :4]), "values [1, 2, 37, 4]"),
+    ("dantinox_pool_attend_bf16", dict(mask=lambda a: a[:3]), "mask [3, 37]"),
+    ("dantinox_pool_attend_float", dict(k=lambda a: np.concatenate([a, a]), v=lambda a: np.concatenate([a, a])),
+     "keys [2, 2, 8, 37]"),  # R neither 1 nor B
+    ("dantinox_pool_attend_int8", dict(ks=lambda a: np.ones((1, 2, 8), np.float32)), "key scales [1, 2, 8]"),
+    ("dantinox_pool_attend_float", dict(out=(4, 2, 3, 9)), "out [4, 2, 3, 9]"),
+])
+def test_every_attention_operand_is_checked_with_a_one_line_error(ffi_error, target, wrong, got):
+    """The attention handlers check every operand, the result included, against q's [B, K, G, H] and the keys'
+    rows and slots before reading any: a wrong shape (here: a key row short, per-channel int8 scales) is one line
+    naming the shapes expected and given, never a read out of bounds."""
+    ops = _attend_operands(int8="int8" in target)
+    if "bf16" in target:
+        ops["k"], ops["v"] = jnp.asarray(ops["k"], jnp.bfloat16), jnp.asarray(ops["v"], jnp.bfloat16)
+    out = wrong.pop("out", ops["q"].shape)
+    for name, change in wrong.items():
+        ops[name] = change(ops[name])
+    args = [ops[n] for n in ("q", "k", "v", "ks", "vs", "mask") if n in ops]
+    line = ffi_error(target, jax.ShapeDtypeStruct(out, jnp.float32), *args, scale=np.float32(0.3))
+    assert line.startswith("INVALID_ARGUMENT: dantinox pool attend: expected q [B, K, G, H], keys [R, K, H, S]")
+    assert got in line.split("; got ")[1]
+
+
+def test_a_store_into_a_wrong_shape_is_a_one_line_error(ffi_error):
+    a = jnp.zeros((3, 2, 10, 4), jnp.bfloat16)
+    rows, slots = jnp.zeros((2,), jnp.int32), jnp.zeros((2,), jnp.int32)
+    line = ffi_error("dantinox_cache_store", jax.ShapeDtypeStruct(a.shape, a.dtype), a,
+                     jnp.zeros((2, 2, 5), jnp.bfloat16), rows, slots, axis=np.int64(2))  # tokens a channel too wide
+    assert line.startswith("INVALID_ARGUMENT: dantinox store: expected cache [R, ..., S at axis, ...]")
+    assert line.endswith("; got cache [3, 2, 10, 4], tokens [2, 2, 5], rows [2], slots [2], out [3, 2, 10, 4]")
+
+
 @pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here

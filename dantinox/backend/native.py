@@ -24,7 +24,11 @@ from pathlib import Path
 import jax
 
 CACHE_ENV = "DANTINOX_KERNEL_CACHE"
-FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-std=c++17", "-shared", "-fPIC")
+# No -ffast-math: it lets the compiler assume no infinity or NaN, and the kernels mask with -inf. What it gave
+# that is safe stays: no errno from math functions, no trapping, fused multiply-adds (pool_attend.cc declares
+# glibc's vector expf itself).
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math",
+         "-ffp-contract=fast", "-std=c++17", "-shared", "-fPIC")
 
 
 def _cpu_flags() -> str:

@@ -28,6 +28,7 @@
 #include <vector>
 
 
+#include "shapes.h"
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -285,10 +286,15 @@ void product(ffi::ThreadPool& pool, int64_t M, int64_t D, int64_t N, const float
 template <bool kTransposed>
 ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
                  ffi::Result<ffi::Buffer<ffi::F32>> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions();
-  const int64_t M = xd[0], D = xd[1], N = kTransposed ? wd[0] : wd[1];
-  if (M < 1 || (kTransposed ? wd[1] : wd[0]) != D)
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M >= 1, D] and W [D, N]");
+  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
+  const bool ranks = xd.size() == 2 && wd.size() == 2;
+  const int64_t M = ranks ? xd[0] : 0, D = ranks ? xd[1] : 0, N = ranks ? (kTransposed ? wd[0] : wd[1]) : 0;
+  if (!ranks || M < 1 || !has_shape(wd, kTransposed ? std::initializer_list<int64_t>{N, D}
+                                                     : std::initializer_list<int64_t>{D, N}) ||
+      !has_shape(yd, {M, N}))
+    return shape_error<decltype(xd)>("dantinox dense", kTransposed ? "x [M >= 1, D], W [N, D], y [M, N]"
+                                                                    : "x [M >= 1, D], W [D, N], y [M, N]",
+                                     {{"x", xd}, {"W", wd}, {"y", yd}});
   const auto* weights = static_cast<const Bf16*>(w.untyped_data());
   for (int64_t r0 = 0; r0 < M; r0 += kMaxRows)
     product<kTransposed>(pool, std::min(kMaxRows, M - r0), D, N, x.typed_data() + r0 * D, weights,
@@ -299,10 +305,12 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
 // out [n, D] = the rows of table [V, D] at ids [n], widened; an id in [-V, 0) counts from the end and any
 // other id outside the table gives a row of NaN (jnp.take's default, which this replaces).
 ffi::Error rows(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::BF16> table, ffi::Result<ffi::Buffer<ffi::F32>> out) {
-  const auto td = table.dimensions();
-  if (td.size() != 2)
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox rows: the table must be [V, D]");
-  const int64_t V = td[0], D = td[1], n = static_cast<int64_t>(ids.element_count());
+  const auto td = table.dimensions(), od = out->dimensions();
+  const int64_t n = static_cast<int64_t>(ids.element_count());
+  if (td.size() != 2 || !has_shape(od, {n, td[1]}))
+    return shape_error<decltype(td)>("dantinox rows", "ids [n] (any shape of n), table [V, D], out [n, D]",
+                                     {{"ids", ids.dimensions()}, {"table", td}, {"out", od}});
+  const int64_t V = td[0], D = td[1];
   const auto* t = static_cast<const Bf16*>(table.untyped_data());
   const int32_t* id = ids.typed_data();
   float* o = out->typed_data();
