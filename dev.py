@@ -3,7 +3,8 @@
 
     python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
-                           (under nbval, and in JupyterLab in a real Chromium: tests/browser)
+                           (under nbval, and in JupyterLab in a real Chromium: tests/browser), then the
+                           model and cache invariants again with DANTINOX_BACKEND=reference (pure JAX)
     python3 dev.py site    set up .venv if needed, then build the course for the browser (JupyterLite + Pyodide)
                            into build/site/, a static folder any web server can serve (--out DIR elsewhere)
 
@@ -179,6 +180,16 @@ def test(extra: list[str]) -> None:
     nb_args = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
     _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
+    # The model, cache, paged, sliding-window and engine invariants again in pure JAX (dantinox/backend: the speed
+    # layer off), the tests marked both_backends: what the kernels and XLA:CPU arrangements compute must be what
+    # the reference computes. 51 tests; 56-69 s here, on two cores other jobs shared (load average 4-5).
+    print("dev.py: the same invariants under DANTINOX_BACKEND=reference ...", flush=True)
+    _run([str(PY), "-m", "pytest", *REFERENCE_SUITES, "-m", "both_backends", *_workers(), "-p", "no:cacheprovider"],
+         env={**env, "DANTINOX_BACKEND": "reference"})
+
+
+REFERENCE_SUITES = ["tests/test_model.py", "tests/test_paged_cache.py", "tests/test_quantized_cache.py",
+                    "tests/test_sliding_window.py", "tests/test_engine.py"]
 
 
 def site(extra: list[str]) -> None:

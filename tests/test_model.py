@@ -25,12 +25,14 @@ def make(**kw):
 ids = token_ids
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_cached_steps_match_full_forward(variant):
     cfg, model = make(**variant, cache_dtype="float32")
     assert_cached_steps_match_full_forward(cfg, model, ids(2, 12))
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_greedy_tokens_identical_with_and_without_cache(variant):
     _, model = make(**variant)
@@ -72,6 +74,7 @@ def test_the_checked_call_is_one_compiled_program_per_shape():
     assert again == [], again
 
 
+@pytest.mark.both_backends
 def test_causality_future_tokens_never_change_past_logits():
     _, model = make()
     x = ids(1, 16)
@@ -376,6 +379,7 @@ RAGGED_LAYOUTS = [dict(), dict(kv_heads=2, cache_layout="paged", page_size=5),
                   dict(attention="latent", kv_latent_dim=16, rope_head_dim=4)]
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", RAGGED_LAYOUTS, ids=["mha", "paged", "ring", "int8", "mla"])
 def test_ragged_prompts_each_get_the_tokens_they_get_alone(layout):
     _, model = make(**layout)

@@ -21,6 +21,7 @@ def make(**kw):
     (dict(), 1), (dict(), 16), (dict(), 5),
     (dict(kv_heads=2), 5), (dict(attention="latent", kv_latent_dim=16, rope_head_dim=4), 5),
 ], ids=["mha-1", "mha-16", "mha-5", "gqa-5", "mla-5"])
+@pytest.mark.both_backends
 def test_paged_greedy_tokens_equal_contiguous(variant, page_size):
     _, model = make(**variant)
     prompt = token_ids(2, 7, seed=3)  # 7 + 40 = 47 tokens: 5 and 16 do not divide it
@@ -119,6 +120,7 @@ def test_generate_refuses_bad_layout_arguments():
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4),
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized"),
 ], ids=["mha", "gqa", "gqa-int8", "mla-absorbed", "mla-materialized"])
+@pytest.mark.both_backends
 def test_both_xla_paged_reads_give_the_contiguous_logits(monkeypatch, xla_pool_reads, variant, whole):
     """Shuffled pages in a pool with a page nobody holds: reading the pool whole (other sequences' slots
     masked) and gathering each sequence's pages give the logits of a contiguous cache, prefill and decode."""
