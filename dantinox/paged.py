@@ -36,11 +36,9 @@ from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
-# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages.
-# Whole-pool step / gathered step measured (reference model, 1,024 slots, 2026-12-02): 0.64 at an excess of
-# 7 (MHA, batch 8), 0.83 at 12 (GQA K=2, batch 4), 0.81 at 14 (K=4, batch 8), 0.71 at 15 (MHA, batch 16);
-# 1.27 at 28 (K=2, batch 8), 1.80 at 31 (MHA, batch 32), 1.74 at 60 (K=2, batch 16). benchmarks/cache_steps.py
-# times the two reads at 15 and 28 in every run.
+# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages: the
+# extra scores of the whole-pool read against the gather's copy of every page it reads (measured:
+# docs/benchmarks.md#speed-layer-rules, POOL_READ_MAX; benchmarks/cache_steps.py times both at 15 and 28).
 POOL_READ_MAX = 16
 
 

@@ -70,15 +70,15 @@ class CPU(ops.Reference):
         """Every dense layer's product (nnx.Linear's `dot_general`); the tied logits go through it too.
 
         bfloat16 weights times a few rows (a decode step, a short prompt) go to dantinox/backend/dense_kernel.py, which
-        reads each weight once and widens it in registers, with float32 sums. Measured, SmolLM2-135M stored in bf16
-        at batch 1, 2026-12-03: its layers' products took 9-10 ms a step, where XLA:CPU, converting each matrix to a
-        float32 temporary first, was slower than the same products on float32 weights.
+        reads each weight once and widens it in registers, with float32 sums, where XLA:CPU converts each matrix to
+        a float32 temporary first: the step's time spent on weight products (docs/benchmarks.md#speed-layer-rules,
+        dot_general).
 
         Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's promotion
         did before it handed them over); bfloat16 operands over more than one row accumulate in float32. The inputs
         are the same bf16 numbers either way, and the result comes back as `preferred_element_type` (default
         bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32 temporary
-        first. Measured, SmolLM2 with dtype="bfloat16" at batch 8, 2026-12-02: 116 -> 189 tok/s.
+        first (decode tok/s of a bfloat16 model at batch 8: dot_general, same place).
         """
         (x_axes, w_axes), batch_axes = dims
         if (x_axes == (x.ndim - 1,) and w_axes in ((0,), (1,)) and batch_axes == ((), ()) and out_sharding is None
@@ -109,18 +109,9 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, scale_layout: s
     A pool all B > 1 sequences share (`rows` 1, a paged cache): always, for the storage the kernel takes;
     XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
     sequence (`rows` B): a bfloat16 cache always; float32 up to 3 query heads per KV head at batch 1 and 4
-    above it; int8 codes up to 4. Measured against the best of XLA's arrangements below (benchmarks/decode.py's
-    arrangement A/B, 384 slots, 2026-12-03, after the kernel read key rows in order), kernel / XLA, reference
-    model (head size 32): MHA 0.63 at batch 1, 0.72 at 2, 0.82 at 8, 0.77 at 16; float32 K = 2 (G = 4) 0.69
-    at batch 2, 0.94 at 8, 0.92 at 16; int8 K = 2 0.87 at batch 8. SmolLM2-135M (G = 3, head size 64,
-    float32, 288 slots, benchmarks/decode_profile.py): attention 1.14 against 2.16 ms a step at batch 1 and
-    7.8 against 11.6 at batch 8. Left to XLA: float32 G = 4 at batch 1 (1.17), float32 MQA (G = 8: 0.99 at
-    batch 1, 1.01 at 8).
-    bfloat16, after the kernel kept its sums in registers and widened each value once for a group of heads
-    (2026-12-04, a 2-core AVX2 machine, 30 layers' calls in one program, interleaved): kernel / XLA at batch 8
-    0.09 for MHA (reference), 0.56 for G = 4, 0.59 for MQA, 0.17 for SmolLM2 (G = 3, 288 slots); SmolLM2 in
-    bfloat16 end to end (generate, 256 tokens) 173-194 against 144 tok/s at batch 8 and 55-59 against 52-54
-    at batch 1.
+    above it; int8 codes up to 4. Each threshold is where the kernel's attention time per step stopped beating
+    the best of XLA's arrangements (benchmarks/decode.py's arrangement A/B; docs/benchmarks.md#speed-layer-rules,
+    uses_kernel).
     """
     if T != 1 or not pool_kernel.handles(k_dtype, scale_layout):
         return False

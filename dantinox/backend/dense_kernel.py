@@ -31,10 +31,9 @@ import dantinox.backend.native as native
 
 ENV = "DANTINOX_DENSE_KERNEL"
 SOURCE = "dense.cc"
-# Rows the kernel takes, in tiles of 8 (W read once per tile). Measured, SmolLM2-135M's forward pass at batch 1
-# (2026-12-04, alternating processes): 32 rows 82-133 ms against 127-173 through XLA's dots with bf16 weights
-# and 90-100 against 283-322 with f32 activations (XLA widened every weight first); 128 rows 395-449 against
-# 431-514 and 317-414 against 461-466; 256 rows (batch 8) no better than XLA, 512 rows worse with f32 activations.
+# Rows the kernel takes, in tiles of 8 (W read once per tile): a forward pass's time against XLA's dots, which
+# widen every bfloat16 weight first; past 128 rows the kernel no longer wins (docs/benchmarks.md#speed-layer-rules,
+# MAX_ROWS).
 MAX_ROWS = 128
 _TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T", "dantinox_rows_bf16": "RowsBf16"}
 _state: dict[str, object] = {}

@@ -15,10 +15,8 @@ and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns it off (benchmar
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
 dantinox/cache.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
-each decode step rewrote every layer's whole cache. SmolLM2-135M at batch 1 (weights stored in bfloat16, float32
-compute), two alternating pairs of processes (2026-12-04): with a bfloat16 cache 24.5-28.2 ms per step at 2,048
-slots and 13.1-15.8 at 288, slower than with a float32 cache (17.5-17.6 and 10.8-11.1); with `store`, 13.9-14.4
-and 10.7-11.4.
+each decode step rewrote every layer's whole cache: a bfloat16 cache, half the bytes, decoded slower than a
+float32 one (docs/benchmarks.md#speed-layer-rules, store).
 """
 
 from __future__ import annotations

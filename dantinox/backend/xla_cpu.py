@@ -42,21 +42,14 @@ def attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS
     `by_reduction` (keys slot-last) both products are multiply-and-sum reductions over the cache as stored.
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
-    matmuls over [G, S] blocks. Measured with keys stored slot-last (`ab_step_ms` of benchmarks/decode.py,
-    its "attention arrangement" A/B; reference model, 2026-12-02): at batch 8 this way takes half the
-    step of the general one for GQA (K = 2: 4.2 against 8.6 ms at 384 slots) and 0.7 of it for MQA (2.9
-    against 4.1 ms); it is equal for MHA (G = 1) and slower at batch 1, which keep the general path, as
-    does MLA's absorbed path (one shared head over token-major latent rows, not re-measured this way).
+    matmuls over [G, S] blocks: at batch 8 with grouped queries (GQA, MQA) the step's attention time falls; for
+    MHA (G = 1) and at batch 1 it does not, and they keep the general path, as does MLA's absorbed path.
 
     Reductions sum in another order. As matmuls at batch 1, XLA:CPU wants each cache operand with its
     contracted axis innermost (keys slot-major, values slot-last: the transpose of how they are stored) and
     copies every layer's whole key and value cache into that order every step; reductions read them where
-    they lie (tests/test_model.py checks that the compiled loop has no such copy). Measured with the same
-    A/B (2026-12-03): SmolLM2-135M (K = 3, G = 3), float32, 288 slots: the copies took 3.3 of 29.3 ms per
-    step, and the step with reductions 26.8 ms; reference model at 384 slots, 1.63 against 1.75 ms (GQA,
-    K = 2) and 1.54 against 1.62 ms (MQA). With one query head per KV head (MHA) the reductions measured
-    2.6-4.6x slower (13.4 against 2.9 ms at 384 slots), and at batch 8 slower than the matmuls: those keep
-    their paths, as does MLA's absorbed path.
+    they lie (tests/test_model.py checks that the compiled loop has no such copy), and trade that copy against
+    slower sums for MHA. Measured: docs/benchmarks.md#speed-layer-rules, attend_one_token.
     """
     if by_reduction:  # [B, K, G, H, 1] x [B, K, 1, H, S], summed over H
         scores_BKGS = (q_BKGH[..., None] * k[:, :, None]).sum(axis=3) * scale
@@ -77,14 +70,12 @@ def attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS
 # (benchmarks/decode.py times both sides in every run). Other backends get no options.
 VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
 # A paged pool read whole (dantinox/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
-# hands such float32 products to YNNPACK by default; its product of the weights by the values measured
-# 10.0 ms per step against 5.3 ms for XLA's own (Eigen) dot (reference model, batch 8, 1,024 slots,
-# 2026-12-02). The option is per program, so it also moves the weight matmuls to Eigen, which measured
-# slower for a larger model (SmolLM2-135M, paged, batch 8, 160 slots: 123 -> 92 tok/s). Paged decode
-# programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py times the
-# paged step against the contiguous one with the options generate uses). Where dantinox/pool_kernel.py reads
-# the pool, that product is the kernel's and not XLA's, so the option is not taken (the kernel's step with and
-# without it: 22.2 and 21.6 ms, then 21.3 and 22.0; reference model, batch 8, 1,024 slots, 2026-12-03).
+# hands such float32 products to YNNPACK by default, slower than XLA's own (Eigen) dot for the weights by the
+# values. The option is per program, so it also moves the weight matmuls to Eigen, slower for a larger model.
+# Paged decode programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py
+# times the paged step against the contiguous one with the options generate uses); where the pool kernel
+# reads the pool, that product is not XLA's and the option is not taken (docs/benchmarks.md#speed-layer-rules,
+# EIGEN_DOTS).
 EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
 

@@ -56,15 +56,11 @@ constexpr int64_t kGroup = 2 * kLanes;
 
 // nn: one block of W's rows (its share of the D inputs) for all M rows of x, into its own partial sum
 // [M, N]: rows of W are read in order, four at a time, into column chunks of accumulators that stay in L1.
-// Measured on SmolLM2-135M's layers (2026-12-03, 2 cores): a chunk of 1,024 columns and prefetching the rows 8
-// ahead read 213 MB of bfloat16 weights at batch 1 in 9-10 ms, against 14 ms without prefetching and with
-// chunks of 512. Past 4 rows the chunk narrows to 256 columns: 8 rows of 1,024 sums are 32 KiB, a whole L1
-// data cache on many x86 cores, so the sums went out to L2 and back on every step while W streamed past them.
-// Measured on a 2-core AMD Zen 3 (2026-12-04, alternating runs of all 30 layers and the head at M = 8): 24-25
-// ms with 1,024 columns, 21-22 ms with 256 or 128; M = 4 (16 KiB of sums) did not gain.
-// With fewer rows the chunk widens to 16 KiB of sums (4,096 columns at M = 1), so that a layer as wide as
-// SmolLM2's gate and up products (3,072 columns) is read in address order: one call over 256 MiB of that width
-// read 28 GB/s with whole rows against 19 with chunks of 1,024 (2026-12-04, 12 alternating rounds).
+// A chunk of 1,024 columns, rows prefetched 8 ahead, read a batch-1 step's weights fastest. Past 4 rows the chunk
+// narrows to 256 columns: 8 rows of 1,024 sums are 32 KiB, a whole L1 data cache on many x86 cores, so the sums
+// went out to L2 and back on every step while W streamed past them. With fewer rows the chunk widens to 16 KiB
+// of sums (4,096 columns at M = 1), so that a layer as wide as SmolLM2's gate and up products (3,072 columns) is
+// read in address order (docs/benchmarks.md#speed-layer-rules, dense chunks).
 constexpr int64_t kAheadRows = 8;
 
 template <int M>
@@ -74,13 +70,11 @@ constexpr int64_t nn_chunk() {  // columns of sums per pass, a multiple of every
 
 // Rows read side by side from far-apart parts of W (streams). One core here keeps more reads in flight when it
 // follows several sequential streams at once than when it follows one: a bare sum over 1 GiB on both cores
-// read 30 GB/s as one stream per core and 45-47 as two or four (2026-12-04). So with few rows of x (whole
-// rows of W per pass, bound by the reads) the four rows taken at a time come one from each quarter of the
-// block, and the hardware's prefetchers follow them without help; software prefetching on top of that was
-// slower. With more rows the product is paced by its arithmetic and narrower chunks (above): there the four
-// rows are consecutive, prefetched kAheadRows on. Measured (2026-12-04, SmolLM2-135M's 30 layers and head as
-// one jitted chain of 121 products, 5 alternating rounds, medians): at M = 1 four streams took the chain from
-// 10.3 to 8.3 ms (with software prefetching 8.6, with two streams 9.4-9.9); at M = 8, 1.35x slower.
+// read faster as two or four streams per core than as one. So with few rows of x (whole rows of W per pass,
+// bound by the reads) the four rows taken at a time come one from each quarter of the block, and the hardware's
+// prefetchers follow them without help; software prefetching on top of that was slower. With more rows the
+// product is paced by its arithmetic and narrower chunks (above): there the four rows are consecutive,
+// prefetched kAheadRows on (docs/benchmarks.md#speed-layer-rules, dense streams).
 constexpr int nn_streams(int64_t M) { return M > 4 ? 1 : 4; }
 
 template <int M>
@@ -148,10 +142,8 @@ void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, i
 // nt: the outputs [r0, r0 + rows) of y for all M rows, one tile: dot products of x's rows with rows of W, each
 // row of W read in address order. x comes in the order widen_pairs gives W (p.xp: each group's even-numbered
 // values, then its odd ones). With few rows of x, kStreamsNt rows are read side by side, one from each part of
-// the tile (streams, as for nn above); with more, one row at a time. Measured on a 2-core Zen 3 (2026-12-04,
-// one call over 256 MiB, 15 alternating rounds): one row at a time read 23.4 GB/s, against 18.4 reading 8
-// *adjacent* rows side by side; in the chain above, four streams of 64 rows each took the whole chain from
-// 8.4 to 7.8 ms at M = 1.
+// the tile (streams, as for nn above); with more, one row at a time, which read faster than adjacent rows side
+// by side (docs/benchmarks.md#speed-layer-rules, dense nt).
 constexpr int64_t kAheadNt = 256;  // values of W prefetched ahead of the one being read (one row at a time)
 
 constexpr int nt_streams(int64_t M) { return M > 4 ? 1 : 4; }

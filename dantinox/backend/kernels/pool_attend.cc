@@ -266,10 +266,8 @@ struct Work {
 // Fewer pairs than twice the threads (SmolLM2 at batch 1: three KV heads on two cores) leave a thread idle
 // while the last pair is read. Then each pair's slots are cut into parts of at least kPartSlots, enough for
 // twice as many units as threads, and the parts' softmaxes are combined at the end: each part's sums scaled
-// by exp(its highest score - the pair's highest). Measured on SmolLM2-135M (batch 1, bf16-stored weights,
-// float32 cache, 2026-12-04, three alternating rounds, ms per decode step): 11.0-11.8 -> 9.3-10.3 at 1,024
-// slots, 14.3-15.4 -> 12.6-13.4 at 2,048 and 20.4-22.5 -> 15.4-18.7 at 4,096; parts of 256 or 128 slots
-// gained no more.
+// by exp(its highest score - the pair's highest): a batch-1 step over a long cache on two cores; parts of 256 or
+// 128 slots gained no more (docs/benchmarks.md#speed-layer-rules, kPartSlots).
 constexpr int64_t kPartSlots = 512;
 
 ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Problem&, int64_t)) {
@@ -377,8 +375,8 @@ ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
 
 // Storing tokens into a cache in place. XLA:CPU updates an array of bfloat16, float16 or fp8 by widening all
 // of it to float32, writing the slot and narrowing it back, so a decode step rewrote each layer's whole cache
-// (measured 2026-12-04: one token into 3 MB of bfloat16 keys took 1.26 ms, against 1.3 µs in float32). Here
-// each token's bytes are copied to its slot; the cache is the call's result, aliased to its operand.
+// (docs/benchmarks.md#speed-layer-rules, store). Here each token's bytes are copied to its slot; the cache is the call's
+// result, aliased to its operand.
 // cache [R, ..., S, ...] of any element type with its slots on axis `axis`, seen as [R, O, S, I]; tokens [n, O, I]
 // of the same type; rows and slots [n] (int32): cache[rows[j], o, slots[j], i] = tokens[j, o, i] for every j
 // whose row is in [0, R) and slot in [0, S); other tokens are dropped (a masked token, slot -1). The cache keeps

@@ -53,8 +53,8 @@ inline VecF splat(float x) { return VecF{} + x; }
 
 inline VecF widen_vec(const float* p) { return load(p); }
 // One zero-extending load and a shift where the instructions can be named. GCC lowers the portable
-// conversion below to four shuffles per vector on AVX2: a bare loop summing bfloat16 from L2 on one Zen 3 core
-// read 17-23 GB/s with it, 41-43 with these and 60 with widen_pairs (2026-12-04, one run).
+// conversion below to four shuffles per vector on AVX2, at half the read rate or less
+// (docs/benchmarks.md#speed-layer-rules, widen_vec).
 inline VecF widen_vec(const Bf16* p) {
 #if defined(__AVX512F__)
   return bits_as<VecF>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
