@@ -24,9 +24,9 @@ from pathlib import Path
 import jax
 
 CACHE_ENV = "DANTINOX_KERNEL_CACHE"
-# No -ffast-math: it lets the compiler assume no infinity or NaN, and the kernels mask with -inf. What it gave
-# that is safe stays: no errno from math functions, no trapping, fused multiply-adds (pool_attend.cc declares
-# glibc's vector expf itself).
+# Not GCC's fast-math: it lets the compiler assume no infinity or NaN, and the kernels mask with -inf. What it
+# gave that is safe stays: no errno from math functions, no trapping, fused multiply-adds (pool_attend.cc
+# declares glibc's vector expf itself, simd.h sums a vector's lanes in an order of its own).
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math",
          "-ffp-contract=fast", "-std=c++17", "-shared", "-fPIC")
 

@@ -33,8 +33,8 @@
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
-// glibc's vector expf (libmvec) for the softmax's loop of exponentials, which <math.h> declares only under
-// -ffast-math; the kernels are built without it (they use -inf), and without this the loop calls expf per slot.
+// glibc's vector expf (libmvec) for the softmax's loop of exponentials, which <math.h> declares only under GCC's
+// fast-math; the kernels are built without it (they use -inf), and without this the loop calls expf per slot.
 #if defined(__GLIBC__) && defined(__x86_64__)
 extern "C" float expf(float) __attribute__((simd("notinbranch")));
 #endif
