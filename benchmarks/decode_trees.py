@@ -49,29 +49,26 @@ def config(**kw):
         return dantinox.ModelConfig.preset("reference", attention="gqa", **kw)
 
 repeats, grid, out = int(sys.argv[1]), json.loads(sys.argv[2]), {}
+
+def tok_s(model, batch, new, vocab):  # generate()'s tokens per second, best of `repeats` after a compiling call
+    prompt = np.random.RandomState(0).randint(0, vocab, (batch, grid["prompt"])).astype(np.int32)
+    np.asarray(dantinox.generate(model, prompt, new))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.asarray(dantinox.generate(model, prompt, new))
+        best = min(best, time.perf_counter() - start)
+    return batch * new / best
+
 for name, kw in grid["variants"].items():
     model = dantinox.Transformer(config(**kw), rngs=nnx.Rngs(0))
     for batch in grid["batches"]:
-        prompt = np.random.RandomState(0).randint(0, 256, (batch, grid["prompt"])).astype(np.int32)
-        np.asarray(dantinox.generate(model, prompt, grid["new"]))
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            np.asarray(dantinox.generate(model, prompt, grid["new"]))
-            best = min(best, time.perf_counter() - start)
-        out[f"{name}/{batch}"] = batch * grid["new"] / best
+        out[f"{name}/{batch}"] = tok_s(model, batch, grid["new"], 256)
 if grid["smollm2"]:
     from dantinox.pretrained import load_pretrained
     model = load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]
     for batch in grid["batches"]:
-        prompt = np.random.RandomState(0).randint(0, 49_152, (batch, grid["prompt"])).astype(np.int32)
-        np.asarray(dantinox.generate(model, prompt, grid["smollm2"]))
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            np.asarray(dantinox.generate(model, prompt, grid["smollm2"]))
-            best = min(best, time.perf_counter() - start)
-        out[f"SmolLM2 bf16-stored/{batch}"] = batch * grid["smollm2"] / best
+        out[f"SmolLM2 bf16-stored/{batch}"] = tok_s(model, batch, grid["smollm2"], 49_152)
 print(json.dumps(out))
 """
 
