@@ -3,7 +3,8 @@
 
     python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
-                           (under nbval, and in JupyterLab in a real Chromium: tests/browser)
+                           (under nbval, and in JupyterLab in a real Chromium: tests/browser), then the
+                           model and cache invariants again with DANTINOX_BACKEND=reference (pure JAX)
     python3 dev.py site    set up .venv if needed, then build the course for the browser (JupyterLite + Pyodide)
                            into build/site/, a static folder any web server can serve (--out DIR elsewhere)
 
@@ -51,6 +52,7 @@ def setup() -> None:
         STAMP.write_text(_fingerprint())
     drop_slow_optional()
     model_wheel()
+    kernels()
 
 
 # jupyter-events asks for jsonschema[format-nongpl], whose optional IRI checker `rfc3987-syntax` builds an Earley
@@ -123,6 +125,17 @@ def model_wheel() -> None:
               flush=True)
 
 
+# Builds the CPU kernels (dantinox/backend/native.py) into .venv/share/dantinox-labs/kernels unless built there:
+# every account that runs this .venv loads them read-only, and no learner's first decode waits for a compiler.
+KERNELS = ("import dantinox.backend.dense_kernel as dense, dantinox.backend.pool_kernel as pool\n"
+           "for why in filter(None, (pool.load(), dense.load())):\n    print(f'dev.py: {why}', flush=True)")
+
+
+def kernels() -> None:
+    """Build the CPU kernels once; without a compiler, one line says so and dantinox uses XLA's paths."""
+    subprocess.call([str(PY), "-c", KERNELS], cwd=ROOT)
+
+
 def browser() -> None:
     """The browser tests need Chromium: found, or installed with apt-get as root, or one line saying what to do."""
     find = [str(PY), str(ROOT / "tests" / "browser" / "chromium.py")]
@@ -167,6 +180,16 @@ def test(extra: list[str]) -> None:
     nb_args = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
     _run([str(PY), "-m", "pytest", "tests", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("*.ipynb")),
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
+    # The model, cache, paged, sliding-window and engine invariants again in pure JAX (dantinox/backend: the speed
+    # layer off), the tests marked both_backends: what the kernels and XLA:CPU arrangements compute must be what
+    # the reference computes. 51 tests; 25-69 s here on two cores, with other jobs sharing them or not.
+    print("dev.py: the same invariants under DANTINOX_BACKEND=reference ...", flush=True)
+    _run([str(PY), "-m", "pytest", *REFERENCE_SUITES, "-m", "both_backends", *_workers(), "-p", "no:cacheprovider"],
+         env={**env, "DANTINOX_BACKEND": "reference"})
+
+
+REFERENCE_SUITES = ["tests/test_model.py", "tests/test_paged_cache.py", "tests/test_quantized_cache.py",
+                    "tests/test_sliding_window.py", "tests/test_engine.py"]
 
 
 def site(extra: list[str]) -> None:

@@ -7,7 +7,7 @@ Every side is generate's decode loop (dantinox.roofline.run_decode) over a cache
 reference model: a step is (t(LONG steps) - t(SHORT steps)) / (LONG - SHORT), each length the best of
 ROUNDS, the sides of a pair taking turns round by round. The pairs: an int8 cache against float32, a paged
 cache (16-slot pages) against contiguous, in float32 and in int8, the paged step with the pool kernel
-(dantinox/pool_kernel.py) against XLA's read, at batch 1 the one-token write as a slice update against a
+(dantinox/backend/pool_kernel.py) against XLA's read, at batch 1 the one-token write as a slice update against a
 scatter (dantinox.cache.writes_as_slice), and XLA's two paged reads (dantinox.paged.Paged.reads_pool)
 forced on either side of POOL_READ_MAX. The load average is recorded with the numbers: on a shared
 machine only the ratios within one row mean anything.
@@ -28,9 +28,9 @@ from common import best_of
 from flax import nnx
 
 import dantinox
+import dantinox.backend.pool_kernel as pool_kernel
 import dantinox.cache
 import dantinox.paged as paged
-import dantinox.pool_kernel as pool_kernel
 from dantinox.generate import compiler_options, decode_loop_jit
 from dantinox.roofline import run_decode, timing_state
 
@@ -41,7 +41,7 @@ CONTEXT, SHORT, LONG, ROUNDS = 1024, 4, 20, 5
 PAGED = dict(cache_layout="paged", page_size=16)
 WHOLE, GATHERED = 10**9, -1  # dantinox.paged.POOL_READ_MAX forcing each paged read
 # name: (baseline side, other side); a side is (config changes, write as a slice at batch 1, read limit,
-# whether dantinox/pool_kernel.py may read a paged pool)
+# whether dantinox/backend/pool_kernel.py may read a paged pool)
 PAIRS = {
     "int8 vs float32 cache": ((dict(), True, None, True), (dict(cache_dtype="int8"), True, None, True)),
     "paged (16-slot pages) vs contiguous": ((dict(), True, None, True), (PAGED, True, None, True)),
@@ -70,7 +70,7 @@ def _program(cfg: dantinox.ModelConfig, batch: int, as_slice: bool, pool_read_ma
     keep, keep_max, keep_kernel = dantinox.cache.writes_as_slice, paged.POOL_READ_MAX, pool_kernel.handles
     dantinox.cache.writes_as_slice = lambda B, T: as_slice and keep(B, T)
     paged.POOL_READ_MAX = keep_max if pool_read_max is None else pool_read_max
-    pool_kernel.handles = keep_kernel if kernel else (lambda k_dtype, quantized: False)
+    pool_kernel.handles = keep_kernel if kernel else (lambda k_dtype, scale_layout: False)
     try:
         program = decode_loop_jit(compiler_options=compiler_options(batch, cfg, CONTEXT))
         jax.block_until_ready(run_decode(graphdef, params, states[SHORT], CONTEXT, CONTEXT, program))  # traces here

@@ -14,7 +14,7 @@ at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roof
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
 the attention arrangements for one new token (dantinox/attention.py: the general one, _attend_one_token as
-matmuls or as reductions, and the kernel of dantinox/pool_kernel.py), each forced through
+matmuls or as reductions, and the kernel of dantinox/backend/pool_kernel.py), each forced through
 dantinox.attention's arrangement rules, and
 the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
 """
@@ -40,9 +40,10 @@ from common import best_of
 from flax import nnx
 
 import dantinox
-import dantinox.attention
-import dantinox.pool_kernel
-from dantinox.generate import VECTOR_512, bucket_for, compiler_options, decode_loop_jit
+import dantinox.backend.cpu as cpu
+import dantinox.backend.pool_kernel as pool_kernel
+from dantinox.backend.xla_cpu import VECTOR_512
+from dantinox.generate import bucket_for, compiler_options, decode_loop_jit
 from dantinox.roofline import generate_seconds, measure_machine, run_decode, timing_state
 
 HERE = Path(__file__).resolve().parent
@@ -75,19 +76,19 @@ def decode_grid(repeats: int) -> dict[str, float]:
     return out
 
 
-ARRANGEMENTS = ("general", "one-token", "reduction", "kernel")  # kernel: dantinox/pool_kernel.py
+ARRANGEMENTS = ("general", "one-token", "reduction", "kernel")  # kernel: dantinox/backend/pool_kernel.py
 
 
 @contextlib.contextmanager
 def _arrangement(name: str | None):
     """Trace with attention arrangement `name` (one of ARRANGEMENTS) forced; None: as dantinox chooses."""
-    att = dantinox.attention
+    att = cpu  # the rules of dantinox/backend/cpu.py
     keep = att.uses_one_token_arrangement, att.uses_reduction_arrangement, att.uses_kernel
     if name is not None:
         att.uses_one_token_arrangement = lambda B, T, K, G: T == 1 and name == "one-token"
         att.uses_reduction_arrangement = lambda B, T, G: T == 1 and name == "reduction"
-        att.uses_kernel = lambda B, T, G, rows, k_dtype, quantized: (
-            T == 1 and name == "kernel" and dantinox.pool_kernel.handles(k_dtype, quantized))
+        att.uses_kernel = lambda B, T, G, rows, k_dtype, scale_layout: (
+            T == 1 and name == "kernel" and pool_kernel.handles(k_dtype, scale_layout))
     try:
         yield
     finally:
@@ -96,11 +97,12 @@ def _arrangement(name: str | None):
 
 def arrangement_used(batch: int, cfg: dantinox.ModelConfig) -> str:
     """The arrangement dantinox.attention.attend takes for one new token per sequence of `batch`."""
-    if dantinox.attention.uses_kernel(batch, 1, cfg.groups, batch, cfg.cache_jnp_dtype, cfg.quantized_cache):
+    layout = dantinox.LayerCache.SCALE_LAYOUT if cfg.quantized_cache else None
+    if cpu.uses_kernel(batch, 1, cfg.groups, batch, cfg.cache_jnp_dtype, layout):
         return "kernel"
-    if dantinox.attention.uses_reduction_arrangement(batch, 1, cfg.groups):
+    if cpu.uses_reduction_arrangement(batch, 1, cfg.groups):
         return "reduction"
-    one_token = dantinox.attention.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups)
+    one_token = cpu.uses_one_token_arrangement(batch, 1, cfg.n_kv_heads, cfg.groups)
     return "one-token" if one_token else "general"
 
 

@@ -2,9 +2,11 @@
 
     .venv/bin/python benchmarks/decode_trees.py e7e8e95              # that commit against this checkout
     .venv/bin/python benchmarks/decode_trees.py e7e8e95 --rounds 8
+    .venv/bin/python benchmarks/decode_trees.py e7e8e95 --smollm2 64   # and SmolLM2-135M, bf16-stored weights
 
 decode.py's grid (MHA and GQA with K = 2, batch 1 and 8, a 32-token prompt, 256 new tokens, generate()
-best of `--repeats` after a compiling call) is timed for each tree in a process of its own, both with this
+best of `--repeats` after a compiling call; with `--smollm2 N` also SmolLM2-135M with bfloat16-stored weights
+and float32 compute, batch 1 and 8, N new tokens) is timed for each tree in a process of its own, both with this
 project's venv, the trees taking turns round by round, each going first every other round (the second
 process of a pair measured slower in one run here), so that the machine's drift reaches both alike. The commit is
 checked out into a temporary git worktree, removed at the end. Prints, per cell, each tree's median and
@@ -47,29 +49,41 @@ def config(**kw):
         return dantinox.ModelConfig.preset("reference", attention="gqa", **kw)
 
 repeats, grid, out = int(sys.argv[1]), json.loads(sys.argv[2]), {}
+
+def tok_s(model, batch, new, vocab):  # generate()'s tokens per second, best of `repeats` after a compiling call
+    prompt = np.random.RandomState(0).randint(0, vocab, (batch, grid["prompt"])).astype(np.int32)
+    np.asarray(dantinox.generate(model, prompt, new))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.asarray(dantinox.generate(model, prompt, new))
+        best = min(best, time.perf_counter() - start)
+    return batch * new / best
+
 for name, kw in grid["variants"].items():
     model = dantinox.Transformer(config(**kw), rngs=nnx.Rngs(0))
     for batch in grid["batches"]:
-        prompt = np.random.RandomState(0).randint(0, 256, (batch, grid["prompt"])).astype(np.int32)
-        np.asarray(dantinox.generate(model, prompt, grid["new"]))
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            np.asarray(dantinox.generate(model, prompt, grid["new"]))
-            best = min(best, time.perf_counter() - start)
-        out[f"{name}/{batch}"] = batch * grid["new"] / best
+        out[f"{name}/{batch}"] = tok_s(model, batch, grid["new"], 256)
+if grid["smollm2"]:
+    from dantinox.pretrained import load_pretrained
+    model = load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]
+    for batch in grid["batches"]:
+        out[f"SmolLM2 bf16-stored/{batch}"] = tok_s(model, batch, grid["smollm2"], 49_152)
 print(json.dumps(out))
 """
 
 
-# decode.py's grid, passed to each tree's process (its prompt is decode.prompt's draw)
-GRID = json.dumps(dict(variants=decode.VARIANTS, batches=decode.BATCHES, prompt=decode.PROMPT, new=decode.NEW))
+def grid(smollm2: int) -> str:
+    """decode.py's grid, passed to each tree's process (its prompt is decode.prompt's draw); `smollm2` new tokens
+    of SmolLM2-135M (0: none)."""
+    return json.dumps(dict(variants=decode.VARIANTS, batches=decode.BATCHES, prompt=decode.PROMPT, new=decode.NEW,
+                           smollm2=smollm2))
 
 
-def time_tree(tree: Path, repeats: int) -> dict[str, float]:
+def time_tree(tree: Path, repeats: int, smollm2: int = 0) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(repeats), GRID], cwd=tree, env=env, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(repeats), grid(smollm2)], cwd=tree, env=env,
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"decode_trees: the grid failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,7 +94,10 @@ def main() -> None:
     ap.add_argument("commit", help="the earlier commit (any name git rev-parse takes)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smollm2", type=int, default=0, help="also SmolLM2-135M (bf16-stored), this many new tokens")
     args = ap.parse_args()
+    if args.smollm2 < 0:
+        raise SystemExit(f"--smollm2: expected a whole number >= 0, got {args.smollm2}")
     for name in ("rounds", "repeats"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name}: expected a whole number >= 1, got {getattr(args, name)}")
@@ -99,7 +116,7 @@ def main() -> None:
             for i in range(args.rounds):
                 loads.append(os.getloadavg()[0])
                 for side in ("before", "after")[::1 if i % 2 == 0 else -1]:  # each goes first every other round
-                    runs[side].append(time_tree(old if side == "before" else ROOT, args.repeats))
+                    runs[side].append(time_tree(old if side == "before" else ROOT, args.repeats, args.smollm2))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
     cells = list(runs["before"][0])
@@ -118,7 +135,8 @@ def main() -> None:
               f"| {row['before_best']:,.0f} | {row['after_best']:,.0f} |")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(dict(before=rev, after=head, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                   rounds=args.rounds, repeats=args.repeats, load=loads, cells=table), indent=1))
+                                   rounds=args.rounds, repeats=args.repeats, smollm2=args.smollm2, load=loads,
+                                   cells=table), indent=1))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
-`dantinox.enable_compilation_cache()` themselves.
+`dantinox.enable_compilation_cache()` themselves. It installs the speed layer once (dantinox/backend; pure JAX
+with DANTINOX_BACKEND=reference).
 """
 
+import dantinox.backend  # noqa: F401  (installs the speed layer into dantinox.ops)
 from dantinox._jax_setup import enable_compilation_cache
 from dantinox.cache import (
     KVCache,

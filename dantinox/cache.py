@@ -32,19 +32,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dantinox import pool_kernel
+from dantinox import ops
 from dantinox.checks import positive_int
 from dantinox.config import CacheConfig, LayerSpec, ModelConfig
 from dantinox.quant import quantize
 
 
+@ops.takes_over("store")  # the speed layer may write some dtypes its own way (in place)
 def _scatter(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_BT: jax.Array) -> jax.Array:
-    """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped.
-
-    bfloat16, float16 and fp8 arrays go to dantinox/pool_kernel.py's `store`, which writes in place: XLA:CPU
-    updates them by widening the whole array to float32 and back, a rewrite of the layer's cache every step."""
-    if pool_kernel.stores(a.dtype):
-        return pool_kernel.store(a, axis, rows_BT, slots_BT, new_BT)
+    """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped."""
     if writes_as_slice(*rows_BT.shape):  # one token of one row: a slice update, not a scatter
         row, slot = rows_BT[0, 0], slots_BT[0, 0]
         start = (row,) + (0,) * (axis - 1) + (jnp.maximum(slot, 0),) + (0,) * (a.ndim - axis - 1)
@@ -66,6 +62,13 @@ class _Payload:
 
     __slots__ = ()
     SEQ_AXES: tuple[int, ...] = ()
+    SCALE_LAYOUT = "per_token"  # a quantized payload's scales: one per token (and head), quant.quantize's
+
+    @property
+    def scale_layout(self) -> str | None:
+        """How this payload's scales are laid out (SCALE_LAYOUT), what a kernel must know to read them; None:
+        float storage, no scales (the last field)."""
+        return None if self[-1] is None else self.SCALE_LAYOUT
 
     @property
     def slots(self) -> int:

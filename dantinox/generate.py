@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import pool_kernel, sharding
+from dantinox import ops, sharding
 from dantinox.cache import KVCache, cache_length, empty_cache, grow_cache
 from dantinox.checks import check_ids, positive_int
 from dantinox.config import ModelConfig
@@ -143,39 +143,12 @@ _STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "buck
 _prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnames=("caches",))
 _grow_jit = jax.jit(grow_cache, static_argnums=(1, 2))
 
-# XLA:CPU runs a batch-1 step's matrix-vector products faster when it may use 512-bit vectors; from
-# batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
-# (benchmarks/decode.py times both sides in every run). Other backends get no options.
-VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
-# A paged pool read whole (dantinox/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
-# hands such float32 products to YNNPACK by default; its product of the weights by the values measured
-# 10.0 ms per step against 5.3 ms for XLA's own (Eigen) dot (reference model, batch 8, 1,024 slots,
-# 2026-12-02). The option is per program, so it also moves the weight matmuls to Eigen, which measured
-# slower for a larger model (SmolLM2-135M, paged, batch 8, 160 slots: 123 -> 92 tok/s). Paged decode
-# programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py times the
-# paged step against the contiguous one with the options generate uses). Where dantinox/pool_kernel.py reads
-# the pool, that product is the kernel's and not XLA's, so the option is not taken (the kernel's step with and
-# without it: 22.2 and 21.6 ms, then 21.3 and 22.0; reference model, batch 8, 1,024 slots, 2026-12-03).
-EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
-
-def _values_outweigh_weights(cfg: ModelConfig, batch: int, slots: int) -> bool:
-    """Whether a paged layer's values for `batch` sequences of `slots` outnumber its matmul weights."""
-    D, N, K, H, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width
-    return batch * slots * K * H > D * (N + 2 * K) * H + N * H * D + 3 * D * F
-
-
+@ops.takes_over("compiler_options")  # a backend may compile decode programs with options of its own
 def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | None = None) -> dict[str, str] | None:
-    """The XLA options dantinox compiles a decode program for `batch` sequences of `cfg` with, decoding up to
-    `slots` tokens (default max_context); None: the defaults. Without a config: a contiguous cache's."""
-    if jax.default_backend() != "cpu":
-        return None
-    options = dict(VECTOR_512) if batch == 1 else {}
-    if (batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.attention == "heads"
-            and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)
-            and not pool_kernel.handles(cfg.cache_jnp_dtype, cfg.quantized_cache)):
-        options |= EIGEN_DOTS
-    return options or None
+    """The XLA options a decode program for `batch` sequences of `cfg`, decoding up to `slots` tokens, is compiled
+    with; None: XLA's defaults."""
+    return None
 
 
 @functools.cache

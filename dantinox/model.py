@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import dense_kernel
+from dantinox import ops
 from dantinox.attention import attend
 from dantinox.cache import (
     KVCache,
@@ -34,48 +34,10 @@ from dantinox.checks import check_ids, concrete_index
 from dantinox.config import LayerSpec, ModelConfig
 
 
-def dot_general(x: jax.Array, w: jax.Array, dims, precision=None, preferred_element_type=None,
-                out_sharding=None) -> jax.Array:
-    """Every dense layer's product (nnx.Linear's `dot_general`); the tied logits go through it too.
-
-    bfloat16 weights times a few rows (a decode step, a short prompt) go to dantinox/dense_kernel.py, which
-    reads each weight once and widens it in registers, with float32 sums. Measured, SmolLM2-135M stored in bf16
-    at batch 1, 2026-12-03: its layers' products took 9-10 ms a step, where XLA:CPU, converting each matrix to a
-    float32 temporary first, was slower than the same products on float32 weights.
-
-    Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's promotion
-    did before it handed them over); bfloat16 operands over more than one row accumulate in float32. The inputs
-    are the same bf16 numbers either way, and the result comes back as `preferred_element_type` (default
-    bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32 temporary
-    first. Measured, SmolLM2 with dtype="bfloat16" at batch 8, 2026-12-02: 116 -> 189 tok/s.
-    """
-    (x_axes, w_axes), batch_axes = dims
-    if (x_axes == (x.ndim - 1,) and w_axes in ((0,), (1,)) and batch_axes == ((), ()) and out_sharding is None
-            and dense_kernel.takes(x, w)):  # w [in, out] (a layer) or [out, in] (the tied head)
-        return dense_kernel.matmul(x, w, transposed=w_axes == (1,)).astype(preferred_element_type or x.dtype)
-    if x.dtype != w.dtype and x.dtype == jnp.float32:
-        w = w.astype(x.dtype)
-    if not x.dtype == w.dtype == jnp.bfloat16:
-        return jax.lax.dot_general(x, w, dims, precision, preferred_element_type=preferred_element_type,
-                                   out_sharding=out_sharding)
-    asked = jnp.float32 if int(np.prod(x.shape[:-1])) > 1 else None
-    return jax.lax.dot_general(x, w, dims, precision, preferred_element_type=asked,
-                               out_sharding=out_sharding).astype(preferred_element_type or jnp.bfloat16)
-
-
-def _promote(args, *, dtype=None, inexact=True):
-    """nnx.Linear's dtype promotion, except that a bfloat16 kernel is handed to `dot_general` as stored."""
-    promoted = nnx.nn.dtypes.promote_dtype(args, dtype=dtype, inexact=inexact)
-    kernel = args[1]
-    if kernel.dtype == jnp.bfloat16 and promoted[0].dtype == jnp.float32:
-        return (promoted[0], kernel, *promoted[2:])
-    return promoted
-
-
 def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
     init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
     return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
-                      kernel_init=init, dot_general=dot_general, promote_dtype=_promote, rngs=rngs)
+                      kernel_init=init, dot_general=ops.dot_general, promote_dtype=ops.promote_dtype, rngs=rngs)
 
 
 class RMSNorm(nnx.Module):
@@ -169,7 +131,7 @@ class Attention(nnx.Module):
             sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < layout.addressing.sinks)
             scored = cache is not None and hasattr(layout, "keep")  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
-                               sink_q, sinks, with_weights=scored)
+                               sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
@@ -310,18 +272,6 @@ def _compiled_forward(graphdef: nnx.GraphDef, state: nnx.State, ids_BT: jax.Arra
     return nnx.merge(graphdef, state).forward(ids_BT, kv_caches)
 
 
-def embed_rows(table_VD: jax.Array, ids_BT: jax.Array, dtype) -> jax.Array:
-    """The rows of `table_VD` at `ids_BT` in `dtype`: nnx.Embed's values (jnp.take, NaN rows outside the table).
-
-    A bfloat16 table goes to dantinox/dense_kernel.py's `rows` where it is built: XLA:CPU gathers bfloat16 by
-    widening the whole table to float32, and in a decode loop that widening was lifted out of the loop, so every
-    call of the loop wrote a float32 copy of the table first (SmolLM2-135M: 113 MB, about 30 ms per call).
-    """
-    if table_VD.dtype == jnp.bfloat16 and dense_kernel.available():
-        return dense_kernel.rows(table_VD, ids_BT).astype(dtype)
-    return jnp.take(table_VD, ids_BT, axis=0).astype(dtype)
-
-
 class Transformer(nnx.Module):
     """Token ids in, next-token logits out; optionally reads and writes a KV cache.
 
@@ -393,7 +343,7 @@ class Transformer(nnx.Module):
                 after = jnp.maximum(before, jnp.max(jnp.where(live_BT, pos_BT + 1, 0), axis=1))
             fill = Fill(live_BT, before, after, kv_caches.page_table)
         with jax.named_scope("embed"):
-            x = embed_rows(self.embed.embedding[...], ids_BT, self.cfg.jnp_dtype)
+            x = ops.take_rows(self.embed.embedding[...], ids_BT).astype(self.cfg.jnp_dtype)  # nnx.Embed's lookup
         new_layers = []
         for i, (block, layout) in enumerate(zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)):
             x, layer_cache = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill, layout)
@@ -407,12 +357,9 @@ class Transformer(nnx.Module):
 
     @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:
-        x32 = x_BTD.astype(jnp.float32)  # logits in f32 for a stable softmax
-        if self.head is None:
+        if self.head is None:  # tied: x times the embedding table, as a dense layer's product
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
-            embedding = self.embed.embedding[...]
-            if embedding.dtype == jnp.bfloat16:  # the x rows unrounded, f32 sums (the kernel in a decode step)
-                dims = (((x_BTD.ndim - 1,), (1,)), ((), ()))
-                return dot_general(x_BTD, embedding, dims, preferred_element_type=jnp.float32) * scale
-            return x32 @ embedding.astype(jnp.float32).T * scale
+            x, embedding = ops.promote_dtype((x_BTD, self.embed.embedding[...]))
+            dims = (((x.ndim - 1,), (1,)), ((), ()))
+            return ops.dot_general(x, embedding, dims, preferred_element_type=jnp.float32) * scale  # f32 logits
         return self.head(x_BTD).astype(jnp.float32)

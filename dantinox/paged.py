@@ -5,9 +5,10 @@ pages of `page_size` token slots as one row of num_pages · page_size slots ([1,
 [1, K, P · ps, H] values, [1, P · ps, C + R] MLA latents; int8 codes and their scales alike); the
 container holds one page table [B, M] for all of them: logical page m of sequence b lives in physical page
 table[b, m]. A write scatters new tokens through the table. A batch's decode step over K/V heads in
-float32, bfloat16 or int8 is read by dantinox/pool_kernel.py, each sequence's slots where they lie
-(`Paged.reads_in_place`). Otherwise attention reads the whole pool with other sequences' slots masked, or,
-where that would compute too many extra scores, each sequence's pages gathered into slot order
+float32, bfloat16 or int8 may be read by a backend's kernel (dantinox/backend/pool_kernel.py), each
+sequence's slots where they lie (`reads_in_place`). Otherwise attention reads the whole pool with other
+sequences' slots masked, or, where that would compute too many extra scores, each sequence's pages gathered
+into slot order
 (`Paged.reads_pool`; the roofline counts a gather's copy). The config chooses it:
 `ModelConfig(..., cache_layout="paged", page_size=16)`. Sliding-window and chunked layers of a paged
 config keep their ring of W slots per sequence: a ring is already bounded, so paging it would save nothing.
@@ -29,18 +30,24 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import pool_kernel
-from dantinox.cache import KVCache, LayerCache, Linear, empty_cache, layouts
+from dantinox import ops
+from dantinox.cache import KVCache, Linear, empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
-# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages.
-# Whole-pool step / gathered step measured (reference model, 1,024 slots, 2026-12-02): 0.64 at an excess of
-# 7 (MHA, batch 8), 0.83 at 12 (GQA K=2, batch 4), 0.81 at 14 (K=4, batch 8), 0.71 at 15 (MHA, batch 16);
-# 1.27 at 28 (K=2, batch 8), 1.80 at 31 (MHA, batch 32), 1.74 at 60 (K=2, batch 16). benchmarks/cache_steps.py
-# times the two reads at 15 and 28 in every run.
+# The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages: the
+# extra scores of the whole-pool read against the gather's copy of every page it reads (measured:
+# docs/benchmarks.md#speed-layer-rules, POOL_READ_MAX; benchmarks/cache_steps.py times both at 15 and 28).
 POOL_READ_MAX = 16
+
+
+@ops.takes_over("reads_in_place")  # a backend with a kernel that reads the pool as it lies says so
+def reads_in_place(T: int, payload: type, k_dtype: Any, scale_layout: str | None) -> bool:
+    """Whether attention reads a paged pool of `payload` (stored in `k_dtype`, scales laid out as
+    `scale_layout`) where it lies, each sequence's own slots with neither a gather nor other sequences'
+    scores. attend's einsum cannot: no."""
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +79,15 @@ class Paged(Linear):
         reads, the whole-pool read computes `pool_read_excess` more scores; see POOL_READ_MAX."""
         return self.pool_read_excess(T, pool_pages, table_pages) <= POOL_READ_MAX
 
-    def reads_in_place(self, T: int, payload: type, k_dtype: Any, quantized: bool) -> bool:
-        """Whether attention reads the pool with dantinox/pool_kernel.py: one new token per sequence, K/V heads
-        stored in float32, bfloat16 or int8 codes. Each sequence's slots are read where they lie, with neither a
-        copy nor other sequences' scores, so the pool is read whole whatever `reads_pool` says."""
-        return T == 1 and payload is LayerCache and pool_kernel.handles(k_dtype, quantized)
+    def reads_in_place(self, T: int, payload: type, k_dtype: Any, scale_layout: str | None) -> bool:
+        """Whether attention reads each sequence's slots where they lie (`reads_in_place` below), so the pool
+        is read whole whatever `reads_pool` says."""
+        return reads_in_place(T, payload, k_dtype, scale_layout)
 
     def read(self, layer, table, lengths_B, T):
         ps, (B, M) = self.page_size, table.shape
         P = layer.slots // ps
-        in_place = self.reads_in_place(T, type(layer), layer[0].dtype, layer[-1] is not None)  # last: a scale
+        in_place = self.reads_in_place(T, type(layer), layer[0].dtype, layer.scale_layout)
         if not in_place and not self.reads_pool(T, P, M):
             return layer.gather(table, ps), self.positions(lengths_B, M * ps)
         # logical page of every physical page for each sequence (-1: not one of its written pages)

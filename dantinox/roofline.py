@@ -134,7 +134,7 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
 def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, str]:
     """(paged layers, slots of whole pages per sequence, how a decode step reads the pool) for a private pool
     of `batch` sequences of `context` slots (init_cache's), as dantinox/paged.py decides it: "in place"
-    (dantinox/pool_kernel.py, each sequence's own slots), "whole" (every query against the whole pool) or
+    (a backend's kernel, each sequence's own slots), "whole" (every query against the whole pool) or
     "gathered" (each sequence's pages copied into slot order)."""
     if cfg.cache_layout != "paged":
         return 0, context, "in place"
@@ -144,7 +144,8 @@ def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, s
     paged = [lay.addressing for lay in layouts(cfg) if hasattr(lay.addressing, "page_size")]
     M = pages_for(context, cfg.page_size)
     payload = LatentCache if cfg.attention == "latent" else LayerCache
-    if not paged or batch > 1 and paged[0].reads_in_place(1, payload, cfg.cache_jnp_dtype, cfg.quantized_cache):
+    layout = payload.SCALE_LAYOUT if cfg.quantized_cache else None
+    if not paged or batch > 1 and paged[0].reads_in_place(1, payload, cfg.cache_jnp_dtype, layout):
         read = "in place"
     else:
         read = "whole" if paged[0].reads_pool(1, batch * M, M) else "gathered"

@@ -87,7 +87,53 @@ def fresh_forward():
 
 @pytest.fixture
 def xla_pool_reads(monkeypatch, fresh_forward):
-    """Paged decode steps read the pool through XLA (whole or gathered), not dantinox/pool_kernel.py."""
-    import dantinox.pool_kernel
+    """Paged decode steps read the pool through XLA (whole or gathered), not dantinox/backend/pool_kernel.py."""
+    from dantinox.backend import pool_kernel
 
-    monkeypatch.setattr(dantinox.pool_kernel, "handles", lambda k_dtype, quantized: False)
+    monkeypatch.setattr(pool_kernel, "handles", lambda k_dtype, scale_layout: False)
+
+
+def skip_unless_native():
+    """Skip, with the reason, a test of the native backend's choices where DANTINOX_BACKEND=reference."""
+    import dantinox.backend
+
+    if dantinox.backend.NAME != "native":
+        pytest.skip(f"tests the native backend's dispatch; {dantinox.backend.ENV}={dantinox.backend.NAME}")
+
+
+@pytest.fixture
+def native():
+    skip_unless_native()
+
+
+@pytest.fixture
+def pool_kernel_built(native):
+    """Skip, with the reason in one line, where the attention kernel is not in use (turned off, not built)."""
+    from dantinox.backend import pool_kernel
+
+    if not pool_kernel.available():
+        pytest.skip(pool_kernel.why_not())
+
+
+@pytest.fixture
+def dense_kernel_built(native):
+    """Skip, with the reason in one line, where the dense kernel is not in use (turned off, not built)."""
+    from dantinox.backend import dense_kernel
+
+    if not dense_kernel.available():
+        pytest.skip(dense_kernel.why_not())
+
+
+@pytest.fixture
+def ffi_error():
+    """call(target, out, *operands, **attributes) -> the first line of the error a custom call fails with (JAX
+    appends a note on its traceback below it); '' where the call succeeds."""
+    import jax
+
+    def call(target, out, *args, **attrs) -> str:
+        try:
+            jax.block_until_ready(jax.ffi.ffi_call(target, out)(*args, **attrs))
+        except Exception as e:  # jax's runtime error
+            return str(e).strip().splitlines()[0]
+        return ""
+    return call

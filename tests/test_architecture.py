@@ -1,7 +1,8 @@
 """The dependency rule, checked over the source of every module, and the commands that must start without JAX.
 
     dantinox       the model library: no content, classroom, widgets, dantinox_labs, no Jupyter code,
-                   no repository folder (runs/, benchmarks/, labs/) read by a path of its own
+                   no repository folder (runs/, benchmarks/, labs/) read by a path of its own; its reference
+                   modules import nothing from its speed layer, dantinox/backend
     content        concept entries: no jax/flax/optax, no dantinox, widgets, classroom or dantinox_labs
     classroom      answers and the hub service: no model (jax, dantinox), no widgets, no dantinox_labs
     widgets        the labs' components: the libraries above, and from dantinox_labs only `shipped`
@@ -106,6 +107,47 @@ def test_dependency_rule(package):
             if top == "dantinox_labs" and name not in {"dantinox_labs", "dantinox_labs.shipped"}:
                 broken.append(f"{path.relative_to(ROOT)} imports {name} (widgets may use dantinox_labs.shipped only)")
     assert broken == []
+
+
+# The reference a learner reads: these import nothing from the speed layer (dantinox/backend), which reaches them
+# through dantinox/ops.py's hooks instead.
+REFERENCE = ("model.py", "attention.py", "cache.py", "generate.py", "paged.py", "ops.py")
+
+
+@pytest.mark.parametrize("name", REFERENCE)
+def test_the_reference_imports_no_backend(name):
+    found = sorted(n for n in imports(ROOT / "dantinox" / name) if n.startswith("dantinox.backend")
+                   or n.startswith(("dantinox.pool_kernel", "dantinox.dense_kernel", "dantinox.native")))
+    assert found == [], f"dantinox/{name} imports {found}"
+
+
+def test_the_backend_is_the_only_place_for_kernels_and_xla_options():
+    """Kernel calls (jax.ffi) and XLA compiler options are named inside dantinox/backend only."""
+    outside = []
+    for path in modules("dantinox"):
+        if "backend" in path.relative_to(ROOT / "dantinox").parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        outside += [f"{path.relative_to(ROOT)}: {word}" for word in ("jax.ffi", "xla_cpu_") if word in text]
+    assert outside == []
+
+
+def test_the_reference_backend_is_pure_jax():
+    """DANTINOX_BACKEND=reference installs nothing: no kernel is loaded, and a decode step of a model whose kernels
+    would otherwise be taken (bfloat16 weights, an int8 cache) lowers to no custom call. A value it does not know
+    is refused in one line that names the variable."""
+    code = ("import sys, importlib, jax.numpy as jnp\nfrom flax import nnx\nimport dantinox, dantinox.ops as ops\n"
+            "cfg = dantinox.ModelConfig.preset('test', kv_heads=2, param_dtype='bfloat16', cache_dtype='int8')\n"
+            "model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))\n"
+            "forward = importlib.import_module('dantinox.model')._compiled_forward\n"
+            "text = forward.lower(*nnx.split(model), jnp.asarray([[3]]), dantinox.init_cache(cfg, 1, 16)).as_text()\n"
+            "print(ops.current().name, 'custom_call' in text, 'dantinox.backend.cpu' in sys.modules)")
+    res = python(code, env={**os.environ, "DANTINOX_BACKEND": "reference"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["reference", "False", "False"]
+    res = python("import dantinox", env={**os.environ, "DANTINOX_BACKEND": "fast"})
+    assert res.returncode != 0 and res.stderr.strip().splitlines()[-1] == (
+        "ValueError: DANTINOX_BACKEND='fast': expected one of native, reference")
 
 
 def test_shipped_data_needs_only_the_standard_library():

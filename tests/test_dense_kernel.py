@@ -1,4 +1,4 @@
-"""dantinox/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
+"""dantinox/backend/dense_kernel.py: a few rows times bfloat16 weights, against float64, and inside the model."""
 
 import importlib
 import re
@@ -10,14 +10,16 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import dense_kernel
+from dantinox.backend import dense_kernel
 from dantinox.generate import decode_program
 from dantinox.roofline import timing_state
 
 
 @pytest.fixture(autouse=True)
-def built():
-    assert dense_kernel.available(), dense_kernel.why_not()
+def built(request):
+    """Every test here needs the kernel, except those that turn it off themselves (marked `unbuilt`)."""
+    if "unbuilt" not in request.keywords:
+        request.getfixturevalue("dense_kernel_built")
 
 
 def operands(M, D, N, transposed=False, seed=0):
@@ -98,6 +100,28 @@ def test_vmap_maps_calls():
     np.testing.assert_allclose(out.reshape(8, 24), exact(x, w), rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("target,x,w,out,got", [
+    ("dantinox_dense_bf16", (3, 16), (15, 24), (3, 24), "x [3, 16], W [15, 24], y [3, 24]"),
+    ("dantinox_dense_bf16", (3, 16), (16, 24), (3, 25), "x [3, 16], W [16, 24], y [3, 25]"),
+    ("dantinox_dense_bf16_t", (3, 16), (24, 16), (2, 24), "x [3, 16], W [24, 16], y [2, 24]"),
+    ("dantinox_dense_bf16_t", (2, 3, 16), (24, 16), (3, 24), "x [2, 3, 16], W [24, 16], y [3, 24]"),
+])
+def test_a_product_of_wrong_shapes_is_a_one_line_error(ffi_error, target, x, w, out, got):
+    """The handlers check x, W and the result against each other before reading any of them."""
+    line = ffi_error(target, jax.ShapeDtypeStruct(out, jnp.float32), np.zeros(x, np.float32),
+                     jnp.zeros(w, jnp.bfloat16))
+    assert line.startswith("INVALID_ARGUMENT: dantinox dense: expected x [M >= 1, D], ")
+    assert line.endswith(f"; got {got}")
+
+
+def test_a_lookup_of_wrong_shapes_is_a_one_line_error(ffi_error):
+    line = ffi_error("dantinox_rows_bf16", jax.ShapeDtypeStruct((3, 8), jnp.float32), np.zeros((4,), np.int32),
+                     jnp.zeros((10, 8), jnp.bfloat16))
+    assert line == ("INVALID_ARGUMENT: dantinox rows: expected ids [n] (any shape of n), table [V, D], out [n, D]; "
+                    "got ids [4], table [10, 8], out [3, 8]")
+
+
+@pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("DANTINOX_KERNEL_CACHE", str(tmp_path))  # no built library here
     monkeypatch.setattr(dense_kernel, "_state", {})

@@ -71,6 +71,7 @@ def trace(model):
     return prompts, news, arrivals, alone(model, prompts, news)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_every_request_equals_generate_alone(model, trace, case):
     prompts, news, arrivals, want = trace

@@ -25,12 +25,14 @@ def make(**kw):
 ids = token_ids
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_cached_steps_match_full_forward(variant):
     cfg, model = make(**variant, cache_dtype="float32")
     assert_cached_steps_match_full_forward(cfg, model, ids(2, 12))
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("variant", VARIANTS, ids=["mha", "gqa", "mqa"])
 def test_greedy_tokens_identical_with_and_without_cache(variant):
     _, model = make(**variant)
@@ -72,6 +74,7 @@ def test_the_checked_call_is_one_compiled_program_per_shape():
     assert again == [], again
 
 
+@pytest.mark.both_backends
 def test_causality_future_tokens_never_change_past_logits():
     _, model = make()
     x = ids(1, 16)
@@ -128,19 +131,21 @@ def test_decode_loop_updates_the_donated_cache_in_place():
 
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "int8"])
-def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype):
+def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype, pool_kernel_built):
     """Batch 1 with grouped queries: the compiled loop writes each layer's keys and values in place and makes no
     other array of their shape (no whole-cache copy into another order for a matmul), and its greedy tokens are
     those of the uncached model. With 4 query heads per KV head float32 attends by reductions, int8 codes by
-    dantinox/pool_kernel.py (dantinox.attention.uses_kernel)."""
+    dantinox/backend/pool_kernel.py (dantinox.backend.cpu.uses_kernel)."""
     cfg, model = make(kv_heads=1, max_context=64, cache_dtype=cache_dtype)
     graphdef, params = nnx.split(model)
     one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
     state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
     layer = state.caches.layers[0]
-    assert dantinox.attention.uses_reduction_arrangement(1, 1, cfg.groups)
+    from dantinox.backend import cpu
+
+    assert cpu.uses_reduction_arrangement(1, 1, cfg.groups)
     kernel = cache_dtype == "int8"
-    assert dantinox.attention.uses_kernel(1, 1, cfg.groups, 1, layer.k.dtype, kernel) is kernel
+    assert cpu.uses_kernel(1, 1, cfg.groups, 1, layer.k.dtype, layer.scale_layout) is kernel
     lowered = decode_program(1, donate=True, cfg=cfg, slots=64).lower(
         graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=64)
     assert lowered.as_text().count("dantinox_pool_attend_int8") == (cfg.n_layers if kernel else 0)
@@ -358,10 +363,11 @@ def test_bfloat16_cache_stays_close_to_float32():
     np.testing.assert_allclose(logits, full, atol=0.1)
 
 
-def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu():
+def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu(native):
     """generate and the roofline timing compile a batch-1 decode loop with VECTOR_512, any other batch with the
     defaults (benchmarks/decode.py measures both sides)."""
-    from dantinox.generate import VECTOR_512, compiler_options
+    from dantinox.backend.xla_cpu import VECTOR_512
+    from dantinox.generate import compiler_options
 
     assert jax.default_backend() == "cpu"
     assert compiler_options(1) == VECTOR_512 and compiler_options(2) is None and compiler_options(8) is None
@@ -374,6 +380,7 @@ RAGGED_LAYOUTS = [dict(), dict(kv_heads=2, cache_layout="paged", page_size=5),
                   dict(attention="latent", kv_latent_dim=16, rope_head_dim=4)]
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", RAGGED_LAYOUTS, ids=["mha", "paged", "ring", "int8", "mla"])
 def test_ragged_prompts_each_get_the_tokens_they_get_alone(layout):
     _, model = make(**layout)

@@ -21,6 +21,7 @@ def make(**kw):
     (dict(), 1), (dict(), 16), (dict(), 5),
     (dict(kv_heads=2), 5), (dict(attention="latent", kv_latent_dim=16, rope_head_dim=4), 5),
 ], ids=["mha-1", "mha-16", "mha-5", "gqa-5", "mla-5"])
+@pytest.mark.both_backends
 def test_paged_greedy_tokens_equal_contiguous(variant, page_size):
     _, model = make(**variant)
     prompt = token_ids(2, 7, seed=3)  # 7 + 40 = 47 tokens: 5 and 16 do not divide it
@@ -119,6 +120,7 @@ def test_generate_refuses_bad_layout_arguments():
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4),
     dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized"),
 ], ids=["mha", "gqa", "gqa-int8", "mla-absorbed", "mla-materialized"])
+@pytest.mark.both_backends
 def test_both_xla_paged_reads_give_the_contiguous_logits(monkeypatch, xla_pool_reads, variant, whole):
     """Shuffled pages in a pool with a page nobody holds: reading the pool whole (other sequences' slots
     masked) and gathering each sequence's pages give the logits of a contiguous cache, prefill and decode."""
@@ -128,13 +130,12 @@ def test_both_xla_paged_reads_give_the_contiguous_logits(monkeypatch, xla_pool_r
 @pytest.mark.parametrize("variant", [
     dict(), dict(kv_heads=2), dict(kv_heads=2, cache_dtype="int8"), dict(kv_heads=2, cache_dtype="bfloat16"),
 ], ids=["mha", "gqa", "gqa-int8", "gqa-bf16"])
-def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward, variant):
-    """The same shuffled pool, its decode steps read by dantinox/pool_kernel.py (the prompt through XLA)."""
-    import dantinox.pool_kernel
+def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward, variant, pool_kernel_built):
+    """The same shuffled pool, its decode steps read by dantinox/backend/pool_kernel.py (the prompt through XLA)."""
+    from dantinox.backend import pool_kernel
 
-    assert dantinox.pool_kernel.available(), dantinox.pool_kernel.why_not()
-    calls, attend = [], dantinox.pool_kernel.attend
-    monkeypatch.setattr(dantinox.pool_kernel, "attend", lambda *a, **kw: calls.append(a[1].dtype) or attend(*a, **kw))
+    calls, attend = [], pool_kernel.attend
+    monkeypatch.setattr(pool_kernel, "attend", lambda *a, **kw: calls.append(a[1].dtype) or attend(*a, **kw))
     _paged_logits_equal_contiguous(monkeypatch, variant, whole=False)
     cfg = dantinox.ModelConfig.preset("test", **variant)
     # every layer of the decode steps (traced once for both); the prompt (T = 7) through XLA
@@ -143,14 +144,14 @@ def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward,
 
 def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
     import dantinox.paged as paged
-    import dantinox.pool_kernel
+    from dantinox.backend import pool_kernel
 
     monkeypatch.setattr(paged, "POOL_READ_MAX", 10**9 if whole else -1)
     cfg, model = make(cache_layout="paged", page_size=4, **variant)
     contiguous = dantinox.Transformer(cfg.replace(cache_layout="contiguous"), rngs=nnx.Rngs(0))
     wanted, ids, cache = [], token_ids(2, 7, seed=4), dantinox.init_cache(contiguous.cfg, 2, 12)
     with monkeypatch.context() as xla:  # the contiguous cache through XLA's own arithmetic, never the kernel
-        xla.setattr(dantinox.pool_kernel, "handles", lambda k_dtype, quantized: False)
+        xla.setattr(pool_kernel, "handles", lambda k_dtype, scale_layout: False)
         for _ in range(3):  # the prompt, then two decode steps (the second crosses into a new page)
             want, cache, _ = contiguous(ids, use_cache=True, kv_caches=cache)
             wanted.append((ids, want))
@@ -195,8 +196,8 @@ def _lowered_paged_decode(batch=8, **kw):
 
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "int8"])
-def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype):
-    """The compiled batch-8 decode loop of a paged cache calls dantinox/pool_kernel.py once per layer and
+def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype, pool_kernel_built):
+    """The compiled batch-8 decode loop of a paged cache calls dantinox/backend/pool_kernel.py once per layer and
     step, gathers no pool page, and takes the default compiler options."""
     from dantinox.generate import compiler_options
 
@@ -204,18 +205,19 @@ def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype):
     target = {"float32": "float", "bfloat16": "bf16", "int8": "int8"}[cache_dtype]
     assert lowered.as_text().count(f"dantinox_pool_attend_{target}") == cfg.n_layers
     assert compiler_options(8, cfg, 256) is None
-    # batch 1: its own pool, read as a row per sequence (dantinox.attention.uses_kernel): MHA's one query head
+    # batch 1: its own pool, read as a row per sequence (dantinox.backend.cpu.uses_kernel): MHA's one query head
     # per KV head goes to the kernel, four (K = 1) in int8 and bfloat16 but not in float32
     assert "dantinox_pool_attend" in _lowered_paged_decode(batch=1, cache_dtype=cache_dtype)[1].as_text()
     mqa = _lowered_paged_decode(batch=1, cache_dtype=cache_dtype, kv_heads=1)[1].as_text()
     assert ("dantinox_pool_attend" in mqa) is (cache_dtype != "float32")
 
 
-def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_pool_reads):
+def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_pool_reads, native):
     """Without the kernel, the compiled batch-8 decode loop of a paged cache (reference shapes, 1,024 slots)
-    attends over the pool as stored: no gather of pool pages, and XLA's own dots (generate.EIGEN_DOTS) in
+    attends over the pool as stored: no gather of pool pages, and XLA's own dots (xla_cpu.EIGEN_DOTS) in
     float32 where a layer's values outweigh its weights."""
-    from dantinox.generate import EIGEN_DOTS, compiler_options
+    from dantinox.backend.xla_cpu import EIGEN_DOTS
+    from dantinox.generate import compiler_options
 
     cfg, lowered = _lowered_paged_decode()
     assert compiler_options(8, cfg, 256) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None

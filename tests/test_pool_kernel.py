@@ -1,5 +1,7 @@
-"""dantinox/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
+"""dantinox/backend/pool_kernel.py: one token per sequence over a shared pool, against a float64 reference."""
 
+import importlib
+import os
 import re
 
 import jax
@@ -7,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dantinox import pool_kernel
+from dantinox.backend import pool_kernel
 
 
 def reference(q, k, v, mask, scale, ks=None, vs=None):
@@ -40,8 +42,10 @@ def problem(B=4, K=2, G=3, H=8, S=37, R=1, seed=0):
 
 
 @pytest.fixture(autouse=True)
-def built():
-    assert pool_kernel.available(), pool_kernel.why_not()
+def built(request):
+    """Every test here needs the kernel, except those that turn it off themselves (marked `unbuilt`)."""
+    if "unbuilt" not in request.keywords:
+        request.getfixturevalue("pool_kernel_built")
 
 
 @pytest.mark.parametrize("H", [8, 6], ids=["channels-by-four", "channels-left-over"])
@@ -140,16 +144,98 @@ def test_rows_other_than_one_or_the_batch_are_refused():
 
 
 def test_which_caches_it_takes():
-    assert pool_kernel.handles(jnp.float32, False) and pool_kernel.handles(jnp.bfloat16, False)
-    assert pool_kernel.handles(jnp.int8, True) and not pool_kernel.handles(jnp.int8, False)
-    assert not pool_kernel.handles(jnp.float8_e4m3fn, True) and not pool_kernel.handles(jnp.float16, False)
+    assert pool_kernel.handles(jnp.float32, None) and pool_kernel.handles(jnp.bfloat16, None)
+    assert pool_kernel.handles(jnp.int8, "per_token") and not pool_kernel.handles(jnp.int8, None)
+    assert not pool_kernel.handles(jnp.float8_e4m3fn, "per_token") and not pool_kernel.handles(jnp.float16, None)
+    assert not pool_kernel.handles(jnp.int8, "per_channel") and not pool_kernel.handles(jnp.float32, "per_token")
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(monkeypatch, fresh_forward, layout):
+    """Dispatch reads the storage's declared scale layout, not its dtype alone: the kernel reads int8 scales as
+    [R, K, S], one per token, and a cache whose scales are laid out otherwise (per channel, say) would be read
+    out of bounds. Declared per channel, the same int8 cache takes XLA's path in every decode step: attention
+    never calls the kernel, and a paged pool is not read in place."""
+    from flax import nnx
+
+    import dantinox
+    from dantinox import attention, cache, paged
+    from dantinox.backend import cpu
+
+    cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8", cache_layout=layout, page_size=4)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+    state = dantinox.init_cache(cfg, 2, 16)
+    assert state.layers[0].scale_layout == "per_token" and cpu.uses_kernel(2, 1, cfg.groups, 2, jnp.int8, "per_token")
+
+    def lowered_step():
+        return importlib.import_module("dantinox.model")._compiled_forward.lower(
+            *nnx.split(model), jnp.asarray([[3], [4]]), state).as_text()
+
+    assert lowered_step().count("dantinox_pool_attend_int8") == cfg.n_layers
+    monkeypatch.setattr(cache._Payload, "SCALE_LAYOUT", "per_channel")
+    monkeypatch.setattr(pool_kernel, "attend", lambda *a, **kw: pytest.fail("the kernel was called"))
+    importlib.import_module("dantinox.model")._compiled_forward.clear_cache()
+    assert state.layers[0].scale_layout == "per_channel" and not pool_kernel.handles(jnp.int8, "per_channel")
+    assert "dantinox_pool_attend" not in lowered_step()
+    assert not paged.reads_in_place(1, cache.LayerCache, jnp.int8, "per_channel")
+    q, k, v, mask, scale = problem(R=4)
+    codes, vcodes = jnp.asarray(k * 20, jnp.int8), jnp.asarray(v * 20, jnp.int8)
+    scales = jnp.full((4, 2, k.shape[-1]), 0.05, jnp.float32)
+    out = attention.attend(q[:, None], codes, vcodes, mask[:, None], scale, scales, scales, scale_layout="per_channel")
+    seen = mask.any(-1)  # XLA's softmax over no visible slot is not the kernel's zeros
+    np.testing.assert_allclose(out[seen, 0], reference(q, codes, vcodes, mask, scale, scales, scales)[seen],
+                               rtol=1e-5, atol=1e-5)
+
+
+def _attend_operands(int8=False):
+    q, k, v, mask, scale = problem()  # q [4, 2, 3, 8], keys [1, 2, 8, 37], values [1, 2, 37, 8], mask [4, 37]
+    if int8:
+        k, v = np.asarray(k * 20, np.int8), np.asarray(v * 20, np.int8)
+        return dict(q=q, k=k, v=v, ks=np.ones((1, 2, 37), np.float32), vs=np.ones((1, 2, 37), np.float32), mask=mask)
+    return dict(q=q, k=k, v=v, mask=mask)
+
+
+@pytest.mark.parametrize("target,wrong,got", [
+    ("dantinox_pool_attend_float", dict(k=lambda a: a[..., :-1]), "keys [1, 2, 8, 36]"),
+    ("dantinox_pool_attend_float", dict(q=lambda a: a[:, :, :, :6]), "q [4, 2, 3, 6]"),
+    ("dantinox_pool_attend_bf16", dict(v=lambda a: a[:, :, :, :4]), "values [1, 2, 37, 4]"),
+    ("dantinox_pool_attend_bf16", dict(mask=lambda a: a[:3]), "mask [3, 37]"),
+    ("dantinox_pool_attend_float", dict(k=lambda a: np.concatenate([a, a]), v=lambda a: np.concatenate([a, a])),
+     "keys [2, 2, 8, 37]"),  # R neither 1 nor B
+    ("dantinox_pool_attend_int8", dict(ks=lambda a: np.ones((1, 2, 8), np.float32)), "key scales [1, 2, 8]"),
+    ("dantinox_pool_attend_float", dict(out=(4, 2, 3, 9)), "out [4, 2, 3, 9]"),
+])
+def test_every_attention_operand_is_checked_with_a_one_line_error(ffi_error, target, wrong, got):
+    """The attention handlers check every operand, the result included, against q's [B, K, G, H] and the keys'
+    rows and slots before reading any: a wrong shape (here: a key row short, per-channel int8 scales) is one line
+    naming the shapes expected and given, never a read out of bounds."""
+    ops = _attend_operands(int8="int8" in target)
+    if "bf16" in target:
+        ops["k"], ops["v"] = jnp.asarray(ops["k"], jnp.bfloat16), jnp.asarray(ops["v"], jnp.bfloat16)
+    out = wrong.pop("out", ops["q"].shape)
+    for name, change in wrong.items():
+        ops[name] = change(ops[name])
+    args = [ops[n] for n in ("q", "k", "v", "ks", "vs", "mask") if n in ops]
+    line = ffi_error(target, jax.ShapeDtypeStruct(out, jnp.float32), *args, scale=np.float32(0.3))
+    assert line.startswith("INVALID_ARGUMENT: dantinox pool attend: expected q [B, K, G, H], keys [R, K, H, S]")
+    assert got in line.split("; got ")[1]
+
+
+def test_a_store_into_a_wrong_shape_is_a_one_line_error(ffi_error):
+    a = jnp.zeros((3, 2, 10, 4), jnp.bfloat16)
+    rows, slots = jnp.zeros((2,), jnp.int32), jnp.zeros((2,), jnp.int32)
+    line = ffi_error("dantinox_cache_store", jax.ShapeDtypeStruct(a.shape, a.dtype), a,
+                     jnp.zeros((2, 2, 5), jnp.bfloat16), rows, slots, axis=np.int64(2))  # tokens a channel too wide
+    assert line.startswith("INVALID_ARGUMENT: dantinox store: expected cache [R, ..., S at axis, ...]")
+    assert line.endswith("; got cache [3, 2, 10, 4], tokens [2, 2, 5], rows [2], slots [2], out [3, 2, 10, 4]")
+
+
+@pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here
     monkeypatch.setattr(pool_kernel, "_state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, False)
+    assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, None)
     why = pool_kernel.why_not()
     assert "no C++ compiler found" in why and "no-such-compiler" in why and "\n" not in why
     monkeypatch.setattr(pool_kernel, "_state", {})
@@ -157,6 +243,7 @@ def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypat
     assert not pool_kernel.available() and "DANTINOX_POOL_KERNEL=0" in pool_kernel.why_not()
 
 
+@pytest.mark.unbuilt
 def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
     broken = tmp_path / "cxx"
     broken.write_text("#!/bin/sh\necho 'pool_attend.cc:1: error: this compiler refuses' >&2\nexit 1\n")
@@ -168,6 +255,52 @@ def test_a_failed_build_names_the_compilers_message(monkeypatch, tmp_path):
     assert not list((tmp_path / "kernels").iterdir())  # nothing half-written is left to load
 
 
+FAKE_COMPILER = "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && echo built > \"$2\"; shift; done\n"
+
+
+@pytest.mark.unbuilt
+def test_kernels_are_built_where_every_account_reads_them(monkeypatch, tmp_path):
+    """The set-up builds into the environment's folder, files 0644 and folders 0755 whatever the umask, so a class
+    server's accounts load them; an account that cannot write there loads what is there, and builds only what is
+    missing into its own cache folder."""
+    from dantinox.backend import native
+
+    cxx = tmp_path / "cxx"
+    cxx.write_text(FAKE_COMPILER)
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    shared, own = tmp_path / "venv" / "share" / "kernels", tmp_path / "home" / "kernels"
+    monkeypatch.setattr(native, "cache_dirs", lambda: [shared, own])
+    old = os.umask(0o077)
+    try:
+        built = native.build("dense.cc")
+    finally:
+        os.umask(old)
+    assert built.parent == shared and built.read_text() == "built\n"
+    assert built.stat().st_mode & 0o777 == 0o644
+    assert [p.stat().st_mode & 0o777 for p in (shared, shared.parent)] == [0o755, 0o755]
+    writable = native._writable
+    monkeypatch.setattr(native, "_writable", lambda folder: folder == own and writable(folder))  # a learner's
+    cxx.write_text("#!/bin/sh\nexit 1\n")
+    assert native.build("dense.cc") == built  # found: loaded as it is, nothing compiled
+    cxx.write_text(FAKE_COMPILER)
+    assert native.build("pool_attend.cc").parent == own  # not in the shared folder: built in its own
+
+
+def test_importing_dantinox_builds_and_loads_the_kernels_outside_any_trace():
+    """The kernels are loaded when dantinox is imported (built there if the set-up has not), so no trace waits for
+    a compiler; JAX's backend is not started by it (asked only when a kernel is first considered)."""
+    import subprocess
+    import sys
+
+    code = ("import dantinox\nfrom dantinox.backend import dense_kernel, pool_kernel\n"
+            "from jax._src import xla_bridge\n"
+            "print(pool_kernel._state, dense_kernel._state, bool(xla_bridge._backends))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[0] == "{'ok': True, 'why': ''} {'ok': True, 'why': ''} False"
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fresh_forward, batch):
     """A contiguous int8 cache (a row per sequence): the kernel's decode logits equal XLA's folded-scale path."""
@@ -177,16 +310,17 @@ def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fr
     from invariants import token_ids
 
     import dantinox
+    from dantinox.backend import cpu
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
     forward = importlib.import_module("dantinox.model")._compiled_forward
-    assert dantinox.attention.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, True)
+    assert cpu.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, "per_token")
     runs = []
     for kernel in (True, False):
         with monkeypatch.context() as m:
             if not kernel:
-                m.setattr(pool_kernel, "handles", lambda k_dtype, quantized: False)
+                m.setattr(pool_kernel, "handles", lambda k_dtype, scale_layout: False)
             forward.clear_cache()
             cache, ids, steps = dantinox.init_cache(cfg, batch, 16), token_ids(batch, 5, seed=7), []
             for _ in range(4):  # the prompt, then three one-token steps

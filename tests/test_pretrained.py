@@ -16,7 +16,8 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import dense_kernel, pretrained
+from dantinox import pretrained
+from dantinox.backend import dense_kernel
 
 DATA = Path(__file__).parent / "data" / "pretrained"
 REF = json.loads((DATA / "reference.json").read_text())
@@ -168,7 +169,7 @@ def test_bfloat16_storage_is_a_choice():
 
 def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_weights(monkeypatch):
     """param_dtype="bfloat16" stores the weights in bf16; every product is the f32 model's on those rounded values:
-    bit for bit through XLA, and summed in another order through dantinox/dense_kernel.py."""
+    bit for bit through XLA, and summed in another order through dantinox/backend/dense_kernel.py."""
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, vocab_size=64)
     f32 = dantinox.Transformer(cfg, rngs=nnx.Rngs(3))
     graphdef, state = nnx.split(f32)
@@ -190,11 +191,11 @@ def test_bfloat16_storage_with_float32_compute_is_the_float32_model_on_rounded_w
     _forward.clear_cache()
 
 
-def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation(monkeypatch):
-    """dtype="bfloat16": each matmul over more rows than dantinox/dense_kernel.py takes goes to XLA's bf16 x bf16
+def test_bfloat16_compute_multiplies_bf16_operands_with_float32_accumulation(monkeypatch, native):
+    """dtype="bfloat16": each matmul over more rows than the dense kernel takes goes to XLA's bf16 x bf16
     -> f32 dot (not a convert to f32 and an f32 dot), the tied logits too; the numbers stay those of the bf16
     inputs multiplied in float32."""
-    from dantinox.model import dot_general
+    from dantinox.ops import dot_general
 
     monkeypatch.setattr(dense_kernel, "MAX_ROWS", 8)  # the 48 rows below are past it
 

@@ -59,6 +59,7 @@ def test_all_zero_vectors_stay_zero():
     assert not np.asarray(codes).any() and not np.asarray(scale).any()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("B, T", [(2, 3), (2, 1), (1, 1)])  # (2, 1) takes the one-token arrangement
 def test_scales_folded_into_attention_equal_attention_over_dequantized_values(B, T):
     rs = np.random.RandomState(3)
@@ -77,6 +78,7 @@ LAYOUTS = [dict(kv_heads=2), dict(kv_heads=2, cache_layout="paged", page_size=5)
            dict(attention="latent", kv_latent_dim=16, rope_head_dim=4, mla_decode="materialized")]
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("cache_dtype", FORMATS)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=["gqa", "paged", "mla-absorbed", "mla-materialized"])
 def test_step_by_step_decode_equals_one_pass_through_the_cache(cache_dtype, layout):

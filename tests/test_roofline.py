@@ -49,7 +49,7 @@ def test_decode_step_bytes_and_flops_by_hand():
     assert g.cache_read_bytes == 2 * 3 * 16 * 2 * 2 * 8 * 2  # K = 2 heads, bf16
     assert g.attention_flops == c.attention_flops  # every query head still attends over every slot
     assert roofline.decode_cost(MHA.replace(cache_layout="paged", page_size=5), batch=40, context=16).bytes == \
-        roofline.decode_cost(MHA, batch=40, context=16).bytes  # dantinox/pool_kernel.py: each sequence's own pages
+        roofline.decode_cost(MHA, batch=40, context=16).bytes  # the pool kernel: each sequence's own pages
 
 
 def test_paged_decode_step_bytes_and_flops_read_through_xla(xla_pool_reads):

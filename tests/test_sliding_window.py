@@ -104,6 +104,7 @@ def np_band_reference(model, tokens_T):
     return norm(x, model.norm.scale) @ P(model.embed.embedding).T / np.sqrt(cfg.d_model)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("pattern", ["local", "1:1"])
 @pytest.mark.parametrize("prefill", [3, 12])  # shorter than W, and longer (the ring keeps its last W)
 def test_cached_decode_past_the_window_equals_the_band_mask_reference(pattern, prefill):
@@ -235,6 +236,7 @@ def test_mla_latents_in_a_ring(path):
     assert dantinox.init_cache(cfg, 2, 12).nbytes == dantinox.kv_cache_bytes(cfg, 2, 12)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", [dict(cache_dtype="int8"), dict(cache_layout="paged", page_size=5),
                                     dict(cache_layout="paged", page_size=3, cache_dtype="int8")],
                          ids=["ring-int8", "paged-ring", "paged-ring-int8"])

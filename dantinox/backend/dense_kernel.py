@@ -8,17 +8,15 @@ weight in registers as it is read (exact: a bfloat16 is the high half of a float
 float32: the float32 model's arithmetic on the stored weights, summed in another order.
 
 `matmul(x, w)` is x · w for flax's [in, out] kernels, `matmul(x, w, transposed=True)` x · wᵀ for the tied
-output head ([vocabulary, d_model]). dantinox/model.py uses them where `takes` says so: bfloat16 weights, at
+output head ([vocabulary, d_model]). The CPU backend (cpu.py) uses them where `takes` says so: bfloat16 weights, at
 most `MAX_ROWS` rows (decode steps and short prompts, 8 rows at a time; longer prompts and training batches
-keep XLA's dots). Derivatives go through XLA
-(a custom JVP), so a gradient through a short batch is still right. Built on first use by
-dantinox/native.py; where it cannot be built, `why_not()` says why in one line and the products stay XLA's.
-`DANTINOX_DENSE_KERNEL=0` turns it off.
+keep XLA's dots). Derivatives go through XLA (a custom JVP), so a gradient through a short batch is still right.
+Built by dantinox/backend/native.py and loaded when dantinox is imported (`load`); where it cannot be built,
+`why_not()` says why in one line and the products stay XLA's. `DANTINOX_DENSE_KERNEL=0` turns it off.
 
 `rows(table, ids)` is the embedding lookup of a bfloat16 table, widened to float32 row by row: XLA:CPU gathers
 from a bfloat16 table by widening all of it first, and in a decode loop it lifted that widening out of the loop,
-so every call of the loop wrote a float32 copy of the whole table before its first step (dantinox/model.py,
-`embed_rows`).
+so every call of the loop wrote a float32 copy of the whole table before its first step (cpu.py, `take_rows`).
 """
 
 from __future__ import annotations
@@ -29,22 +27,31 @@ import math
 import jax
 import jax.numpy as jnp
 
-from dantinox import native
+import dantinox.backend.native as native
 
 ENV = "DANTINOX_DENSE_KERNEL"
 SOURCE = "dense.cc"
-# Rows the kernel takes, in tiles of 8 (W read once per tile). Measured, SmolLM2-135M's forward pass at batch 1
-# (2026-12-04, alternating processes): 32 rows 82-133 ms against 127-173 through XLA's dots with bf16 weights
-# and 90-100 against 283-322 with f32 activations (XLA widened every weight first); 128 rows 395-449 against
-# 431-514 and 317-414 against 461-466; 256 rows (batch 8) no better than XLA, 512 rows worse with f32 activations.
+# Rows the kernel takes, in tiles of 8 (W read once per tile): a forward pass's time against XLA's dots, which
+# widen every bfloat16 weight first; past 128 rows the kernel no longer wins (docs/benchmarks.md#speed-layer-rules,
+# MAX_ROWS).
 MAX_ROWS = 128
 _TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T", "dantinox_rows_bf16": "RowsBf16"}
 _state: dict[str, object] = {}
 
 
+_LOAD = (SOURCE, _TARGETS, ENV, "dense_kernel", "weight products go through XLA")
+
+
+def load() -> str:
+    """Build (where it is not built yet) and register the kernel, once per process: at import, outside any trace.
+    Why it cannot be used, in one line ('' when it loaded)."""
+    native.load_once(_state, *_LOAD)
+    return str(_state["why"])
+
+
 def available() -> bool:
     """Whether `matmul` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, SOURCE, _TARGETS, ENV, "dense_kernel", "weight products go through XLA")
+    return native.loaded(_state, *_LOAD)
 
 
 def why_not() -> str:

@@ -1,6 +1,6 @@
 // A few rows of float32 activations times a bfloat16 weight matrix, the weights widened as they are read.
 //
-// An XLA:CPU custom call (the XLA FFI), built by dantinox/native.py with the machine's C++ compiler. A decode
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/backend/native.py with the machine's C++ compiler. A decode
 // step multiplies one row per sequence by every weight matrix, so it is bound by reading the weights. Stored in
 // bfloat16 they are half the bytes of float32, but XLA:CPU first converts each matrix into a float32 temporary
 // (reading 2 bytes, writing 4 and reading 4 again per weight). Here each weight is widened in registers (a
@@ -28,6 +28,7 @@
 #include <vector>
 
 
+#include "shapes.h"
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -55,15 +56,11 @@ constexpr int64_t kGroup = 2 * kLanes;
 
 // nn: one block of W's rows (its share of the D inputs) for all M rows of x, into its own partial sum
 // [M, N]: rows of W are read in order, four at a time, into column chunks of accumulators that stay in L1.
-// Measured on SmolLM2-135M's layers (2026-12-03, 2 cores): a chunk of 1,024 columns and prefetching the rows 8
-// ahead read 213 MB of bfloat16 weights at batch 1 in 9-10 ms, against 14 ms without prefetching and with
-// chunks of 512. Past 4 rows the chunk narrows to 256 columns: 8 rows of 1,024 sums are 32 KiB, a whole L1
-// data cache on many x86 cores, so the sums went out to L2 and back on every step while W streamed past them.
-// Measured on a 2-core AMD Zen 3 (2026-12-04, alternating runs of all 30 layers and the head at M = 8): 24-25
-// ms with 1,024 columns, 21-22 ms with 256 or 128; M = 4 (16 KiB of sums) did not gain.
-// With fewer rows the chunk widens to 16 KiB of sums (4,096 columns at M = 1), so that a layer as wide as
-// SmolLM2's gate and up products (3,072 columns) is read in address order: one call over 256 MiB of that width
-// read 28 GB/s with whole rows against 19 with chunks of 1,024 (2026-12-04, 12 alternating rounds).
+// A chunk of 1,024 columns, rows prefetched 8 ahead, read a batch-1 step's weights fastest. Past 4 rows the chunk
+// narrows to 256 columns: 8 rows of 1,024 sums are 32 KiB, a whole L1 data cache on many x86 cores, so the sums
+// went out to L2 and back on every step while W streamed past them. With fewer rows the chunk widens to 16 KiB
+// of sums (4,096 columns at M = 1), so that a layer as wide as SmolLM2's gate and up products (3,072 columns) is
+// read in address order (docs/benchmarks.md#speed-layer-rules, dense chunks).
 constexpr int64_t kAheadRows = 8;
 
 template <int M>
@@ -73,13 +70,11 @@ constexpr int64_t nn_chunk() {  // columns of sums per pass, a multiple of every
 
 // Rows read side by side from far-apart parts of W (streams). One core here keeps more reads in flight when it
 // follows several sequential streams at once than when it follows one: a bare sum over 1 GiB on both cores
-// read 30 GB/s as one stream per core and 45-47 as two or four (2026-12-04). So with few rows of x (whole
-// rows of W per pass, bound by the reads) the four rows taken at a time come one from each quarter of the
-// block, and the hardware's prefetchers follow them without help; software prefetching on top of that was
-// slower. With more rows the product is paced by its arithmetic and narrower chunks (above): there the four
-// rows are consecutive, prefetched kAheadRows on. Measured (2026-12-04, SmolLM2-135M's 30 layers and head as
-// one jitted chain of 121 products, 5 alternating rounds, medians): at M = 1 four streams took the chain from
-// 10.3 to 8.3 ms (with software prefetching 8.6, with two streams 9.4-9.9); at M = 8, 1.35x slower.
+// read faster as two or four streams per core than as one. So with few rows of x (whole rows of W per pass,
+// bound by the reads) the four rows taken at a time come one from each quarter of the block, and the hardware's
+// prefetchers follow them without help; software prefetching on top of that was slower. With more rows the
+// product is paced by its arithmetic and narrower chunks (above): there the four rows are consecutive,
+// prefetched kAheadRows on (docs/benchmarks.md#speed-layer-rules, dense streams).
 constexpr int nn_streams(int64_t M) { return M > 4 ? 1 : 4; }
 
 template <int M>
@@ -147,10 +142,8 @@ void nn_block(const float* x, const Bf16* w, int64_t D, int64_t N, int64_t d0, i
 // nt: the outputs [r0, r0 + rows) of y for all M rows, one tile: dot products of x's rows with rows of W, each
 // row of W read in address order. x comes in the order widen_pairs gives W (p.xp: each group's even-numbered
 // values, then its odd ones). With few rows of x, kStreamsNt rows are read side by side, one from each part of
-// the tile (streams, as for nn above); with more, one row at a time. Measured on a 2-core Zen 3 (2026-12-04,
-// one call over 256 MiB, 15 alternating rounds): one row at a time read 23.4 GB/s, against 18.4 reading 8
-// *adjacent* rows side by side; in the chain above, four streams of 64 rows each took the whole chain from
-// 8.4 to 7.8 ms at M = 1.
+// the tile (streams, as for nn above); with more, one row at a time, which read faster than adjacent rows side
+// by side (docs/benchmarks.md#speed-layer-rules, dense nt).
 constexpr int64_t kAheadNt = 256;  // values of W prefetched ahead of the one being read (one row at a time)
 
 constexpr int nt_streams(int64_t M) { return M > 4 ? 1 : 4; }
@@ -285,10 +278,15 @@ void product(ffi::ThreadPool& pool, int64_t M, int64_t D, int64_t N, const float
 template <bool kTransposed>
 ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
                  ffi::Result<ffi::Buffer<ffi::F32>> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions();
-  const int64_t M = xd[0], D = xd[1], N = kTransposed ? wd[0] : wd[1];
-  if (M < 1 || (kTransposed ? wd[1] : wd[0]) != D)
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox dense: x must be [M >= 1, D] and W [D, N]");
+  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
+  const bool ranks = xd.size() == 2 && wd.size() == 2;
+  const int64_t M = ranks ? xd[0] : 0, D = ranks ? xd[1] : 0, N = ranks ? (kTransposed ? wd[0] : wd[1]) : 0;
+  if (!ranks || M < 1 || !has_shape(wd, kTransposed ? std::initializer_list<int64_t>{N, D}
+                                                     : std::initializer_list<int64_t>{D, N}) ||
+      !has_shape(yd, {M, N}))
+    return shape_error<decltype(xd)>("dantinox dense", kTransposed ? "x [M >= 1, D], W [N, D], y [M, N]"
+                                                                    : "x [M >= 1, D], W [D, N], y [M, N]",
+                                     {{"x", xd}, {"W", wd}, {"y", yd}});
   const auto* weights = static_cast<const Bf16*>(w.untyped_data());
   for (int64_t r0 = 0; r0 < M; r0 += kMaxRows)
     product<kTransposed>(pool, std::min(kMaxRows, M - r0), D, N, x.typed_data() + r0 * D, weights,
@@ -299,10 +297,12 @@ ffi::Error dense(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi:
 // out [n, D] = the rows of table [V, D] at ids [n], widened; an id in [-V, 0) counts from the end and any
 // other id outside the table gives a row of NaN (jnp.take's default, which this replaces).
 ffi::Error rows(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::BF16> table, ffi::Result<ffi::Buffer<ffi::F32>> out) {
-  const auto td = table.dimensions();
-  if (td.size() != 2)
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "dantinox rows: the table must be [V, D]");
-  const int64_t V = td[0], D = td[1], n = static_cast<int64_t>(ids.element_count());
+  const auto td = table.dimensions(), od = out->dimensions();
+  const int64_t n = static_cast<int64_t>(ids.element_count());
+  if (td.size() != 2 || !has_shape(od, {n, td[1]}))
+    return shape_error<decltype(td)>("dantinox rows", "ids [n] (any shape of n), table [V, D], out [n, D]",
+                                     {{"ids", ids.dimensions()}, {"table", td}, {"out", od}});
+  const int64_t V = td[0], D = td[1];
   const auto* t = static_cast<const Bf16*>(table.untyped_data());
   const int32_t* id = ids.typed_data();
   float* o = out->typed_data();

@@ -1,6 +1,6 @@
 // One new token per sequence attending over a shared pool of cache slots, each slot read where it lies.
 //
-// An XLA:CPU custom call (the XLA FFI), built by dantinox/pool_kernel.py with the machine's C++ compiler.
+// An XLA:CPU custom call (the XLA FFI), built by dantinox/backend/native.py with the machine's C++ compiler.
 // A paged cache keeps every sequence's pages in one pool; attention through XLA either gathers each
 // sequence's pages into a copy or scores every query against the whole pool and masks the rest. This
 // kernel does neither: for each (sequence, KV head) it finds the runs of kBlock-slot blocks the sequence's
@@ -29,8 +29,15 @@
 #include <thread>
 #include <vector>
 
+#include "shapes.h"
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
+
+// glibc's vector expf (libmvec) for the softmax's loop of exponentials, which <math.h> declares only under GCC's
+// fast-math; the kernels are built without it (they use -inf), and without this the loop calls expf per slot.
+#if defined(__GLIBC__) && defined(__x86_64__)
+extern "C" float expf(float) __attribute__((simd("notinbranch")));
+#endif
 
 namespace ffi = xla::ffi;
 
@@ -259,10 +266,8 @@ struct Work {
 // Fewer pairs than twice the threads (SmolLM2 at batch 1: three KV heads on two cores) leave a thread idle
 // while the last pair is read. Then each pair's slots are cut into parts of at least kPartSlots, enough for
 // twice as many units as threads, and the parts' softmaxes are combined at the end: each part's sums scaled
-// by exp(its highest score - the pair's highest). Measured on SmolLM2-135M (batch 1, bf16-stored weights,
-// float32 cache, 2026-12-04, three alternating rounds, ms per decode step): 11.0-11.8 -> 9.3-10.3 at 1,024
-// slots, 14.3-15.4 -> 12.6-13.4 at 2,048 and 20.4-22.5 -> 15.4-18.7 at 4,096; parts of 256 or 128 slots
-// gained no more.
+// by exp(its highest score - the pair's highest): a batch-1 step over a long cache on two cores; parts of 256 or
+// 128 slots gained no more (docs/benchmarks.md#speed-layer-rules, kPartSlots).
 constexpr int64_t kPartSlots = 512;
 
 ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Problem&, int64_t)) {
@@ -307,11 +312,37 @@ ffi::Error launch(ffi::ThreadPool pool, Problem problem, void (*fn)(const Proble
   return ffi::Error::Success();
 }
 
+// The operands of one call against q's [B, K, G, H] and the keys' rows R (1 or B) and slots S; with `scales`,
+// int8 codes' key and value scales [R, K, S] too. Success, or the one-line error naming every shape.
+template <typename Dims>
+ffi::Error check_attend(Dims q, Dims k, Dims v, Dims mask, Dims out, const Dims* ks = nullptr,
+                        const Dims* vs = nullptr) {
+  const bool ranks = q.size() == 4 && k.size() == 4;
+  const int64_t B = ranks ? q[0] : 0, K = ranks ? q[1] : 0, G = ranks ? q[2] : 0, H = ranks ? q[3] : 0;
+  const int64_t R = ranks ? k[0] : 0, S = ranks ? k[3] : 0;
+  if (ranks && (R == 1 || R == B) && has_shape(k, {R, K, H, S}) && has_shape(v, {R, K, S, H}) &&
+      has_shape(mask, {B, S}) && has_shape(out, {B, K, G, H}) &&
+      (!ks || (has_shape(*ks, {R, K, S}) && has_shape(*vs, {R, K, S}))))
+    return ffi::Error::Success();
+  if (ks)
+    return shape_error<Dims>("dantinox pool attend",
+                             "q [B, K, G, H], keys [R, K, H, S], values [R, K, S, H] (R = 1 or B), scales "
+                             "[R, K, S] each, mask [B, S], out [B, K, G, H]",
+                             {{"q", q}, {"keys", k}, {"values", v}, {"key scales", *ks}, {"value scales", *vs},
+                              {"mask", mask}, {"out", out}});
+  return shape_error<Dims>("dantinox pool attend",
+                           "q [B, K, G, H], keys [R, K, H, S], values [R, K, S, H] (R = 1 or B), mask [B, S], "
+                           "out [B, K, G, H]",
+                           {{"q", q}, {"keys", k}, {"values", v}, {"mask", mask}, {"out", out}});
+}
+
 // Float keys and values (float32, or bfloat16 read as Bf16), no scales.
 template <ffi::DataType kType, typename Code>
 ffi::Error attend_float(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<kType> k, ffi::Buffer<kType> v,
                         ffi::Buffer<ffi::PRED> mask, float scale, ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
+  if (auto bad = check_attend(d, k.dimensions(), v.dimensions(), mask.dimensions(), out->dimensions()); bad.failure())
+    return bad;
   Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.untyped_data(),
             v.untyped_data(), nullptr, nullptr, mask.typed_data(), out->typed_data()};
   return launch(pool, p, one_pair<Code>);
@@ -333,6 +364,10 @@ ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
                        ffi::Buffer<ffi::S8> v, ffi::Buffer<ffi::F32> k_scale, ffi::Buffer<ffi::F32> v_scale,
                        ffi::Buffer<ffi::PRED> mask, float scale, ffi::Result<ffi::Buffer<ffi::F32>> out) {
   auto d = q.dimensions();
+  const auto ks = k_scale.dimensions(), vs = v_scale.dimensions();
+  if (auto bad = check_attend(d, k.dimensions(), v.dimensions(), mask.dimensions(), out->dimensions(), &ks, &vs);
+      bad.failure())
+    return bad;
   Problem p{d[0], d[1], d[2], d[3], k.dimensions()[3], k.dimensions()[0], scale, q.typed_data(), k.typed_data(),
             v.typed_data(), k_scale.typed_data(), v_scale.typed_data(), mask.typed_data(), out->typed_data()};
   return launch(pool, p, one_pair<int8_t>);
@@ -340,8 +375,8 @@ ffi::Error attend_int8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffe
 
 // Storing tokens into a cache in place. XLA:CPU updates an array of bfloat16, float16 or fp8 by widening all
 // of it to float32, writing the slot and narrowing it back, so a decode step rewrote each layer's whole cache
-// (measured 2026-12-04: one token into 3 MB of bfloat16 keys took 1.26 ms, against 1.3 µs in float32). Here
-// each token's bytes are copied to its slot; the cache is the call's result, aliased to its operand.
+// (docs/benchmarks.md#speed-layer-rules, store). Here each token's bytes are copied to its slot; the cache is the call's
+// result, aliased to its operand.
 // cache [R, ..., S, ...] of any element type with its slots on axis `axis`, seen as [R, O, S, I]; tokens [n, O, I]
 // of the same type; rows and slots [n] (int32): cache[rows[j], o, slots[j], i] = tokens[j, o, i] for every j
 // whose row is in [0, R) and slot in [0, S); other tokens are dropped (a masked token, slot -1). The cache keeps
@@ -354,11 +389,14 @@ ffi::Error store_tokens(ffi::AnyBuffer cache, ffi::AnyBuffer tokens, ffi::Buffer
   for (int64_t d = 1; d < axis && d < rank; ++d) O *= cd[d];
   for (int64_t d = axis + 1; d < rank; ++d) I *= cd[d];
   if (axis < 1 || axis >= rank || td.size() != 3 || cache.element_type() != tokens.element_type() ||
-      td[1] != O || td[2] != I || static_cast<int64_t>(rows.element_count()) != td[0] ||
-      static_cast<int64_t>(slots.element_count()) != td[0])
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
-                      "dantinox store: expected cache [R, ..., S at axis, ...], tokens [n, O, I] of its type, "
-                      "rows and slots [n]");
+      out->element_type() != cache.element_type() || td[1] != O || td[2] != I ||
+      static_cast<int64_t>(rows.element_count()) != td[0] || static_cast<int64_t>(slots.element_count()) != td[0] ||
+      shape_text(out->dimensions()) != shape_text(cd))
+    return shape_error<decltype(cd)>("dantinox store",
+                                     "cache [R, ..., S at axis, ...], tokens [n, O, I] of its type, rows and slots "
+                                     "[n], out as the cache",
+                                     {{"cache", cd}, {"tokens", td}, {"rows", rows.dimensions()},
+                                      {"slots", slots.dimensions()}, {"out", out->dimensions()}});
   const int64_t R = cd[0], S = cd[axis], n = td[0];
   const int64_t width = static_cast<int64_t>(ffi::ByteWidth(cache.element_type()));
   const int64_t run = I * width;  // bytes of one slot of one outer index

@@ -6,19 +6,17 @@ step, and scoring every query against the whole pool computes the other sequence
 in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over the
 rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
-It is C++ built on first use by dantinox/native.py (the machine's compiler, the user cache directory) and
-registered with XLA for the CPU.
-dantinox.attention.attend uses it for one new token per sequence over a shared pool (paged) or, where its
-measured rule `uses_kernel` says so, over a cache row per sequence. Where it cannot be built or the backend
-is not the CPU, `available()` is False, `why_not()` says why in one line, and attention keeps XLA's reads.
-`DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
+It is C++ built by dantinox/backend/native.py (the machine's compiler; by the set-up, or when dantinox is first
+imported) and registered with XLA for the CPU when dantinox is imported (`load`).
+The CPU backend (dantinox/backend/cpu.py) hands it dantinox.attention.attend's one new token per sequence over
+a shared pool (paged) or, where its measured rule `uses_kernel` says so, over a cache row per sequence. Where
+it cannot be built or the backend is not the CPU, `available()` is False, `why_not()` says why in one line,
+and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
 dantinox/cache.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
-each decode step rewrote every layer's whole cache. SmolLM2-135M at batch 1 (weights stored in bfloat16, float32
-compute), two alternating pairs of processes (2026-12-04): with a bfloat16 cache 24.5-28.2 ms per step at 2,048
-slots and 13.1-15.8 at 288, slower than with a float32 cache (17.5-17.6 and 10.8-11.1); with `store`, 13.9-14.4
-and 10.7-11.4.
+each decode step rewrote every layer's whole cache: a bfloat16 cache, half the bytes, decoded slower than a
+float32 one (docs/benchmarks.md#speed-layer-rules, store).
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dantinox import native
+import dantinox.backend.native as native
 
 ENV = "DANTINOX_POOL_KERNEL"
 CACHE_ENV = native.CACHE_ENV
@@ -46,10 +44,19 @@ def build():
     return native.build(SOURCE)
 
 
+_LOAD = (SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel", "paged decode reads through XLA")
+
+
+def load() -> str:
+    """Build (where it is not built yet) and register the kernel, once per process: at import, outside any trace.
+    Why it cannot be used, in one line ('' when it loaded)."""
+    native.load_once(_state, *_LOAD)
+    return str(_state["why"])
+
+
 def available() -> bool:
     """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel",
-                         "paged decode reads through XLA")
+    return native.loaded(_state, *_LOAD)
 
 
 def why_not() -> str:
@@ -58,10 +65,17 @@ def why_not() -> str:
     return str(_state["why"])
 
 
-def handles(k_dtype, quantized: bool) -> bool:
-    """Whether the kernel takes a pool stored in `k_dtype` (float32 or bfloat16, or int8 codes with scales)."""
+# The one scale layout the kernel reads: [R, K, S] float32, one scale per token and KV head (quant.quantize's,
+# the payload's declared `scale_layout`). Int8 codes whose scales are laid out any other way never reach it.
+SCALE_LAYOUT = "per_token"
+
+
+def handles(k_dtype, scale_layout: str | None) -> bool:
+    """Whether the kernel takes a pool stored in `k_dtype` with scales laid out as `scale_layout`: float32 or
+    bfloat16 without scales, or int8 codes with SCALE_LAYOUT scales."""
     name = jnp.dtype(k_dtype).name
-    return available() and (name == "int8") == quantized and name in _TARGETS
+    expected = SCALE_LAYOUT if name == "int8" else None
+    return name in _TARGETS and scale_layout == expected and available()
 
 
 def attend(q_BKGH: jax.Array, k_RKHS: jax.Array, v_RKSH: jax.Array, mask_BS: jax.Array, scale: float,

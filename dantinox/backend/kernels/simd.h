@@ -53,8 +53,8 @@ inline VecF splat(float x) { return VecF{} + x; }
 
 inline VecF widen_vec(const float* p) { return load(p); }
 // One zero-extending load and a shift where the instructions can be named. GCC lowers the portable
-// conversion below to four shuffles per vector on AVX2: a bare loop summing bfloat16 from L2 on one Zen 3 core
-// read 17-23 GB/s with it, 41-43 with these and 60 with widen_pairs (2026-12-04, one run).
+// conversion below to four shuffles per vector on AVX2, at half the read rate or less
+// (docs/benchmarks.md#speed-layer-rules, widen_vec).
 inline VecF widen_vec(const Bf16* p) {
 #if defined(__AVX512F__)
   return bits_as<VecF>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
@@ -84,10 +84,20 @@ inline VecF widen_vec(const int8_t* p) {
   return __builtin_convertvector(c, VecF);
 }
 
+// The lanes summed in halves (lane i plus lane i + n, for n = kLanes / 2, ..., 1): a few vector adds, in an order
+// written here rather than one the compiler may choose (the kernels are built without reassociation).
 inline float lane_sum(VecF v) {
-  float total = 0.0f;
-  for (int i = 0; i < kLanes; ++i) total += v[i];
-  return total;
+#if defined(__AVX512F__)
+  v += __builtin_shuffle(v, VecU{8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15});
+  v += __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3});
+  v += __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+#else
+  v += __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3});
+  v += __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1});
+#endif
+  return v[0];
 }
 
 }  // namespace dantinox
