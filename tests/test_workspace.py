@@ -115,7 +115,8 @@ def test_the_hidden_extensions_are_every_one_nbgrader_installs():
     server = json.loads((LEARNER_JUPYTER_CONFIG / "jupyter_server_config.json").read_text())
     assert server == {"ServerApp": {"jpserver_extensions": dict.fromkeys(enabled, False)}}  # a new one would show
     page = json.loads((LEARNER_JUPYTER_CONFIG / "labconfig" / "page_config.json").read_text())
-    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True,  # and JupyterLab's news toast, for the hub's
+                                           "@jupyterlab/apputils-extension:announcements": True}}  # learners
     assert (Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader").is_dir()
 
 
