@@ -14,7 +14,7 @@ length beside the cache and nothing re-reads it from the data.
 
 A layer's layout is three independent choices, fixed per layer by its LayerSpec and the cache's CacheConfig
 (`layouts`; the model holds none, so one model decodes with any cache its architecture allows):
-  addressing  where position p lives: `Linear` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
+  addressing  where position p lives: `Contiguous` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
               `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the page table, dantinox/paged.py)
   storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
               token and head (dantinox/quant.py); scales are folded into attention's contractions
@@ -176,7 +176,7 @@ class View(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Linear:
+class Contiguous:
     """Position p lives in slot p of its sequence's row: a cache of `length` slots holds positions < length."""
 
     def slots(self, length: int) -> int:
@@ -249,7 +249,7 @@ def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
     from dantinox.ring import Chunked, Ring, SinkRing
 
     if cfg.kivi_bits is not None:  # the config refuses per-layer K, H and windows with KIVI and eviction
-        return KiviLayout(Linear(), KiviCache, layer, cfg.cache, cfg=cfg)
+        return KiviLayout(Contiguous(), KiviCache, layer, cfg.cache, cfg=cfg)
     if cfg.eviction is not None:
         from dantinox.eviction import Budget, BudgetCache, EvictionLayout
 
@@ -263,7 +263,7 @@ def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
     elif cfg.cache_layout == "paged":
         addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.n_heads // layer.kv_heads)
     else:
-        addr = Linear()
+        addr = Contiguous()
     return Layout(addr, LatentCache if cfg.attention == "latent" else LayerCache, layer, cfg.cache)
 
 
@@ -347,7 +347,7 @@ def cache_length(cfg: ModelConfig, cache: KVCache) -> int:
     if cache.page_table is not None:
         return cache.page_table.shape[1] * cfg.page_size
     growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
-               if type(lay.addressing) is Linear or layer.slots < lay.addressing.slots(cfg.max_context)]
+               if type(lay.addressing) is Contiguous or layer.slots < lay.addressing.slots(cfg.max_context)]
     return min(growing) if growing else cfg.max_context
 
 

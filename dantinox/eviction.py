@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dantinox.cache import LayerCache, Layout, Linear, View
+from dantinox.cache import Contiguous, LayerCache, Layout, View
 from dantinox.config import ModelConfig
 
 BOOKKEEPING_BYTES = 4 + 4  # per slot: the float32 score and the int32 position
@@ -58,7 +58,7 @@ class BudgetCache(BudgetFields):
 
 
 @dataclasses.dataclass(frozen=True)
-class Budget(Linear):
+class Budget(Contiguous):
     """At most `size` slots; which position a slot holds is stored, not computed."""
 
     size: int  # N

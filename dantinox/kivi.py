@@ -196,7 +196,7 @@ class KiviCache(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class KiviLayout(Layout):
-    """Linear addressing with KIVI storage (KiviCache above): the write depends on what the layer holds
+    """Contiguous addressing with KIVI storage (KiviCache above): the write depends on what the layer holds
     (key groups complete over several writes), so the layout writes and reads through the payload."""
 
     cfg: ModelConfig | None = None

@@ -9,7 +9,7 @@ latent, no K/V pair), a shared layer nothing new, a linear-attention layer a con
 formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
 
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
-container, with the same layouts the model uses (Linear, Ring, Chunked addressing; LayerCache or LatentCache
+container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing; LayerCache or LatentCache
 payload), and their bytes are read from the shapes `jax.eval_shape` gives; `measured_bytes` must equal the
 formula's to the byte.
 """
@@ -173,7 +173,7 @@ def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_
         payloads = []
         for layer in built:
             cfg = _layer_config(layer, tokens, cache_dtype)
-            layout = layouts(cfg)[0]  # the layout the model would use: Linear, Ring or Chunked x payload
+            layout = layouts(cfg)[0]  # the layout the model would use: Contiguous, Ring or Chunked x payload
             payloads.append(layout.zeros(cfg, batch, layout.addressing.slots(tokens)))
         return KVCache(tuple(payloads), jax.numpy.zeros((batch,), jax.numpy.int32))
 

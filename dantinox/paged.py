@@ -31,7 +31,7 @@ import numpy as np
 from flax import nnx
 
 from dantinox import ops
-from dantinox.cache import KVCache, Linear, empty_cache, layouts
+from dantinox.cache import Contiguous, KVCache, empty_cache, layouts
 from dantinox.checks import positive_int
 from dantinox.config import ModelConfig
 from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
@@ -51,7 +51,7 @@ def reads_in_place(T: int, payload: type, k_dtype: Any, scale_layout: str | None
 
 
 @dataclasses.dataclass(frozen=True)
-class Paged(Linear):
+class Paged(Contiguous):
     """Position p of sequence b in slot p mod ps of physical page table[b, p // ps].
 
     A layer's pool is one row of P pages (P · ps slots, page n holding slots n · ps .. n · ps + ps - 1), so

@@ -20,11 +20,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from dantinox.cache import Linear
+from dantinox.cache import Contiguous
 
 
 @dataclasses.dataclass(frozen=True)
-class Ring(Linear):
+class Ring(Contiguous):
     """Position p in slot p mod S of a ring of S = min(length, W) slots; keys more than W - 1 back are masked."""
 
     size: int  # W slots (the sliding window); for Chunked, the chunk size C
