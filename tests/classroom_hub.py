@@ -188,6 +188,14 @@ c.JupyterHub.load_roles.append({{"name": "admin", "services": ["tester"]}})  # t
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        try:  # the proxy runs in a session of its own: a hub killed with -9 leaves it behind
+            import psutil
+
+            proxy = psutil.Process(int(self.proxy_pid_file.read_text()))
+            if "classroom.proxy" in " ".join(proxy.cmdline()):  # not a stranger that took a stale pid
+                proxy.kill()
+        except (OSError, ValueError, psutil.Error):
+            pass
         for name in ("log", "service_log"):
             if hasattr(self, name):
                 getattr(self, name).close()
