@@ -3,12 +3,12 @@
     .venv/bin/python benchmarks/cache_steps.py          # prints the table, writes benchmarks/results/cache_steps.json
     .venv/bin/python benchmarks/cache_steps.py --doc    # also rewrites its section of docs/benchmarks.md
 
-Every side is generate's decode loop (dantinox.roofline.run_decode) over a cache of CONTEXT slots of the
+Every side is generate's decode loop (dantinox.accounting.roofline.run_decode) over a cache of CONTEXT slots of the
 reference model: a step is (t(LONG steps) - t(SHORT steps)) / (LONG - SHORT), each length the best of
 ROUNDS, the sides of a pair taking turns round by round. The pairs: an int8 cache against float32, a paged
 cache (16-slot pages) against contiguous, in float32 and in int8, the paged step with the pool kernel
 (dantinox/backend/pool_kernel.py) against XLA's read, at batch 1 the one-token write as a slice update against a
-scatter (dantinox.cache.writes_as_slice), and XLA's two paged reads (dantinox.paged.Paged.reads_pool)
+scatter (dantinox.cache.writes_as_slice), and XLA's two paged reads (dantinox.cache.paged.Paged.reads_pool)
 forced on either side of POOL_READ_MAX. The load average is recorded with the numbers: on a shared
 machine only the ratios within one row mean anything.
 """
@@ -30,16 +30,16 @@ from flax import nnx
 import dantinox
 import dantinox.backend.pool_kernel as pool_kernel
 import dantinox.cache
-import dantinox.paged as paged
-from dantinox.generate import compiler_options, decode_loop_jit
-from dantinox.roofline import run_decode, timing_state
+import dantinox.cache.paged as paged
+from dantinox.accounting.roofline import run_decode, timing_state
+from dantinox.generation.generate import compiler_options, decode_loop_jit
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "cache_steps.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 CONTEXT, SHORT, LONG, ROUNDS = 1024, 4, 20, 5
 PAGED = dict(cache_layout="paged", page_size=16)
-WHOLE, GATHERED = 10**9, -1  # dantinox.paged.POOL_READ_MAX forcing each paged read
+WHOLE, GATHERED = 10**9, -1  # dantinox.cache.paged.POOL_READ_MAX forcing each paged read
 # name: (baseline side, other side); a side is (config changes, write as a slice at batch 1, read limit,
 # whether dantinox/backend/pool_kernel.py may read a paged pool)
 PAIRS = {
@@ -49,7 +49,7 @@ PAIRS = {
                                       (PAGED | dict(cache_dtype="int8"), True, None, True)),
     "paged: pool kernel vs XLA's read": ((PAGED, True, None, False), (PAGED, True, None, True)),
     "one-token write: scatter vs slice": ((dict(), True, None, True), (dict(), False, None, True)),
-    # XLA's two reads (the kernel off), either side of dantinox.paged.POOL_READ_MAX: 15 and 28 extra scores
+    # XLA's two reads (the kernel off), either side of dantinox.cache.paged.POOL_READ_MAX: 15 and 28 extra scores
     "paged MHA, XLA: pool read whole vs gathered": ((PAGED, True, GATHERED, False), (PAGED, True, WHOLE, False)),
     "paged GQA (K=2), XLA: pool read whole vs gathered": ((PAGED | dict(kv_heads=2), True, GATHERED, False),
                                                           (PAGED | dict(kv_heads=2), True, WHOLE, False)),

@@ -10,13 +10,13 @@ virtual environment (benchmarks/.peer-venv, created on first use with torch==2.1
 project's environment never holds torch.
 
 "% of roofline" is the roofline time of the whole generate() call, the prefill plus every decode step
-at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/roofline.py, with the
+at the length it has filled (max(bytes / bandwidth, FLOPs / peak), dantinox/accounting/roofline.py, with the
 bandwidth and matmul peak measured in the same run), divided by the measured time. Two A/B tables time
 the choices dantinox makes for decode steps, each against the alternative in the same run, interleaved:
-the attention arrangements for one new token (dantinox/attention.py: the general one, _attend_one_token as
+the attention arrangements for one new token (dantinox/architectures/attention.py: the general one, _attend_one_token as
 matmuls or as reductions, and the kernel of dantinox/backend/pool_kernel.py), each forced through
-dantinox.attention's arrangement rules, and
-the batch-1 XLA option (dantinox/generate.py, compiler_options) against the defaults.
+dantinox.architectures.attention's arrangement rules, and
+the batch-1 XLA option (dantinox/generation/generate.py, compiler_options) against the defaults.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from flax import nnx
 import dantinox
 import dantinox.backend.cpu as cpu
 import dantinox.backend.pool_kernel as pool_kernel
+from dantinox.accounting.roofline import generate_seconds, measure_machine, run_decode, timing_state
 from dantinox.backend.xla_cpu import VECTOR_512
-from dantinox.generate import bucket_for, compiler_options, decode_loop_jit
-from dantinox.roofline import generate_seconds, measure_machine, run_decode, timing_state
+from dantinox.generation.generate import bucket_for, compiler_options, decode_loop_jit
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -96,7 +96,7 @@ def _arrangement(name: str | None):
 
 
 def arrangement_used(batch: int, cfg: dantinox.ModelConfig) -> str:
-    """The arrangement dantinox.attention.attend takes for one new token per sequence of `batch`."""
+    """The arrangement dantinox.architectures.attention.attend takes for one new token per sequence of `batch`."""
     layout = dantinox.LayerCache.SCALE_LAYOUT if cfg.quantized_cache else None
     if cpu.uses_kernel(batch, 1, cfg.groups, batch, cfg.cache_jnp_dtype, layout):
         return "kernel"
@@ -267,8 +267,8 @@ def pretrained_main(name: str, peer: bool, repeats: int, modes: list[str], warmu
     figure is the best over the rounds, the bandwidth included, so the roofline uses the fastest streaming
     read this machine showed while the decodes ran.
     """
-    from dantinox.pretrained import catalogue_file, load_pretrained
-    from dantinox.roofline import measure_bandwidth, measure_matmul_flops
+    from dantinox.accounting.roofline import measure_bandwidth, measure_matmul_flops
+    from dantinox.architectures.pretrained import catalogue_file, load_pretrained
 
     loads = [os.getloadavg()[0]]
     unknown = sorted(set(modes) - set(WEIGHT_MODES))

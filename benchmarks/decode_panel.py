@@ -21,7 +21,7 @@ from common import best_of
 
 import content
 import dantinox
-from dantinox import tokenizer
+from dantinox.architectures import tokenizer
 from widgets import CacheLab, GeneratePanel
 from widgets.generate import CHUNK_TOKENS
 

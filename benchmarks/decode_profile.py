@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/decode_profile.py                 # MHA and GQA (K=2), batch 1 and 8, 384 slots
     .venv/bin/python benchmarks/decode_profile.py --context 128 --cache-dtype bfloat16
 
-dantinox.profile runs the compiled decode loop under `jax.profiler.trace` and sorts every op into weight
+dantinox.accounting.profile runs the compiled decode loop under `jax.profiler.trace` and sorts every op into weight
 matmuls, attention over the cache, the cache write, and the rest (the roofline lab's "where does a
 step's time go?" button shows the same). The matmuls and the attention are shown with the bytes they must
 read and the bandwidth that implies, against the streaming-read bandwidth measured in the same run.
@@ -20,8 +20,8 @@ import jax
 from flax import nnx
 
 import dantinox
-from dantinox.profile import CATEGORIES, profile_decode_step
-from dantinox.roofline import decode_step_seconds, measure_bandwidth
+from dantinox.accounting.profile import CATEGORIES, profile_decode_step
+from dantinox.accounting.roofline import decode_step_seconds, measure_bandwidth
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"MHA": dict(), "GQA (K=2)": dict(kv_heads=2)}

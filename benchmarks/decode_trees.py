@@ -65,7 +65,7 @@ for name, kw in grid["variants"].items():
     for batch in grid["batches"]:
         out[f"{name}/{batch}"] = tok_s(model, batch, grid["new"], 256)
 if grid["smollm2"]:
-    from dantinox.pretrained import load_pretrained
+    from dantinox.architectures.pretrained import load_pretrained
     model = load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]
     for batch in grid["batches"]:
         out[f"SmolLM2 bf16-stored/{batch}"] = tok_s(model, batch, grid["smollm2"], 49_152)

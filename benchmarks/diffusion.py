@@ -21,7 +21,8 @@ import numpy as np
 from flax import nnx
 
 import dantinox
-from dantinox import diffusion, tokenizer
+from dantinox.architectures import tokenizer
+from dantinox.generation import diffusion
 from dantinox.rundir import load_run
 
 HERE = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ from pathlib import Path
 import doc_tables
 
 import dantinox
-from dantinox.pretrained import catalogue_file
+from dantinox.architectures.pretrained import catalogue_file
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".llama-venv"

@@ -59,9 +59,9 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import quality
-from dantinox.config import PRESETS
-from dantinox.windows import local_layers
+from dantinox.architectures.config import PRESETS
+from dantinox.architectures.windows import local_layers
+from dantinox.generation import quality
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "memory_savers.json"

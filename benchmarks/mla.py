@@ -30,7 +30,7 @@ from common import best_of
 from flax import nnx
 
 import dantinox
-from dantinox.generate import DecodeState, _step
+from dantinox.generation.generate import DecodeState, _step
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

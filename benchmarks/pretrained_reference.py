@@ -19,7 +19,7 @@ from pathlib import Path
 
 from decode import ensure_peer_env
 
-from dantinox.pretrained import catalogue_file
+from dantinox.architectures.pretrained import catalogue_file
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "pretrained"

@@ -5,7 +5,8 @@
 Measures the streaming-read bandwidth and the f32 matmul peak of this machine, then times one decode
 step of the reference model at batch 1 … 256 (a cache of `--context` slots) and one prefill at prompt
 lengths 16 … 1024 (batch 1), and sets each beside the roofline max(bytes / bandwidth, FLOPs / peak)
-computed from the config (dantinox.roofline). Prints markdown tables and writes benchmarks/results/roofline.json.
+computed from the config (dantinox.accounting.roofline). Prints markdown tables and writes
+benchmarks/results/roofline.json.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jax
 from flax import nnx
 
 import dantinox
-from dantinox import roofline
+from dantinox.accounting import roofline
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {"MHA, f32 cache": dict(),
@@ -75,7 +76,7 @@ def main() -> None:
              f"**{machine.peak_flops / 1e9:.0f} GFLOP/s** ({machine.source}); critical batch for f32 weights "
              f"F/BW · 4/2 = **{machine.critical_batch():.1f}** tokens per step. {os.cpu_count()} CPU cores, "
              f"best of {args.repeats}. Roofline = max(bytes / measured bandwidth, FLOPs / measured peak), "
-             "bytes and FLOPs from the config (dantinox.roofline)."]
+             "bytes and FLOPs from the config (dantinox.accounting.roofline)."]
     for label, kw in VARIANTS.items():
         cfg = dantinox.ModelConfig.preset("reference", **kw)
         decode = sweep(machine, cfg, "decode", BATCHES, args.context, args.repeats)

@@ -11,7 +11,7 @@
    the prefill (the same call with 0 new tokens) is timed separately and subtracted. The ratio is paged over
    contiguous, measured in this run (the PagedAttention paper reports its kernel 20-26 % slower than
    FasterTransformer's, arXiv:2309.06180 §7.1).
-2. One seeded ShareGPT-shaped trace served by every policy of dantinox.serving_sim under the same budget. Each
+2. One seeded ShareGPT-shaped trace served by every policy of dantinox.engine.simulator under the same budget. Each
    policy's schedule (sequences running per step, tokens prefilled) is turned into seconds with the decode
    step times measured in part 1 for its cache layout (interpolated between measured batches) and the
    measured prefill rate: requests per second = requests / (sum of step times + prefill time). Derived from
@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 import dantinox
-from dantinox.serving_sim import make_trace, serve
+from dantinox.engine.simulator import make_trace, serve
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

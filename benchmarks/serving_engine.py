@@ -13,7 +13,7 @@ its real rows compute: a prefix hit shortens its prefill call. Requests/s = requ
 TTFT from the start of the iteration a request arrives in to its first token; TPOT the mean gap between its
 later tokens; p50 and p99 over requests. The 1-minute load average is sampled before and after every run.
 
-The simulator (dantinox/serving_sim.py) is calibrated from the continuous run's own iterations: seconds of an
+The simulator (dantinox/engine/simulator.py) is calibrated from the continuous run's own iterations: seconds of an
 iteration = a per compiled call + b per token the call computes, padding included (least squares; a roofline's
 two terms, the weights read once per call and the arithmetic per token), plus the host's scheduling time per
 iteration. The simulator then serves the same trace (same arrivals, lengths, pool and batch limit) with its
@@ -34,9 +34,9 @@ import jax
 import numpy as np
 
 import dantinox
+from dantinox.cache.paged import pool_bytes
 from dantinox.engine.runner import bucket_of, power_of_two, shape_buckets  # the engine's shape buckets
-from dantinox.paged import pool_bytes
-from dantinox.serving_sim import TraceRequest, serve
+from dantinox.engine.simulator import TraceRequest, serve
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "data" / "serving-engine.json"  # committed: benchmarks/doc_tables.py renders the docs from it

@@ -15,6 +15,19 @@ with DANTINOX_BACKEND=reference).
 
 import dantinox.backend  # noqa: F401  (installs the speed layer into dantinox.ops)
 from dantinox._jax_setup import enable_compilation_cache
+from dantinox.accounting.kv_ledger import Ledger, kv_ledger
+from dantinox.accounting.memory import (
+    DEVICE_PRESETS,
+    DevicePreset,
+    format_bytes,
+    kv_cache_bytes,
+    max_batch_size,
+    param_bytes,
+    reference_tables,
+)
+from dantinox.architectures.config import PRESETS, CacheConfig, LayerSpec, ModelConfig
+from dantinox.architectures.model import Transformer
+from dantinox.architectures.pretrained import load_pretrained
 from dantinox.cache import (
     KVCache,
     LatentCache,
@@ -24,22 +37,9 @@ from dantinox.cache import (
     init_cache,
     tree_nbytes,
 )
-from dantinox.config import PRESETS, CacheConfig, LayerSpec, ModelConfig
-from dantinox.diffusion import DiffusionResult, DualCache, diffusion_generate
 from dantinox.engine import Engine, StepReport
-from dantinox.generate import DecodeState, StreamEvent, generate, stream
-from dantinox.kv_ledger import Ledger, kv_ledger
-from dantinox.memory import (
-    DEVICE_PRESETS,
-    DevicePreset,
-    format_bytes,
-    kv_cache_bytes,
-    max_batch_size,
-    param_bytes,
-    reference_tables,
-)
-from dantinox.model import Transformer
-from dantinox.pretrained import load_pretrained
+from dantinox.generation.diffusion import DiffusionResult, DualCache, diffusion_generate
+from dantinox.generation.generate import DecodeState, StreamEvent, generate, stream
 from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [

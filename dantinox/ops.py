@@ -6,12 +6,12 @@ that name receives the call's arguments by name and returns its own result, or N
 plain function. `Reference` declines everything; dantinox/backend installs its own backend once, when dantinox
 is imported (`install`), unless DANTINOX_BACKEND=reference.
 
-    attend          attention without sinks or returned weights (dantinox/attention.py)
-    store           new tokens into a cache array (dantinox/cache.py)
-    reads_in_place  whether attend reads a paged pool where it lies, so no page is gathered (dantinox/paged.py)
-    dot_general     a dense layer's product, and promote_dtype, its operands' dtypes (dantinox/model.py)
-    take_rows       the embedding lookup (dantinox/model.py)
-    compiler_options  XLA options for a decode program (dantinox/generate.py)
+    attend          attention without sinks or returned weights (dantinox/architectures/attention.py)
+    store           new tokens into a cache array (dantinox/cache/container.py)
+    reads_in_place  whether attend reads a paged pool where it lies, so no page is gathered (dantinox/cache/paged.py)
+    dot_general     a dense layer's product, and promote_dtype, its operands' dtypes (dantinox/architectures/model.py)
+    take_rows       the embedding lookup (dantinox/architectures/model.py)
+    compiler_options  XLA options for a decode program (dantinox/generation/generate.py)
 """
 
 from __future__ import annotations

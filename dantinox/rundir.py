@@ -16,9 +16,9 @@ from flax import nnx
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from dantinox import tokenizer
-from dantinox.config import ModelConfig
-from dantinox.model import Transformer
+from dantinox.architectures import tokenizer
+from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.model import Transformer
 
 CONFIG, WEIGHTS, LOG = "config.json", "weights.safetensors", "train_log.jsonl"
 
@@ -110,13 +110,13 @@ class Generator:
             raise ValueError("text: expected a non-empty prompt")
         prompt = np.asarray([ids], np.int32)
         if self.cfg.paradigm == "diffusion":
-            from dantinox.diffusion import diffusion_generate
+            from dantinox.generation.diffusion import diffusion_generate
 
             result = diffusion_generate(self.model, prompt, max_new_tokens, block_size=block_size,
                                         threshold=threshold, cache_mode=cache_mode if use_cache else "none")
             self.last_nfe = result.nfe
             return tokenizer.decode(result.tokens[0, len(ids):])
-        from dantinox.generate import generate
+        from dantinox.generation.generate import generate
 
         out = generate(self.model, prompt, max_new_tokens, use_cache=use_cache, temperature=temperature,
                        top_k=top_k, seed=seed)

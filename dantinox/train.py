@@ -13,10 +13,10 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from dantinox import tokenizer
+from dantinox.architectures import tokenizer
+from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.model import Transformer
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.model import Transformer
 from dantinox.rundir import save_run
 
 
@@ -46,7 +46,7 @@ def train(run_dir: str | Path, *, corpus: str, preset: str = "tiny", steps: int 
         raise ValueError(f"corpus: needs more than {seq_len + 1} bytes of text, got {len(data)}")
 
     if paradigm == "diffusion":
-        from dantinox.diffusion import masked_diffusion_loss as loss_fn
+        from dantinox.generation.diffusion import masked_diffusion_loss as loss_fn
         window = seq_len
     else:
         loss_fn, window = causal_lm_loss, seq_len + 1

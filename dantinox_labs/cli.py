@@ -46,9 +46,9 @@ def _train(args: argparse.Namespace) -> int:
     _check_run_dir(args.run_dir, args.overwrite)
     _jax_command()
 
-    from dantinox.config import ModelConfig
+    from dantinox.architectures.config import ModelConfig
+    from dantinox.architectures.windows import local_layers
     from dantinox.train import train
-    from dantinox.windows import local_layers
 
     if args.corpus is None:
         import content
@@ -101,7 +101,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _generate_pretrained(args: argparse.Namespace) -> int:
-    from dantinox.pretrained import PretrainedGenerator
+    from dantinox.architectures.pretrained import PretrainedGenerator
 
     gen = PretrainedGenerator(args.model)
     opts = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, temperature=args.temperature,
@@ -119,8 +119,8 @@ def _generate_pretrained(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from dantinox.memory import format_bytes
-    from dantinox.pretrained import list_models
+    from dantinox.accounting.memory import format_bytes
+    from dantinox.architectures.pretrained import list_models
 
     for row in list_models():
         size = "not installed (python3 dev.py setup)" if row["size"] is None else format_bytes(row["size"])
@@ -133,7 +133,7 @@ def _kv(args: argparse.Namespace) -> int:
     if args.list:
         if args.config is not None:
             raise ValueError("--list: lists the catalogue; give either --list or a CONFIG, not both")
-        from dantinox.architectures import catalogue
+        from dantinox.architectures.catalogue import catalogue
 
         for name, entry in catalogue().items():
             print(f"{name}\t{entry['title']}\t{entry['config_url']}")
@@ -144,8 +144,8 @@ def _kv(args: argparse.Namespace) -> int:
         raise ValueError("--tokens: required with a CONFIG (the context T to size the cache for)")
     import json
 
-    from dantinox.architectures import load_architecture
-    from dantinox.kv_ledger import kv_ledger
+    from dantinox.accounting.kv_ledger import kv_ledger
+    from dantinox.architectures.catalogue import load_architecture
     from dantinox_labs.kv_table import ledger_table
 
     arch = load_architecture(args.config)
@@ -163,7 +163,7 @@ def _content_check(args: argparse.Namespace) -> int:
 
 def _tables(args: argparse.Namespace) -> int:
     _jax_command()
-    from dantinox.memory import reference_tables
+    from dantinox.accounting.memory import reference_tables
 
     print(reference_tables())
     return 0
@@ -318,7 +318,7 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _preset_names() -> list[str]:
-    from dantinox.config import PRESETS  # imports JAX: only for the command that trains anyway
+    from dantinox.architectures.config import PRESETS  # imports JAX: only for the command that trains anyway
 
     return sorted(PRESETS)
 

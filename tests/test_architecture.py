@@ -111,14 +111,61 @@ def test_dependency_rule(package):
 
 # The reference a learner reads: these import nothing from the speed layer (dantinox/backend), which reaches them
 # through dantinox/ops.py's hooks instead.
-REFERENCE = ("model.py", "attention.py", "cache.py", "generate.py", "paged.py", "ops.py")
+REFERENCE = ("architectures/model.py", "architectures/attention.py", "generation/generate.py", "ops.py",
+             *(f"cache/{p.name}" for p in sorted((ROOT / "dantinox" / "cache").glob("*.py"))))
 
 
 @pytest.mark.parametrize("name", REFERENCE)
 def test_the_reference_imports_no_backend(name):
-    found = sorted(n for n in imports(ROOT / "dantinox" / name) if n.startswith("dantinox.backend")
-                   or n.startswith(("dantinox.pool_kernel", "dantinox.dense_kernel", "dantinox.native")))
+    found = sorted(n for n in imports(ROOT / "dantinox" / name) if n.startswith("dantinox.backend"))
     assert found == [], f"dantinox/{name} imports {found}"
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_import_circle_inside_dantinox():
+    """No two dantinox modules reach each other by imports (lazy ones included): the layout modules register
+    themselves in dantinox/cache/registry.py instead of the container importing them."""
+    mods = {_module_name(p): p for p in modules("dantinox")}
+    edges = {}
+    for name, path in mods.items():
+        edges[name] = set()
+        for target in imports(path):
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target not in (name, "dantinox"):
+                edges[name].add(target)
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+    circles = sorted({" <-> ".join(sorted((a, b))) for a in edges for b in edges[a] if a in reach(b)})
+    assert circles == []
+
+
+def test_no_private_name_is_imported_across_dantinox_modules():
+    crossing = []
+    for path in modules("dantinox"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dantinox"):
+                crossing += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_") and a.name != "__future__"]
+    assert crossing == []
+
+
+def test_no_layout_capability_is_probed_with_hasattr():
+    """Layouts declare what they can do (pooled, bounded, keeps_sinks, scored, fit_slots); nothing asks
+    hasattr / getattr of a layout, an addressing or a payload."""
+    probes = re.compile(r"(hasattr|getattr)\((lay|layout|addr|addressing|layer|lay\.addressing|layout\.addressing)\b")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in modules("dantinox")
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if probes.search(line)]
+    assert found == []
 
 
 def test_the_backend_is_the_only_place_for_kernels_and_xla_options():
@@ -139,7 +186,7 @@ def test_the_reference_backend_is_pure_jax():
     code = ("import sys, importlib, jax.numpy as jnp\nfrom flax import nnx\nimport dantinox, dantinox.ops as ops\n"
             "cfg = dantinox.ModelConfig.preset('test', kv_heads=2, param_dtype='bfloat16', cache_dtype='int8')\n"
             "model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))\n"
-            "forward = importlib.import_module('dantinox.model')._compiled_forward\n"
+            "forward = importlib.import_module('dantinox.architectures.model')._compiled_forward\n"
             "text = forward.lower(*nnx.split(model), jnp.asarray([[3]]), dantinox.init_cache(cfg, 1, 16)).as_text()\n"
             "print(ops.current().name, 'custom_call' in text, 'dantinox.backend.cpu' in sys.modules)")
     res = python(code, env={**os.environ, "DANTINOX_BACKEND": "reference"})

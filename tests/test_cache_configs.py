@@ -5,9 +5,9 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import quality
 from dantinox.engine import Engine
-from dantinox.paged import sample_n
+from dantinox.generation import quality
+from dantinox.generation.forking import sample_n
 
 
 @pytest.fixture(scope="module")

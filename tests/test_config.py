@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import diffusion
-from dantinox.config import heads_fields
+from dantinox.architectures.config import heads_fields
+from dantinox.generation import diffusion
 from dantinox.rundir import load_run, save_run
 
 

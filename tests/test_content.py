@@ -14,7 +14,7 @@ import content
 import dantinox
 from content.schema import MIRROR_HOSTS, mirror_host, round_significant
 from content.units import UNIT_FAMILIES
-from dantinox.architectures import catalogue
+from dantinox.architectures.catalogue import catalogue
 
 ENTRIES = content.load_all()
 

@@ -1,6 +1,6 @@
 """Device memory in content comes from one table by name, and a pull request is cited at a fixed state.
 
-content/devices.yaml is content's copy of dantinox.memory.DEVICE_PRESETS (content imports no dantinox); the
+content/devices.yaml is content's copy of dantinox.accounting.memory.DEVICE_PRESETS (content imports no dantinox); the
 first test keeps the two equal to the byte.
 """
 

@@ -10,9 +10,9 @@ import pytest
 from flax import nnx
 
 import dantinox
+from dantinox.accounting.roofline import timing_state
 from dantinox.backend import dense_kernel
-from dantinox.generate import decode_program
-from dantinox.roofline import timing_state
+from dantinox.generation.generate import decode_program
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +190,7 @@ def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_f
     """Weights stored in bf16 with float32 compute: the prompt's and the decode step's logits through the kernel
     equal those of XLA widening each weight first, and a prompt of more than MAX_ROWS rows keeps XLA's dots."""
     cfg, model = _bf16_model()
-    forward = importlib.import_module("dantinox.model")._compiled_forward
+    forward = importlib.import_module("dantinox.architectures.model")._compiled_forward
     prompt = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 6)))
     runs = []
     for kernel in (True, False):
@@ -217,6 +217,6 @@ def test_a_bfloat16_model_decodes_through_it_as_through_xla(monkeypatch, fresh_f
 def test_float32_weights_keep_xla(fresh_forward):
     cfg = dantinox.ModelConfig.preset("test")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    text = importlib.import_module("dantinox.model")._compiled_forward.lower(
+    text = importlib.import_module("dantinox.architectures.model")._compiled_forward.lower(
         *nnx.split(model), jnp.asarray([[3]]), None).as_text()
     assert "dantinox_dense_bf16" not in text

@@ -9,8 +9,8 @@ from flax import nnx
 from invariants import count_compiles
 
 import dantinox
-from dantinox import diffusion
-from dantinox.tokenizer import MASK, encode
+from dantinox.architectures.tokenizer import MASK, encode
+from dantinox.generation import diffusion
 
 TEXT = "the cat sat on the mat. the dog sat on the log. the cat saw the dog. " * 4
 PROMPT = np.array([encode("the cat "), encode("the dog ")], np.int32)

@@ -9,9 +9,9 @@ import pytest
 from flax import nnx
 
 import dantinox
+from dantinox.cache.page_pool import PagePool, PoolError, page_digest
 from dantinox.engine import Engine
 from dantinox.engine.speculation import lookup_drafts
-from dantinox.page_pool import PagePool, PoolError, page_digest
 from widgets.engine_view import EngineRun, steps_html, tables_html
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"

@@ -12,10 +12,10 @@ from invariants import token_ids
 
 import content
 import dantinox
-from dantinox import quality
+from dantinox.architectures.windows import local_layers
 from dantinox.cache import cache_length, layouts
-from dantinox.kivi import KiviCache, pack, unpack
-from dantinox.windows import local_layers
+from dantinox.cache.kivi import KiviCache, pack, unpack
+from dantinox.generation import quality
 
 P = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dantinox import architectures
-from dantinox.architectures import catalogue, load_architecture, parse_config
-from dantinox.kv_ledger import kv_ledger, sequence_bytes
-from dantinox.pretrained import catalogue_file
+import dantinox
+import dantinox.architectures.catalogue as catalogue_module
+from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes
+from dantinox.architectures.catalogue import catalogue, load_architecture, parse_config
+from dantinox.architectures.pretrained import catalogue_file
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "kv_conformance.json").read_text())
 # transformers' layer classes, by ledger kind
@@ -172,10 +173,10 @@ def test_a_users_config_json_reads_like_the_catalogue(tmp_path):
     (lambda m: m["llama-2-7b"]["config"].update(sliding_window=7), ("models.llama-2-7b.config", "sliding_window")),
 ])
 def test_the_catalogue_loader_is_strict(edit, parts):
-    data = json.loads((Path(architectures.__file__).parent / "data" / architectures.CATALOGUE_FILE).read_text())
+    data = json.loads((Path(dantinox.__file__).parent / "data" / catalogue_module.CATALOGUE_FILE).read_text())
     edit(data["models"])
     with pytest.raises(ValueError) as excinfo:
-        architectures._read_catalogue(json.dumps(data), "real_models.json")
+        catalogue_module._read_catalogue(json.dumps(data), "real_models.json")
     _one_line(excinfo, "real_models.json", *parts)
 
 
@@ -217,7 +218,7 @@ def test_cli_json_schema_list_and_errors(capsys, tmp_path):
 
 
 def test_engine_columns_follow_the_rules_read_in_their_sources():
-    from dantinox.peer_allocation import llama_cpp_column, vllm_column
+    from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
 
     smol = load_architecture("smollm2-135m")
     # llama.cpp's line for SmolLM2 at n_ctx 2048 in f16, as measured here (FACTS: 45.00 MiB)

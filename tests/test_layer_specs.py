@@ -126,7 +126,8 @@ def test_one_geometry_counts_refuse_layers_that_differ():
     """The roofline, the mesh layout and the content's formulas assume one K and H: they say so in one line."""
     import jax
 
-    from dantinox import quality, roofline, sharding
+    from dantinox.accounting import roofline
+    from dantinox.generation import quality, sharding
 
     cfg = dantinox.ModelConfig.preset("test", **MIXED)
     with pytest.raises(ValueError, match="layer_specs: the roofline counts one K and H for every layer"):

@@ -8,7 +8,7 @@ import pytest
 
 import content
 import dantinox
-from dantinox import quality
+from dantinox.generation import quality
 from dantinox_labs import shipped
 from widgets.memory_savers_lab import MEASUREMENTS, MemorySaversLab, load_measurements, quantize_key, ring_table
 from widgets.real_model_savers_lab import RealModelSaversLab, kept_spans, kivi_quantize, load_smol_measurements

@@ -18,7 +18,7 @@ SCRIPT = r"""
 import json
 import jax, numpy as np, dantinox
 from flax import nnx
-from dantinox import sharding
+from dantinox.generation import sharding
 
 out = {"devices": jax.device_count(), "runs": [], "errors": {}}
 # each mesh compiles the model anew: four meshes that between them cut by batch and by heads, evenly (K on the

@@ -12,7 +12,7 @@ from flax import nnx
 from invariants import assert_cached_steps_match_full_forward, count_compiles, token_ids
 
 import dantinox
-from dantinox.generate import _prefill_jit, decode_program
+from dantinox.generation.generate import decode_program, prefill_jit
 
 VARIANTS = [dict(), dict(kv_heads=2), dict(kv_heads=1)]
 
@@ -124,7 +124,7 @@ def test_decode_loop_updates_the_donated_cache_in_place():
     graphdef, params = nnx.split(model)
     cfg = model.cfg
     four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
-    state = _prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), four, forty, 0, init_cache_of(cfg, 2, 128))
+    state = prefill_jit(graphdef, params, jnp.asarray(ids(2, 4)), four, forty, 0, init_cache_of(cfg, 2, 128))
     out = decode_program(2, donate=True)(graphdef, params, state, None, 40, top_k=None, use_cache=True, bucket=128)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.caches))
     assert out.index.tolist() == [40, 40] and dantinox.filled_slots(out.caches).tolist() == [40, 40]
@@ -139,7 +139,7 @@ def test_a_single_sequence_step_reads_the_cache_where_it_lies(cache_dtype, pool_
     cfg, model = make(kv_heads=1, max_context=64, cache_dtype=cache_dtype)
     graphdef, params = nnx.split(model)
     one, forty = jnp.full((1,), 4, jnp.int32), jnp.full((1,), 40, jnp.int32)
-    state = _prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
+    state = prefill_jit(graphdef, params, jnp.asarray(ids(1, 4)), one, forty, 0, init_cache_of(cfg, 1, 64))
     layer = state.caches.layers[0]
     from dantinox.backend import cpu
 
@@ -367,7 +367,7 @@ def test_only_batch_one_decode_programs_get_the_512_bit_vector_option_on_cpu(nat
     """generate and the roofline timing compile a batch-1 decode loop with VECTOR_512, any other batch with the
     defaults (benchmarks/decode.py measures both sides)."""
     from dantinox.backend.xla_cpu import VECTOR_512
-    from dantinox.generate import compiler_options
+    from dantinox.generation.generate import compiler_options
 
     assert jax.default_backend() == "cpu"
     assert compiler_options(1) == VECTOR_512 and compiler_options(2) is None and compiler_options(8) is None

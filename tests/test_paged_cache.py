@@ -9,7 +9,8 @@ from flax import nnx
 from invariants import token_ids
 
 import dantinox
-from dantinox.paged import PageManager, PoolExhausted, pages_for, pool_bytes, sample_n, take_pages
+from dantinox.cache.paged import PageManager, PoolExhausted, pages_for, pool_bytes, take_pages
+from dantinox.generation.forking import sample_n
 
 
 def make(**kw):
@@ -143,7 +144,7 @@ def test_the_pool_kernel_gives_the_contiguous_logits(monkeypatch, fresh_forward,
 
 
 def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
-    import dantinox.paged as paged
+    import dantinox.cache.paged as paged
     from dantinox.backend import pool_kernel
 
     monkeypatch.setattr(paged, "POOL_READ_MAX", 10**9 if whole else -1)
@@ -156,7 +157,8 @@ def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
             want, cache, _ = contiguous(ids, use_cache=True, kv_caches=cache)
             wanted.append((ids, want))
             ids = np.asarray(want[:, -1].argmax(-1))[:, None]
-    importlib.import_module("dantinox.model")._compiled_forward.clear_cache()  # the paged model traced anew
+    # the paged model traced anew
+    importlib.import_module("dantinox.architectures.model")._compiled_forward.clear_cache()
     table = np.array([[5, 2, 7], [0, 6, 3]], np.int32)  # 12 slots each; pages 1, 4 and 8 held by nobody
     cache = paged.init_pool(cfg, 9, table)
     for ids, want in wanted:
@@ -167,9 +169,9 @@ def _paged_logits_equal_contiguous(monkeypatch, variant, whole):
 
 
 def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_limit():
-    """The rule of dantinox/paged.py: a decode step of B sequences over a private pool (P = B · M pages)
+    """The rule of dantinox/cache/paged.py: a decode step of B sequences over a private pool (P = B · M pages)
     adds G · (B - 1) scores per own slot; prefill chunks of T tokens T times that."""
-    from dantinox.paged import POOL_READ_MAX, Paged
+    from dantinox.cache.paged import POOL_READ_MAX, Paged
 
     mha, gqa = Paged(16, query_heads=1), Paged(16, query_heads=4)
     assert mha.pool_read_excess(1, 8 * 64, 64) == 7 and gqa.pool_read_excess(1, 8 * 64, 64) == 28
@@ -180,8 +182,8 @@ def test_a_decode_step_reads_the_pool_whole_until_the_scores_it_adds_pass_the_li
 
 
 def _lowered_paged_decode(batch=8, **kw):
-    from dantinox.generate import compiler_options, decode_loop_jit
-    from dantinox.roofline import timing_state
+    from dantinox.accounting.roofline import timing_state
+    from dantinox.generation.generate import compiler_options, decode_loop_jit
 
     cfg = dantinox.ModelConfig.preset("test", cache_layout="paged", page_size=16, max_context=256, **kw)
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
@@ -199,7 +201,7 @@ def _lowered_paged_decode(batch=8, **kw):
 def test_a_batch_decode_step_reads_the_pool_with_the_kernel(cache_dtype, pool_kernel_built):
     """The compiled batch-8 decode loop of a paged cache calls dantinox/backend/pool_kernel.py once per layer and
     step, gathers no pool page, and takes the default compiler options."""
-    from dantinox.generate import compiler_options
+    from dantinox.generation.generate import compiler_options
 
     cfg, lowered = _lowered_paged_decode(cache_dtype=cache_dtype)
     target = {"float32": "float", "bfloat16": "bf16", "int8": "int8"}[cache_dtype]
@@ -217,7 +219,7 @@ def test_a_batch_decode_step_over_a_paged_pool_read_by_xla_gathers_nothing(xla_p
     attends over the pool as stored: no gather of pool pages, and XLA's own dots (xla_cpu.EIGEN_DOTS) in
     float32 where a layer's values outweigh its weights."""
     from dantinox.backend.xla_cpu import EIGEN_DOTS
-    from dantinox.generate import compiler_options
+    from dantinox.generation.generate import compiler_options
 
     cfg, lowered = _lowered_paged_decode()
     assert compiler_options(8, cfg, 256) == EIGEN_DOTS and compiler_options(8, cfg.replace(dtype="bfloat16")) is None

@@ -159,8 +159,10 @@ def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(m
     from flax import nnx
 
     import dantinox
-    from dantinox import attention, cache, paged
+    from dantinox.architectures import attention
     from dantinox.backend import cpu
+    from dantinox.cache import layout as payloads
+    from dantinox.cache import paged
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8", cache_layout=layout, page_size=4)
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
@@ -168,16 +170,16 @@ def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(m
     assert state.layers[0].scale_layout == "per_token" and cpu.uses_kernel(2, 1, cfg.groups, 2, jnp.int8, "per_token")
 
     def lowered_step():
-        return importlib.import_module("dantinox.model")._compiled_forward.lower(
+        return importlib.import_module("dantinox.architectures.model")._compiled_forward.lower(
             *nnx.split(model), jnp.asarray([[3], [4]]), state).as_text()
 
     assert lowered_step().count("dantinox_pool_attend_int8") == cfg.n_layers
-    monkeypatch.setattr(cache._Payload, "SCALE_LAYOUT", "per_channel")
+    monkeypatch.setattr(payloads._Payload, "SCALE_LAYOUT", "per_channel")
     monkeypatch.setattr(pool_kernel, "attend", lambda *a, **kw: pytest.fail("the kernel was called"))
-    importlib.import_module("dantinox.model")._compiled_forward.clear_cache()
+    importlib.import_module("dantinox.architectures.model")._compiled_forward.clear_cache()
     assert state.layers[0].scale_layout == "per_channel" and not pool_kernel.handles(jnp.int8, "per_channel")
     assert "dantinox_pool_attend" not in lowered_step()
-    assert not paged.reads_in_place(1, cache.LayerCache, jnp.int8, "per_channel")
+    assert not paged.reads_in_place(1, payloads.LayerCache, jnp.int8, "per_channel")
     q, k, v, mask, scale = problem(R=4)
     codes, vcodes = jnp.asarray(k * 20, jnp.int8), jnp.asarray(v * 20, jnp.int8)
     scales = jnp.full((4, 2, k.shape[-1]), 0.05, jnp.float32)
@@ -314,7 +316,7 @@ def test_an_int8_cache_decodes_through_the_kernel_as_through_xla(monkeypatch, fr
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="int8")
     model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
-    forward = importlib.import_module("dantinox.model")._compiled_forward
+    forward = importlib.import_module("dantinox.architectures.model")._compiled_forward
     assert cpu.uses_kernel(batch, 1, cfg.groups, batch, jnp.int8, "per_token")
     runs = []
     for kernel in (True, False):
@@ -338,12 +340,12 @@ def test_store_writes_what_xlas_scatter_writes(dtype, axis, monkeypatch):
     """Tokens into a narrow-float cache in place: the bytes the cache's XLA write leaves (its slice update for one
     token of one row, a batch-1 decode step; its scatter for a ragged batch of three), masked slots (-1) and
     rows past the cache dropped."""
-    from dantinox import cache
+    from dantinox.cache import layout
 
     def xla_scatter(*args):
         with monkeypatch.context() as m:
             m.setattr(pool_kernel, "stores", lambda dtype: False)
-            return cache._scatter(*args)
+            return layout._scatter(*args)
 
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((3, 2, 4, 10) if axis == 3 else (3, 2, 10, 4)), dtype)
@@ -366,8 +368,8 @@ def test_a_bfloat16_cache_is_written_in_place_in_the_decode_loop():
     from flax import nnx
 
     import dantinox
-    from dantinox.generate import decode_program
-    from dantinox.roofline import timing_state
+    from dantinox.accounting.roofline import timing_state
+    from dantinox.generation.generate import decode_program
 
     cfg = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="bfloat16")
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import pretrained
+from dantinox.architectures import pretrained
 from dantinox.backend import dense_kernel
 
 DATA = Path(__file__).parent / "data" / "pretrained"
@@ -220,7 +220,7 @@ def test_load_pretrained_takes_the_storage_dtype_apart_from_the_compute_dtype():
     cfg, model, _ = pretrained.load_pretrained(DATA / "tiny-llama", param_dtype="bfloat16")
     assert (cfg.dtype, cfg.param_dtype, cfg.weights_dtype) == ("float32", "bfloat16", "bfloat16")
     assert model.blocks[0].attn.wqkv.kernel[...].dtype == np.dtype("bfloat16")
-    from dantinox import roofline
+    from dantinox.accounting import roofline
 
     assert roofline.decode_cost(cfg, 1, 8).weight_bytes == dantinox.param_bytes(model)  # the bytes a step reads
     with pytest.raises(ValueError, match="param_dtype: expected 'float32' or 'bfloat16', got 'float16'"):

@@ -8,10 +8,10 @@ from invariants import token_ids
 
 import content
 import dantinox
-from dantinox import quality
-from dantinox.attention import attend
+from dantinox.architectures.attention import attend
 from dantinox.cache import LayerCache
-from dantinox.quant import dequantize, quantize
+from dantinox.cache.quant import dequantize, quantize
+from dantinox.generation import quality
 from dantinox_labs import shipped
 
 RUN = shipped.run("tiny")

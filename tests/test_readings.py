@@ -6,7 +6,7 @@ from compile_log import compile_log
 
 import content
 import dantinox
-from dantinox.memory import CONTENT_SYMBOLS, measure_cache
+from dantinox.accounting.memory import CONTENT_SYMBOLS, measure_cache
 from widgets.readings import (
     evaluate_bytes,
     formula_params,

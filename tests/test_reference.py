@@ -7,7 +7,7 @@ from flax import nnx
 from invariants import token_ids
 
 import dantinox
-from dantinox.attention import attend
+from dantinox.architectures.attention import attend
 
 VARIANTS = [dict(), dict(kv_heads=2), dict(kv_heads=1)]
 

@@ -4,8 +4,8 @@ The engine tests run it through whole requests; these pin the bookkeeping itself
 not reach: pages named long after their boundary (a request swapped back in names all its pages again), whose
 rings are gone, so a later hit must stop before them."""
 
+from dantinox.cache.page_pool import PagePool
 from dantinox.engine.ring_prefixes import RingPrefixes
-from dantinox.page_pool import PagePool
 
 PAGE = 4
 LAYERS = (None,)  # one paged layer: the bookkeeping needs no arrays (a paged layer's part of a copy is None)

@@ -10,7 +10,7 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import roofline
+from dantinox.accounting import roofline
 from widgets.roofline_lab import RooflineLab
 from widgets.roofline_reading import points, read_decode, read_prefill, roofline_reading
 
@@ -193,7 +193,7 @@ def test_lab_renders_and_responds(entry):
 
 
 def test_profile_sorts_a_decode_step_into_categories_that_cover_it():
-    from dantinox.profile import ATTENTION, CATEGORIES, WEIGHTS, categorize, profile_decode_step
+    from dantinox.accounting.profile import ATTENTION, CATEGORIES, WEIGHTS, categorize, profile_decode_step
 
     model = dantinox.Transformer(GQA, rngs=nnx.Rngs(0))
     p = profile_decode_step(model, batch=2, context=48, steps=5)

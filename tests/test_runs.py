@@ -14,7 +14,7 @@ from fast_compile import FAST_COMPILE
 from flax import nnx
 
 import dantinox
-from dantinox import tokenizer
+from dantinox.architectures import tokenizer
 from dantinox.rundir import Generator, load_run, read_log, save_run
 from dantinox.train import train
 from dantinox_labs.cli import main

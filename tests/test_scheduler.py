@@ -8,9 +8,9 @@ preempted first, static batching waiting for the whole batch, max_seqs, and draf
 import ast
 from pathlib import Path
 
+from dantinox.cache.page_pool import PagePool, pages_for
 from dantinox.engine.records import Request, RequestState
 from dantinox.engine.scheduler import Scheduler
-from dantinox.page_pool import PagePool, pages_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dantinox
-from dantinox.serving_sim import CHAT_MEANS, TraceRequest, make_trace, serve
+from dantinox.engine.simulator import CHAT_MEANS, TraceRequest, make_trace, serve
 
 CFG = dantinox.ModelConfig.preset("tiny")  # 4 layers, 4 KV heads of 32, f32: 4 KiB per cached token
 TOKEN = dantinox.kv_cache_bytes(CFG, tokens=1)
@@ -125,10 +125,11 @@ def test_the_copy_on_write_demo_has_a_partly_filled_page_to_copy():
 
     from flax import nnx
 
-    from dantinox import paged, tokenizer
+    from dantinox.architectures import tokenizer
+    from dantinox.generation import forking
 
     cells = json.loads((Path(__file__).parents[1] / "labs" / "serving.ipynb").read_text())["cells"]
-    source = next("".join(c["source"]) for c in cells if "paged.sample_n(" in "".join(c["source"]))
+    source = next("".join(c["source"]) for c in cells if "forking.sample_n(" in "".join(c["source"]))
     text = re.search(r'prompt = np\.array\(\[tokenizer\.encode\("([^"]+)"\)\]', source).group(1)
     page = int(re.search(r"page_size=(\d+)", source).group(1))
     assert len(tokenizer.encode(text)) % page, "the demo prompt must end inside a page, or nothing is copied"
@@ -136,5 +137,5 @@ def test_the_copy_on_write_demo_has_a_partly_filled_page_to_copy():
     model = dantinox.Transformer(dantinox.ModelConfig.preset("test"), rngs=nnx.Rngs(0))
     for length, copies in ((10, 2), (16, 0)):  # a partly filled last page is copied by all but the last sample
         ids = np.arange(1, length + 1, dtype=np.int32)[None]
-        run = paged.sample_n(model, ids, n=3, max_new_tokens=4, page_size=8, temperature=1.0, seed=0)
+        run = forking.sample_n(model, ids, n=3, max_new_tokens=4, page_size=8, temperature=1.0, seed=0)
         assert len(run.copies) == copies

@@ -11,12 +11,12 @@ from invariants import token_ids
 
 import content
 import dantinox
-from dantinox import quality
-from dantinox.attention import attend
+from dantinox.architectures.attention import attend
+from dantinox.architectures.windows import gemma2_windows, gemma3_windows, local_layers
 from dantinox.cache import LayerCache, View
-from dantinox.generate import _prefill_jit, decode_program
-from dantinox.ring import Chunked, Ring, ring_slots_held
-from dantinox.windows import gemma2_windows, gemma3_windows, local_layers
+from dantinox.cache.ring import Chunked, Ring, ring_slots_held
+from dantinox.generation import quality
+from dantinox.generation.generate import decode_program, prefill_jit
 from dantinox_labs import shipped
 
 PER_GLOBAL = {"local": None, "1:1": 1, "2:1": 2, "5:1": 5}  # local layers per global one (None: all local)
@@ -261,7 +261,7 @@ def test_the_ring_step_writes_in_place_and_copies_no_ring():
     cfg = dantinox.ModelConfig.preset("test", sliding_windows=(5, None), kv_heads=2)
     graphdef, params = nnx.split(dantinox.Transformer(cfg, rngs=nnx.Rngs(0)))
     four, forty = jnp.full((2,), 4, jnp.int32), jnp.full((2,), 40, jnp.int32)
-    state = _prefill_jit(graphdef, params, jnp.asarray(token_ids(2, 4)), four, forty, 0,
+    state = prefill_jit(graphdef, params, jnp.asarray(token_ids(2, 4)), four, forty, 0,
                          dantinox.init_cache(cfg, 2, 64))
     ring, (B, K, W, H) = state.caches.layers[0], state.caches.layers[0].v.shape
     assert W == 5 and state.caches.layers[1].slots == 64

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 import dantinox
-from dantinox import diffusion
+from dantinox.generation import diffusion
 from widgets import DiffusionLab
 from widgets.diffusion_lab import SETTLE_S, run_modes
 

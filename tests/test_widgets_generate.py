@@ -13,7 +13,7 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import pretrained, tokenizer
+from dantinox.architectures import pretrained, tokenizer
 from dantinox.rundir import save_run
 from widgets import CacheLab, GeneratePanel
 from widgets.decode_models import PUBLISHED, find_run, same_model

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from dantinox.architectures import catalogue
-from dantinox.kv_ledger import kv_ledger
+from dantinox.accounting.kv_ledger import kv_ledger
+from dantinox.architectures.catalogue import catalogue
 from widgets.real_models_lab import RealModelsLab, token_choices
 
 

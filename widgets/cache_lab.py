@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import traitlets
 
 import dantinox
-from dantinox.config import DTYPES, heads_fields
+from dantinox.architectures.config import DTYPES, heads_fields
 from widgets._controls import Lab
 from widgets._html import badge, esc, formula_block, note_box, readout_table
 from widgets.number_input import NumberInput

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import dantinox
-from dantinox import pretrained
+from dantinox.architectures import pretrained
 from dantinox_labs import shipped
 from widgets.decode_runs import describe
 

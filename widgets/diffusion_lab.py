@@ -30,8 +30,8 @@ import numpy as np
 import traitlets
 
 import dantinox
-from dantinox import tokenizer
-from dantinox.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
+from dantinox.architectures import tokenizer
+from dantinox.generation.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box

@@ -31,9 +31,9 @@ from flax import nnx
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox import pretrained, tokenizer
+from dantinox.architectures import pretrained, tokenizer
 from dantinox.cache import cache_length
-from dantinox.generate import bucket_for
+from dantinox.generation.generate import bucket_for
 from dantinox_labs import shipped
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box

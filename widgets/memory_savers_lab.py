@@ -7,8 +7,8 @@
 
 The frontier points are measured by benchmarks/memory_savers.py (bytes from the cache arrays, quality on
 held-out text) and stored as JSON, so the lab neither retrains nor re-measures. The ring view follows
-dantinox.ring's slot rule (derived); the quantization view quantizes a key from runs/tiny's real cache
-(measured) with dantinox.quant.
+dantinox.cache.ring's slot rule (derived); the quantization view quantizes a key from runs/tiny's real cache
+(measured) with dantinox.cache.quant.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import traitlets
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox import quality
-from dantinox.quant import dequantize, quantize
-from dantinox.ring import ring_slots_held
+from dantinox.cache.quant import dequantize, quantize
+from dantinox.cache.ring import ring_slots_held
+from dantinox.generation import quality
 from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget

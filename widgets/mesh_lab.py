@@ -4,7 +4,7 @@
     lab = MeshLab()                                           # needs several devices: see labs/mesh.ipynb
     lab.update(mesh_shape="2×4", kv_heads=2)
 
-The cache is placed exactly as `dantinox.generate(..., mesh=mesh)` places it (dantinox.sharding); bytes
+The cache is placed exactly as `dantinox.generate(..., mesh=mesh)` places it (dantinox.generation.sharding); bytes
 per device are summed from each array's addressable shards, beside the formula total / (data · min(model, K)).
 The device grid draws, for every device of the mesh, which sequences and KV heads of the cache it holds, read
 from the shard indices of the allocated arrays (or, above the allocation budget, from the sharding's map).
@@ -20,7 +20,7 @@ import jax
 import traitlets
 
 import dantinox
-from dantinox import sharding
+from dantinox.generation import sharding
 from widgets._controls import Lab
 from widgets._html import badge, esc, note_box
 from widgets.cache_lab import divisors

@@ -7,9 +7,9 @@
     r.formula_bytes, r.measured_bytes, r.source, r.residual      # 6 MiB, 6 MiB, "arrays", 0
 
 No widget is involved: the labs render these readings, and notebooks and benchmarks call them directly.
-Content symbols (H_kv, d_h, ...) come from a config through `dantinox.memory.formula_params`, the one map
+Content symbols (H_kv, d_h, ...) come from a config through `dantinox.accounting.memory.formula_params`, the one map
 between the two alphabets (`CONTENT_SYMBOLS`).
-Bytes are measured by `dantinox.memory.measure_cache` (real arrays under the budget, else `jax.eval_shape`).
+Bytes are measured by `dantinox.accounting.memory.measure_cache` (real arrays under the budget, else `jax.eval_shape`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import content
 import dantinox
-from dantinox.memory import CacheMeasurement, formula_params, measure_cache
+from dantinox.accounting.memory import CacheMeasurement, formula_params, measure_cache
 
 # Bytes; a larger cache is sized from shapes instead of allocated. Allocating is dominated by the OS
 # zeroing fresh pages (benchmarks/lab_latency.py): 256 MiB keeps a slider move under 300 ms on 2 CPU cores.

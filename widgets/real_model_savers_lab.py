@@ -7,7 +7,7 @@
 
 Every point and curve was measured by `benchmarks/memory_savers.py --part smollm2` and stored; the lab neither
 loads the model nor re-measures. The kept-slot strips follow each policy's rule (derived). The KIVI view
-quantizes a stored block of real keys and values (measured) with dantinox.kivi's own scale and rounding.
+quantizes a stored block of real keys and values (measured) with dantinox.cache.kivi's own scale and rounding.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 import traitlets
 from plotly.subplots import make_subplots
 
-from dantinox.kivi import encode, scale_zero
+from dantinox.cache.kivi import encode, scale_zero
 from dantinox_labs import shipped
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
@@ -170,7 +170,7 @@ def _kivi_round(x_TH: jax.Array, bits: int, group: int, per_channel: bool):
 
 
 def kivi_quantize(x_TH: np.ndarray, bits: int, group: int, per_channel: bool) -> KiviBlock:
-    """KIVI's asymmetric rounding with dantinox.kivi's scales: per channel over groups of `group` tokens, or per
+    """KIVI's asymmetric rounding with dantinox.cache.kivi's scales: per channel over groups of `group` tokens, or per
     token over groups of `group` channels."""
     x = np.asarray(x_TH, np.float32)
     restored, scale, zero = (np.asarray(a) for a in _kivi_round(jnp.asarray(x), bits, group, per_channel))
@@ -283,7 +283,7 @@ class RealModelSaversLab(Lab):
         self.kivi_html.value = readout_table([
             ("block", f"{esc(self.block.value)}, {r.kivi.original.shape[0]} tokens × {r.kivi.original.shape[1]} "
                       f"channels, {where}", badge("measured", "SmolLM2's float32 cache")),
-            ("mean |error| of this block", f"{k.mean_abs_error:.4f}", badge("derived", "dantinox.kivi rounding")),
+            ("mean |error| of this block", f"{k.mean_abs_error:.4f}", badge("derived", "dantinox.cache.kivi rounding")),
             (f"keys, {self.bits.value}-bit: mean |error| per channel vs per token",
              f"{r.keys_per_channel_error:.4f} vs {r.keys_per_token_error:.4f}", badge("derived")),
             ("largest scale / median scale", f"{np.max(k.scale) / np.median(k.scale):.1f}", badge("derived")),

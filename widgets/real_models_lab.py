@@ -6,7 +6,8 @@
 
 Every number comes from dantinox.kv_ledger: the per-layer bytes are measured from dantinox's cache shapes
 (jax.eval_shape on the same layouts; linear-attention states are derived), the curve over T is the ledger's
-formula, and the engine columns are derived from vLLM's and llama.cpp's sources (dantinox/peer_allocation.py).
+formula, and the engine columns are derived from vLLM's and llama.cpp's sources
+(dantinox/accounting/peer_allocation.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import ipywidgets as widgets
 import traitlets
 
 import dantinox
-from dantinox.architectures import Architecture, catalogue, load_architecture
-from dantinox.kv_ledger import CACHE_DTYPES, Ledger, kv_ledger, sequence_bytes
-from dantinox.peer_allocation import llama_cpp_column, vllm_column
+from dantinox.accounting.kv_ledger import CACHE_DTYPES, Ledger, kv_ledger, sequence_bytes
+from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
+from dantinox.architectures.catalogue import Architecture, catalogue, load_architecture
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box, readout_table

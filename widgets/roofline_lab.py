@@ -21,9 +21,9 @@ import traitlets
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox import roofline
-from dantinox.config import DTYPES, heads_fields
-from dantinox.profile import CATEGORIES, StepProfile
+from dantinox.accounting import roofline
+from dantinox.accounting.profile import CATEGORIES, StepProfile
+from dantinox.architectures.config import DTYPES, heads_fields
 from widgets._controls import Lab, describe
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box

@@ -21,8 +21,8 @@ from flax import nnx
 
 import content
 import dantinox
-from dantinox import roofline
-from dantinox.profile import StepProfile, profile_decode_step
+from dantinox.accounting import roofline
+from dantinox.accounting.profile import StepProfile, profile_decode_step
 
 CRITICAL_TITLE = "Critical batch size"
 FLOOR_TITLE = "Decode step time lower bound"

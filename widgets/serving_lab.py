@@ -5,7 +5,7 @@
     lab.reading.results["paged"].shares()     # what the stacked bar shows
     read_serving(cfg, "sharegpt", 0.5, 100, 8 << 20, 16, 1)   # the same numbers without a widget
 
-`read_serving` runs dantinox.serving_sim.serve for every policy in POLICY_RUNS and caches the result per
+`read_serving` runs dantinox.engine.simulator.serve for every policy in POLICY_RUNS and caches the result per
 setting, so returning to a setting is instant. Its bytes are measured from the allocators' state (page
 tables, reserved regions) times the bytes of one cached token taken from the cache arrays' shapes; the
 lengths come from a seeded trace, not from running the model (benchmarks/serving.py times the model).
@@ -23,7 +23,7 @@ import traitlets
 from plotly.subplots import make_subplots
 
 import dantinox
-from dantinox.serving_sim import LENGTHS, ServeResult, make_trace, serve
+from dantinox.engine.simulator import LENGTHS, ServeResult, make_trace, serve
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box

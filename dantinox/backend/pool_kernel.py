@@ -2,19 +2,20 @@
 
 XLA:CPU can read a paged pool in two ways, and both cost: gathering each sequence's pages copies them every
 step, and scoring every query against the whole pool computes the other sequences' scores only to mask them
-(dantinox/paged.py weighs the two). dantinox/kernels/pool_attend.cc, an XLA FFI custom call, walks the pool
+(dantinox/cache/paged.py weighs the two). dantinox/kernels/pool_attend.cc, an XLA FFI custom call, walks the pool
 in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over the
 rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
 It is C++ built by dantinox/backend/native.py (the machine's compiler; by the set-up, or when dantinox is first
 imported) and registered with XLA for the CPU when dantinox is imported (`load`).
-The CPU backend (dantinox/backend/cpu.py) hands it dantinox.attention.attend's one new token per sequence over
+The CPU backend (dantinox/backend/cpu.py) hands it
+dantinox.architectures.attention.attend's one new token per sequence over
 a shared pool (paged) or, where its measured rule `uses_kernel` says so, over a cache row per sequence. Where
 it cannot be built or the backend is not the CPU, `available()` is False, `why_not()` says why in one line,
 and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
-dantinox/cache.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
+dantinox/cache/container.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
 each decode step rewrote every layer's whole cache: a bfloat16 cache, half the bytes, decoded slower than a
 float32 one (docs/benchmarks.md#speed-layer-rules, store).
 """

@@ -1,6 +1,7 @@
 """XLA:CPU's side of the speed layer: faster arrangements of attention's numbers, and compiler options.
 
-`attend_pool` and `attend_one_token` compute what dantinox.attention.attend's einsum computes, arranged so that
+`attend_pool` and `attend_one_token` compute what dantinox.architectures.attention.attend's einsum computes,
+arranged so that
 XLA:CPU runs them faster for one new token per sequence; dantinox/backend/cpu.py says when (its measured rules).
 `compiler_options` are the XLA options a decode program is compiled with (dantinox.generate asks).
 """
@@ -11,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 import dantinox.backend.pool_kernel as pool_kernel
-from dantinox.attention import NEG_INF
+from dantinox.architectures.attention import NEG_INF
+from dantinox.architectures.config import ModelConfig
 from dantinox.cache import LayerCache
-from dantinox.config import ModelConfig
 
 
 def attend_pool(q_BTKGH: jax.Array, k: jax.Array, v_KSH: jax.Array, mask_BTS: jax.Array, scale: float,
@@ -69,7 +70,7 @@ def attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS
 # batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
 # (benchmarks/decode.py times both sides in every run). Other backends get no options.
 VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
-# A paged pool read whole (dantinox/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
+# A paged pool read whole (dantinox/cache/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
 # hands such float32 products to YNNPACK by default, slower than XLA's own (Eigen) dot for the weights by the
 # values. The option is per program, so it also moves the weight matmuls to Eigen, slower for a larger model.
 # Paged decode programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import jax
 
-from dantinox.paged import put_pages, take_pages
+from dantinox.cache.paged import put_pages, take_pages
 
 
 def seat_rows(layer, seat):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from dantinox.architectures.model import Transformer
+from dantinox.cache.page_pool import pages_for
 from dantinox.checks import positive_int
 from dantinox.engine.kv_manager import KVManager
 from dantinox.engine.records import Request, RequestState, StepReport
 from dantinox.engine.runner import Runner, generator_state
 from dantinox.engine.scheduler import Scheduler
-from dantinox.model import Transformer
-from dantinox.page_pool import pages_for
 
 PREEMPT = ("recompute", "swap")
 

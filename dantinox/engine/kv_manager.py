@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dantinox.architectures.config import ModelConfig
 from dantinox.cache import empty_cache, layouts
-from dantinox.config import ModelConfig
+from dantinox.cache.page_pool import PagePool, page_digest, pages_for
 from dantinox.engine.copies import copy_in, copy_out
 from dantinox.engine.records import Request
 from dantinox.engine.ring_prefixes import RingPrefixes
-from dantinox.page_pool import PagePool, page_digest, pages_for
 
 
 class KVManager:
@@ -41,7 +41,7 @@ class KVManager:
                  prefix_caching: bool, chunk_tokens: int | None, swap: bool):
         self.page_size, self.prefix_caching, self.swap = page_size, prefix_caching, swap
         self.pool = PagePool(num_pages)
-        self.ring = tuple(not hasattr(lay.addressing, "page_size") for lay in layouts(cfg))
+        self.ring = tuple(not lay.addressing.pooled for lay in layouts(cfg))
         table = np.zeros((1, 1), np.int32)  # ring layers: one row per seat, plus a scratch row for padding
         layers = empty_cache(cfg, max_seqs + 1, cfg.max_context, table, num_pages).layers
         self.reach = (chunk_tokens or max_len) if prefix_caching and any(self.ring) else 0

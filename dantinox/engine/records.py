@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dantinox.cache.page_pool import pages_for
 from dantinox.checks import positive_int
-from dantinox.page_pool import pages_for
 
 
 class RequestState(enum.Enum):

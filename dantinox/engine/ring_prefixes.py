@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from dantinox.cache.page_pool import PagePool
 from dantinox.engine.copies import copy_in, copy_out
-from dantinox.page_pool import PagePool
 
 
 class RingPrefixes:

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox.architectures.config import CacheConfig, ModelConfig
 from dantinox.cache import KVCache, layouts
-from dantinox.config import CacheConfig, ModelConfig
 from dantinox.engine.copies import put_seat_rows, seat_rows
 from dantinox.engine.records import Request, Row
 from dantinox.engine.speculation import accept_drafts
@@ -126,7 +126,7 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
     """
     model = nnx.merge(graphdef, params)
     addressing = tuple(lay.addressing for lay in layouts(model.cfg.with_cache(cache)))  # the engine's cache
-    ring = tuple(not hasattr(addr, "page_size") for addr in addressing)
+    ring = tuple(not addr.pooled for addr in addressing)
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)

@@ -13,12 +13,12 @@ iteration that admits it.
   maximum length, "max"; the output rounded up to a power of two, "pow2"; or the true length, "oracle").
 * "contiguous": iteration-level batching (Orca, OSDI '22) with the same contiguous reservations: requests
   join and leave every step, but memory is still reserved per region, first fit.
-* "paged": iteration-level batching over a PageManager pool (dantinox/paged.py): pages are taken as
+* "paged": iteration-level batching over a PageManager pool (dantinox/cache/paged.py): pages are taken as
   tokens arrive, parallel samples share their prompt's pages, and when the pool runs out the most recently
   admitted request is preempted and later recomputed (vLLM, arXiv:2309.06180 §4.5).
 
 Every step records bytes measured from the allocator's state times the bytes of one cached token measured
-from the cache arrays' shapes (dantinox.paged.pool_bytes): token states (slots holding a token of a running
+from the cache arrays' shapes (dantinox.cache.paged.pool_bytes): token states (slots holding a token of a running
 sequence), reserved (slots set aside for tokens a running sequence will still produce), internal
 fragmentation (allocated slots that will never hold a running sequence's token: beyond a request's final
 length, regions of finished requests held until their static batch ends, the empty tail of last pages)
@@ -36,9 +36,9 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from dantinox.architectures.config import ModelConfig
+from dantinox.cache.paged import PageManager, pages_for, pool_bytes
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.paged import PageManager, pages_for, pool_bytes
 
 POLICIES = ("static", "contiguous", "paged")
 RESERVATIONS = ("max", "pow2", "oracle")

@@ -16,13 +16,14 @@ paper chooses per head: a set shared by the heads is what a page table shared by
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from dantinox.cache import Contiguous, LayerCache, Layout, View
-from dantinox.config import ModelConfig
+from dantinox.architectures.config import LayerSpec, ModelConfig
+from dantinox.cache.layout import Contiguous, LayerCache, Layout, View
+from dantinox.cache.registry import MODES, register
 
 BOOKKEEPING_BYTES = 4 + 4  # per slot: the float32 score and the int32 position
 
@@ -62,6 +63,7 @@ class Budget(Contiguous):
     """At most `size` slots; which position a slot holds is stored, not computed."""
 
     size: int  # N
+    bounded: ClassVar[bool] = True
 
     def slots(self, length: int) -> int:
         return min(length, self.size)
@@ -72,6 +74,7 @@ class EvictionLayout(Layout):
     """Budget addressing with H2O's choice: the write waits for the attention weights (`keep`)."""
 
     cfg: ModelConfig | None = None
+    scored: ClassVar[bool] = True
 
     def update(self, layer: BudgetCache, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array,
                lengths_B: jax.Array, after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
@@ -96,6 +99,11 @@ class EvictionLayout(Layout):
         keys = jnp.take_along_axis(view.payload.k, picked_BS[:, None, None, :], axis=3)
         values = jnp.take_along_axis(view.payload.v, picked_BS[:, None, :, None], axis=2)
         return BudgetCache(keys, values, take(score_BC), take(pos_BC))
+
+
+@register(MODES, "eviction")
+def _eviction(cfg: ModelConfig, layer: LayerSpec) -> EvictionLayout:
+    return EvictionLayout(Budget(cfg.cache_budget), BudgetCache, layer, cfg.cache, cfg=cfg)
 
 
 def budget_cache_bytes(cfg: ModelConfig, batch: int, tokens: int) -> int:

@@ -1,6 +1,6 @@
 """Paged KV cache: fixed-size pages in a shared pool, a page table per sequence (PagedAttention, arXiv:2309.06180).
 
-Device side, one addressing of dantinox/cache.py's layouts. Each paged layer holds a pool of `num_pages`
+Device side, one addressing of dantinox/cache/container.py's layouts. Each paged layer holds a pool of `num_pages`
 pages of `page_size` token slots as one row of num_pages · page_size slots ([1, K, H, P · ps] keys,
 [1, K, P · ps, H] values, [1, P · ps, C + R] MLA latents; int8 codes and their scales alike); the
 container holds one page table [B, M] for all of them: logical page m of sequence b lives in physical page
@@ -13,7 +13,7 @@ into slot order
 `ModelConfig(..., cache_layout="paged", page_size=16)`. Sliding-window and chunked layers of a paged
 config keep their ring of W slots per sequence: a ring is already bounded, so paging it would save nothing.
 
-Host side, `PageManager` (dantinox/page_manager.py) owns the free list, reference counts, page tables and fill
+Host side, `PageManager` (dantinox/cache/page_manager.py) owns the free list, reference counts, page tables and fill
 counts; the copy-on-write copies its `append` returns are applied here by `copy_pages`. Asking for more
 pages than are free raises PoolExhausted; nothing is ever silently overwritten.
 """
@@ -23,18 +23,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from dantinox import ops
-from dantinox.cache import Contiguous, KVCache, empty_cache, layouts
+from dantinox.architectures.config import LayerSpec, ModelConfig
+from dantinox.cache.container import KVCache, empty_cache
+from dantinox.cache.layout import Contiguous
+from dantinox.cache.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
+from dantinox.cache.registry import ADDRESSING, layouts, register
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.page_manager import PageManager, PoolExhausted, pages_for  # noqa: F401  (the allocator; re-exported)
 
 # The largest `pool_read_excess` at which a paged layer reads its whole pool instead of gathering its pages: the
 # extra scores of the whole-pool read against the gather's copy of every page it reads (measured:
@@ -63,6 +64,7 @@ class Paged(Contiguous):
 
     page_size: int
     query_heads: int = 1  # query heads per cached head (G; MLA's latent: all N heads read one row)
+    pooled: ClassVar[bool] = True
 
     def locate(self, pos_BT, live_BT, after_B, S, table):
         page_BT = jnp.take_along_axis(table, jnp.clip(pos_BT // self.page_size, 0, table.shape[1] - 1), axis=1)
@@ -154,67 +156,10 @@ def copy_pages(cfg: ModelConfig, caches: KVCache, copies: Sequence[tuple[int, in
 
 def page_sizes(cfg: ModelConfig) -> tuple[int | None, ...]:
     """Each layer's page size, None for a layer that is not paged (a ring)."""
-    return tuple(getattr(lay.addressing, "page_size", None) for lay in layouts(cfg))
+    return tuple(lay.addressing.page_size if lay.addressing.pooled else None for lay in layouts(cfg))
 
 
-class SampleRun(NamedTuple):
-    """What `sample_n` produced and what its pool held at the end (bytes measured from the pool's arrays)."""
-
-    tokens: np.ndarray  # [n, T + max_new_tokens]
-    caches: KVCache  # the paged cache after decoding: the pools, the n samples' page table and lengths
-    manager: PageManager  # page tables, reference counts and fill after decoding
-    copies: list[tuple[int, int]]  # copy-on-write copies (src, dst) made at the first decode write
-    page_bytes: int  # bytes of one page across all layers (keys and values)
-    used_bytes: int  # bytes of the pages held by the n samples
-    unshared_bytes: int  # bytes the same n samples need when each stores its own prompt (pages, same size)
-
-
-class _ForkPager:
-    """The pager of generate's decode loop for n samples of one prefilled prompt (their pages shared)."""
-
-    def __init__(self, cfg: ModelConfig, manager: PageManager, n: int, end: int):
-        self.cfg, self.manager, self.seqs, self.end = cfg, manager, list(range(n)), end
-
-    def grow(self, caches: KVCache, bucket: int) -> KVCache:
-        for seq in self.seqs:
-            caches = copy_pages(self.cfg, caches, self.manager.append(seq, max(0, min(bucket, self.end)
-                                                                      - self.manager.lengths[seq])))
-        table = self.manager.table_array(self.seqs, pages_for(bucket, self.manager.page_size))
-        return caches._replace(page_table=jnp.asarray(table, jnp.int32))
-
-
-def sample_n(model, prompt_ids: Any, n: int, max_new_tokens: int, page_size: int = 16, temperature: float = 1.0,
-             top_k: int | None = None, seed: int = 0) -> SampleRun:
-    """n continuations of one prompt [1, T] that store the prompt once: prefill once, fork, copy on first write."""
-    from dantinox.generate import _advance, _check_request, _prefill_jit, bucket_for, decode_program
-
-    cfg = model.cfg.with_cache(cache_layout="paged", page_size=positive_int("page_size", page_size))
-    prompt, lengths, ends, _ = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k)
-    n, ps = positive_int("n", n), cfg.page_size
-    if prompt.shape[0] != 1:
-        raise ValueError(f"prompt_ids: sample_n continues one prompt, expected shape [1, T], got {prompt.shape}")
-    T, end = prompt.shape[1], int(ends[0])
-    manager = PageManager(pages_for(T, ps) + n * pages_for(end, ps), ps)
-    manager.add(0, T)
-    graphdef, params = nnx.split(model)  # the model as it is: the paged layout comes with the cache
-    table = manager.table_array([0], pages_for(bucket_for(cfg.max_context, T), ps))
-    caches = init_pool(cfg, manager.num_pages, table)
-    state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(ends, jnp.int32),
-                         seed, caches)
-    for seq in range(1, n):
-        manager.fork(0, seq)
-    copies = []
-    for seq in range(n):  # the first write into a shared partly filled page copies it; the last holder writes in place
-        new = manager.append(seq, 1) if end > T else []
-        copies += new
-        state = state._replace(caches=copy_pages(cfg, state.caches, new))
-    rows = jnp.zeros((n,), jnp.int32)
-    state = state._replace(tokens=state.tokens[rows], logits=state.logits[rows], index=state.index[rows],
-                           end=state.end[rows], caches=state.caches._replace(lengths=state.caches.lengths[rows]))
-    temp = jnp.float32(temperature) if temperature > 0 else None
-    state = _advance(cfg, decode_program(n, cfg=cfg, slots=end), graphdef, params, state, end, temp, top_k, True,
-                     _ForkPager(cfg, manager, n, end))
-    page_bytes = pool_bytes(cfg, 1, ps)
-    return SampleRun(np.asarray(state.tokens[:, :end]), state.caches, manager, copies, page_bytes,
-                     manager.num_used * page_bytes, n * pages_for(end, ps) * page_bytes)
-
+@register(ADDRESSING, "paged")
+def _paged(cfg: ModelConfig, layer: LayerSpec) -> Paged:
+    """A full layer of a paged cache (sliding and chunked layers keep their ring: it is already bounded)."""
+    return Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.n_heads // layer.kv_heads)

@@ -1,7 +1,7 @@
 """A GGUF file's metadata read as a config.json-like dict, without reading its tensor data.
 
-`dantinox.architectures.load_architecture` uses it for `dantinox kv model.gguf`; the weights themselves are
-loaded (and dequantized) by `dantinox.pretrained` through the `gguf` package.
+`dantinox.architectures.catalogue.load_architecture` uses it for `dantinox kv model.gguf`; the weights themselves are
+loaded (and dequantized) by `dantinox.architectures.pretrained` through the `gguf` package.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The host side of the paged KV cache for paged decoding and the serving simulator: page tables and fill counts.
 
 `PageManager` is a space manager: it decides which physical page holds which tokens of which sequence, and
-takes and hands back pages through the allocator every pool uses (`PagePool`, dantinox/page_pool.py: free
-list, reference counts); dantinox/paged.py applies its decisions to the device pools. Sequences that share a
+takes and hands back pages through the allocator every pool uses (`PagePool`, dantinox/cache/page_pool.py: free
+list, reference counts); dantinox/cache/paged.py applies its decisions to the device pools. Sequences that share a
 prefix point at the same pages (`fork`: each page shared once more); the first write into a shared, partly
 filled page copies it first (copy-on-write: `append` returns the copies). Asking for more pages than are free
 raises PoolExhausted and changes nothing. The serving engine's space manager is dantinox/engine/kv_manager.py
@@ -19,8 +19,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from dantinox.cache.page_pool import PagePool, PoolExhausted, pages_for  # noqa: F401  (re-exported: paged.py, tests)
 from dantinox.checks import positive_int
-from dantinox.page_pool import PagePool, PoolExhausted, pages_for  # noqa: F401  (re-exported: paged.py, tests)
 
 
 class PageManager:

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dantinox.config import ModelConfig
-from dantinox.model import Transformer
+from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.model import Transformer
 
 if TYPE_CHECKING:  # the tokenizer's libraries load with the first checkpoint, not with `import dantinox`
-    from dantinox.bpe import BPETokenizer
+    from dantinox.architectures.bpe import BPETokenizer
 
 SUPPORTED = ("a llama-architecture .gguf file, or a Hugging Face checkpoint folder of LlamaForCausalLM or "
              "MistralForCausalLM")
@@ -189,7 +189,7 @@ def _gguf_tensors(reader: Any, cfg: ModelConfig) -> dict[str, np.ndarray]:
 
 
 def _gguf_tokenizer(reader: Any) -> BPETokenizer:
-    from dantinox.bpe import BPETokenizer
+    from dantinox.architectures.bpe import BPETokenizer
 
     kind = _field(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
@@ -222,7 +222,7 @@ def _load_gguf(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
     from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
-    from dantinox.bpe import BPETokenizer
+    from dantinox.architectures.bpe import BPETokenizer
 
     cached = cache_dir() / f"{path.stem}-{_file_digest(path)}-v{_CACHE_FORMAT}.safetensors"
     if cached.is_file():
@@ -304,7 +304,7 @@ def _load_hf(folder: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
     if (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 
-        from dantinox.bpe import BPETokenizer
+        from dantinox.architectures.bpe import BPETokenizer
 
         meta = json.loads((folder / "tokenizer_config.json").read_text()) if (
             folder / "tokenizer_config.json").is_file() else {}
@@ -388,7 +388,7 @@ class PretrainedGenerator:
     def generate(self, text: str, max_new_tokens: int = 100, use_cache: bool = True, temperature: float = 0.0,
                  seed: int = 0, chat: bool = False) -> str:
         """The continuation (or, with `chat`, the assistant's answer), cut before the end-of-turn token."""
-        from dantinox.generate import generate
+        from dantinox.generation.generate import generate
 
         ids = self.prompt_ids(text, chat)
         out = np.asarray(generate(self.model, np.asarray([ids], np.int32), max_new_tokens, use_cache=use_cache,

@@ -1,7 +1,7 @@
 """The page allocator: one pool of KV-cache pages, its free list, reference counts and names of cached pages.
 
 The one allocator of every paged pool here, apart from the space managers that map sequences to pages
-(vLLM's BlockAllocator beside its block manager): `PageManager` (dantinox/page_manager.py: tables and fill
+(vLLM's BlockAllocator beside its block manager): `PageManager` (dantinox/cache/page_manager.py: tables and fill
 counts, copy-on-write, for paged decoding and the serving simulator) and the engine's `KVManager`
 (dantinox/engine/kv_manager.py: tables per request, a prefix cache by page name). No JAX here: they own the
 arrays; this keeps the bookkeeping of which page is free and how many hold it. The free list is in LRU order,

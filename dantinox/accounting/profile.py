@@ -4,9 +4,9 @@
     p.seconds["attention over the cache"]      # measured: that category's ops, per step, all layers
     p.read_bytes["weight matmuls"]             # what the category must read per step (every weight)
 
-generate's compiled decode loop (the one dantinox.roofline times) runs under
+generate's compiled decode loop (the one dantinox.accounting.roofline times) runs under
 `jax.profiler.trace`; the per-op events come back from the Perfetto trace and each op is sorted through
-the model's named scopes (`jax.named_scope` in dantinox/model.py) found in the compiled HLO's metadata.
+the model's named scopes (`jax.named_scope` in dantinox/architectures/model.py) found in the compiled HLO's metadata.
 XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
 profiler adds a little to every op, so the categories may sum to more than an unprofiled step.
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 import jax
 from flax import nnx
 
+from dantinox.accounting.roofline import check_fits, check_variant, decode_cost, timing_state
+from dantinox.architectures.config import ModelConfig
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.generate import decode_program
-from dantinox.roofline import _check_fits, _check_variant, decode_cost, timing_state
+from dantinox.generation.generate import decode_program
 
 WEIGHTS, ATTENTION, CACHE_WRITE, OTHER = ("weight matmuls", "attention over the cache", "cache write",
                                           "norms, RoPE, SwiGLU, residual, sampling")
@@ -109,8 +109,8 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
     """Profile `steps` decode steps (default: 20, or `context` if fewer) of `model` over a cache of `context`
     slots; seconds per step by category."""
     cfg = model.cfg
-    _check_variant(cfg)
-    batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
+    check_variant(cfg)
+    batch, context = positive_int("batch", batch), check_fits(cfg, "context", context)
     steps = min(20, context) if steps is None else positive_int("steps", steps)
     if steps > context:
         raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, got {steps}")

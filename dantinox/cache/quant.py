@@ -1,6 +1,6 @@
 """Quantized KV cache: int8 or fp8 (e4m3) codes with one float32 scale per token and KV head.
 
-Quantize on write (`LayerCache.encode` / `LatentCache.encode` in dantinox/cache.py); attention never
+Quantize on write (`LayerCache.encode` / `LatentCache.encode` in dantinox/cache/container.py); attention never
 dequantizes the cache: it multiplies the scores by the key scales and the probabilities by the value scales
 (scores = (q · codes_k) · scale_k, out = (p · scale_v) · codes_v), so storage is independent of addressing
 and payload: int8 works on linear, ring, chunked and paged layers and on MLA latents.

@@ -1,4 +1,4 @@
-"""KIVI-style low-bit KV cache: a storage layout of dantinox/cache.py (Liu et al. 2024, arXiv:2402.02750).
+"""KIVI-style low-bit KV cache: a storage layout of dantinox/cache/container.py (Liu et al. 2024, arXiv:2402.02750).
 
 Keys are quantized per channel and values per token (the paper's finding: a few key channels carry large
 outliers, so a scale per channel isolates them; values have no fixed outlier channels and are read as a
@@ -28,8 +28,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dantinox.cache import LayerCache, Layout, View
-from dantinox.config import ModelConfig
+from dantinox.architectures.config import LayerSpec, ModelConfig
+from dantinox.cache.layout import Contiguous, LayerCache, Layout, View
+from dantinox.cache.registry import MODES, register
 
 SCALE_DTYPE = jnp.float16  # scales and zero points, as KIVI stores them
 
@@ -211,3 +212,8 @@ class KiviLayout(Layout):
             return written, View(LayerCache(k.swapaxes(2, 3), v).concat(new), k_pos, addr)
         k, v = written.read(cfg, after_B)
         return written, View(LayerCache(k.swapaxes(2, 3), v), addr.positions(after_B, layer.slots), addr)
+
+
+@register(MODES, "kivi")
+def _kivi(cfg: ModelConfig, layer: LayerSpec) -> KiviLayout:
+    return KiviLayout(Contiguous(), KiviCache, layer, cfg.cache, cfg=cfg)

@@ -10,7 +10,7 @@ so no cache is exact. Fast-dLLM's approximation: keys/values of everything outsi
 change little while the block is decoded, so compute them once per block and reuse them:
   prefix cache: the prompt and finished blocks, [0, block start);
   DualCache:    the prefix plus the still-masked suffix after the block, [block end, T).
-Keys are cached after RoPE at absolute positions, as in dantinox/cache.py.
+Keys are cached after RoPE at absolute positions, as in dantinox/cache/container.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from dantinox.attention import NEG_INF
+from dantinox.accounting.memory import kv_cache_bytes
+from dantinox.architectures.attention import NEG_INF
+from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.model import Transformer
+from dantinox.architectures.tokenizer import MASK
 from dantinox.cache import (
     KVCache,
     add_caches,
@@ -37,10 +41,6 @@ from dantinox.cache import (
     tree_nbytes,
 )
 from dantinox.checks import check_ids, positive_int
-from dantinox.config import ModelConfig
-from dantinox.memory import kv_cache_bytes
-from dantinox.model import Transformer
-from dantinox.tokenizer import MASK
 
 
 def masked_diffusion_loss(model: Transformer, tokens_BT: jax.Array, rng: jax.Array,

@@ -1,7 +1,8 @@
 """The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention, MLP, Block, Transformer.
 
-Attention's arithmetic is dantinox/attention.py's `attend`. Shapes are named with the alphabet in
-dantinox/config.py. The KV cache is a value passed in and returned (see dantinox/cache.py): it knows how
+Attention's arithmetic is dantinox/architectures/attention.py's `attend`. Shapes are named with the alphabet in
+dantinox/architectures/config.py. The KV cache is a value passed in and returned (see
+dantinox/cache/container.py): it knows how
 many tokens each sequence holds, and every layer writes its new keys through its layout and attends over
 the View the layout gives back. How long the cache is (key buckets while decoding, a prefix and suffix in
 diffusion) is the caller's business. No module keeps state between calls.
@@ -18,7 +19,8 @@ import numpy as np
 from flax import nnx
 
 from dantinox import ops
-from dantinox.attention import attend
+from dantinox.architectures.attention import attend
+from dantinox.architectures.config import LayerSpec, ModelConfig
 from dantinox.cache import (
     KVCache,
     LatentCache,
@@ -29,9 +31,8 @@ from dantinox.cache import (
     layer_layout,
     layouts,
 )
-from dantinox.cache_checks import check_cache, check_write
+from dantinox.cache.checks import check_cache, check_write
 from dantinox.checks import check_ids, concrete_index
-from dantinox.config import LayerSpec, ModelConfig
 
 
 def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
@@ -115,7 +116,7 @@ class Attention(nnx.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             q_BTKGH = apply_rope(q, pos_BT, base)
             sink_q = None
-            if hasattr(layout.addressing, "sink_shift"):  # attention sinks: the query's position in the cache
+            if layout.addressing.keeps_sinks:  # attention sinks: the query's position in the cache
                 shifted = pos_BT - layout.addressing.sink_shift(pos_BT)
                 sink_q = apply_rope(q, shifted, base)
             k_BKTH = apply_rope(k, pos_BT, base).transpose(0, 2, 1, 3)
@@ -129,7 +130,7 @@ class Attention(nnx.Module):
         with jax.named_scope("attend"):
             kv = view.payload
             sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < layout.addressing.sinks)
-            scored = cache is not None and hasattr(layout, "keep")  # eviction: the write needs the weights
+            scored = cache is not None and layout.scored  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
                                sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
         if scored:

@@ -1,41 +1,34 @@
-"""The KV cache as a value: a container that owns its fill, and one layout per layer.
-
-`KVCache` is a pytree passed into the model and returned updated; nothing is stored on the model. It holds
-
-    layers       one payload value per layer (the arrays: keys and values, or MLA latents, with scales)
-    lengths      [B] int32, tokens each sequence holds, shared by every layer
-    page_table  [B, M] int32 for a paged cache (logical page m of sequence b is physical page
-                 table[b, m] of every layer's pool), held once; None for a contiguous cache
-    config       the CacheConfig it was made with (static): the model reads its layers' layouts from it,
-                 so one model decodes with a contiguous, paged, ring, quantized or engine cache
-
-`model.forward` writes at `lengths` and advances it, and attention masks with it, so no caller passes a
-length beside the cache and nothing re-reads it from the data.
+"""One layer's cache layout: addressing x storage x payload, and the View attention reads.
 
 A layer's layout is three independent choices, fixed per layer by its LayerSpec and the cache's CacheConfig
-(`layouts`; the model holds none, so one model decodes with any cache its architecture allows):
-  addressing  where position p lives: `Contiguous` (slot p), `Ring` of W slots (p mod W, dantinox/ring.py),
-              `Chunked` (a ring of one chunk, Llama 4), `Paged` (through the page table, dantinox/paged.py)
+(dantinox/cache/registry.py picks them; the model holds none, so one model decodes with any cache its
+architecture allows):
+  addressing  where position p lives: `Contiguous` (slot p, here), `Ring` of W slots (p mod W), `SinkRing`,
+              `Chunked` (a ring of one chunk, Llama 4; all in ring.py), `Paged` (through the page table,
+              paged.py), `Budget` (H2O, eviction.py)
   storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
-              token and head (dantinox/quant.py); scales are folded into attention's contractions
+              token and head (quant.py; `SCALE_LAYOUT` declares how scales lie); KIVI (kivi.py)
   payload     `LayerCache` (K/V heads) or `LatentCache` (MLA's latent and RoPE key)
 Attention asks its layout for a `View` (the arrays to attend over, each slot's position, and the layout's
 visibility rule) and has one code path for all of them. Keys are cached after RoPE.
+
+What a layout can do is declared on it, never probed: an addressing's `pooled` (its layers are one pool of
+pages read through the page table), `bounded` (it holds at most a fixed number of slots whatever the
+length) and `keeps_sinks`, a layout's `scored` (H2O: the write needs attention's weights), a payload's
+`SEQ_AXES`, `SCALE_LAYOUT` and `fit_slots`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dantinox import ops
-from dantinox.checks import positive_int
-from dantinox.config import CacheConfig, LayerSpec, ModelConfig
-from dantinox.quant import quantize
+from dantinox.architectures.config import CacheConfig, LayerSpec, ModelConfig
+from dantinox.cache.quant import quantize
 
 
 @ops.takes_over("store")  # the speed layer may write some dtypes its own way (in place)
@@ -73,6 +66,11 @@ class _Payload:
     @property
     def slots(self) -> int:
         return self[0].shape[self.SEQ_AXES[0]]
+
+    def fit_slots(self, cfg, n: int, fit) -> Any:
+        """The same payload with `n` slots, every field cut or padded by `fit(array, axis, n)` (KIVI's payload,
+        whose fields hold different slot counts, says otherwise)."""
+        return self.map_slots(lambda a, axis: fit(a, axis, n))
 
     def map_slots(self, fn) -> Any:
         """Apply `fn(array, axis)` to every field that is set (axis: that field's slot axis)."""
@@ -179,6 +177,10 @@ class View(NamedTuple):
 class Contiguous:
     """Position p lives in slot p of its sequence's row: a cache of `length` slots holds positions < length."""
 
+    pooled: ClassVar[bool] = False  # True: the layer is one row of pages shared by all sequences (Paged)
+    bounded: ClassVar[bool] = False  # True: at most `slots(max_context)` slots whatever the length (rings)
+    keeps_sinks: ClassVar[bool] = False  # True: the first `sinks` positions stay (SinkRing: `sink_shift`)
+
     def slots(self, length: int) -> int:
         return length
 
@@ -211,6 +213,7 @@ class Layout:
     payload: type
     layer: LayerSpec | None = None  # its K and H size the payload; None: the model-wide ones
     storage: CacheConfig | None = None  # the cache dtype new tokens are stored in (rounded or quantized)
+    scored: ClassVar[bool] = False  # True: what stays after a write depends on attention's weights (`keep`)
 
     def encode(self, *new: jax.Array) -> Any:
         """New tokens (keys and values, or MLA latents) as this layer's payload stores them."""
@@ -235,157 +238,3 @@ class Layout:
             k_pos = jnp.concatenate([addr.positions(lengths_B, S), jnp.where(live_BT, pos_BT, -1)], axis=1)
             return written, View(layer.concat(new), k_pos, addr)
         return written, View(*addr.read(written, table, after_B, pos_BT.shape[1]), addr)
-
-
-def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:
-    """The layout of every layer of a config (its layer specs under its cache config)."""
-    return tuple(layer_layout(cfg, layer) for layer in cfg.layers)
-
-
-def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
-    """The layout of one layer, given its filled-in spec (one of cfg.layers), under cfg.cache."""
-    from dantinox.kivi import KiviCache, KiviLayout
-    from dantinox.paged import Paged
-    from dantinox.ring import Chunked, Ring, SinkRing
-
-    if cfg.kivi_bits is not None:  # the config refuses per-layer K, H and windows with KIVI and eviction
-        return KiviLayout(Contiguous(), KiviCache, layer, cfg.cache, cfg=cfg)
-    if cfg.eviction is not None:
-        from dantinox.eviction import Budget, BudgetCache, EvictionLayout
-
-        return EvictionLayout(Budget(cfg.cache_budget), BudgetCache, layer, cfg.cache, cfg=cfg)
-    if layer.kind == "sliding" and cfg.attention_sinks:
-        addr = SinkRing(layer.window, cfg.attention_sinks)
-    elif layer.kind == "sliding":
-        addr = Ring(layer.window)
-    elif layer.kind == "chunked":
-        addr = Chunked(layer.window)
-    elif cfg.cache_layout == "paged":
-        addr = Paged(cfg.page_size, cfg.n_heads if cfg.attention == "latent" else cfg.n_heads // layer.kv_heads)
-    else:
-        addr = Contiguous()
-    return Layout(addr, LatentCache if cfg.attention == "latent" else LayerCache, layer, cfg.cache)
-
-
-class KVCache(NamedTuple):
-    """The whole cache: per-layer payloads, the fill of each sequence, and (paged) the page table."""
-
-    layers: tuple  # one payload per layer
-    lengths: jax.Array  # [B] int32, tokens held by each sequence
-    page_table: jax.Array | None = None  # [B, M] int32, paged layers only
-    config: CacheConfig | None = None  # what it was made with (static); None: the model's own cfg.cache
-
-    @property
-    def batch(self) -> int:
-        return self.lengths.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the stored keys and values (or latents) and their scales: what the cache formulas count.
-
-        The bookkeeping (`lengths`, the page table) is B + B·M int32s and is not part of the formulas.
-        """
-        return tree_nbytes(self.layers)
-
-
-def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
-    """Pre-allocate an empty cache for `batch_size` sequences of up to `length` tokens (default max_context).
-
-    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns pages b·M .. b·M + M - 1.
-    """
-    batch_size = positive_int("batch_size", batch_size)
-    length = cfg.max_context if length is None else positive_int("length", length)
-    if length > cfg.max_context:
-        raise ValueError(f"length: a cache holds at most max_context={cfg.max_context} tokens, got {length}")
-    if cfg.cache_layout != "paged":
-        return empty_cache(cfg, batch_size, length)
-    from dantinox.page_manager import pages_for
-
-    M = pages_for(length, cfg.page_size)
-    return empty_cache(cfg, batch_size, length, np.arange(batch_size * M, dtype=np.int32).reshape(batch_size, M),
-                       batch_size * M)
-
-
-def empty_cache(cfg: ModelConfig, batch: int, length: int, table: Any = None, num_pages: int | None = None):
-    """An empty KVCache: contiguous layers of `length` slots (rings: min(length, W)); paged layers get pools
-    of `num_pages` pages (default: every page `table` names) read through `table`."""
-    layers = []
-    for layout in layouts(cfg):
-        addr = layout.addressing
-        if hasattr(addr, "page_size"):
-            n = int(np.max(np.asarray(table))) + 1 if num_pages is None else num_pages
-            layers.append(layout.zeros(cfg, 1, n * addr.page_size))  # one row of n pages
-        else:
-            layers.append(layout.zeros(cfg, batch, addr.slots(length)))
-    table = None if table is None else jnp.asarray(table, jnp.int32)
-    return KVCache(tuple(layers), jnp.zeros((batch,), jnp.int32), table, cfg.cache)
-
-
-def cache_shapes(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
-    """The same pytree as `init_cache`, as ShapeDtypeStructs: sizes without allocating a byte."""
-    return jax.eval_shape(lambda: init_cache(cfg, batch_size, length))
-
-
-def tree_nbytes(tree) -> int:
-    """Bytes held by every array (or ShapeDtypeStruct) leaf of a pytree, measured from shapes and dtypes.
-
-    A KVCache inside counts its stored layers (`KVCache.nbytes`): its lengths and page table are bookkeeping.
-    """
-    leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, KVCache))
-    return int(sum(x.nbytes if isinstance(x, KVCache) else int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
-                   for x in leaves))
-
-
-def filled_slots(cache: KVCache) -> np.ndarray:
-    """[B] tokens each sequence of the cache holds: its `lengths`, read from the container (not the data)."""
-    return np.asarray(cache.lengths)
-
-
-def cache_length(cfg: ModelConfig, cache: KVCache) -> int:
-    """S: how many positions the cache has room for (its key bucket): the slots of its linear layers and of
-    rings not yet at their full size (a full ring takes any), or table width x page."""
-    if cache.page_table is not None:
-        return cache.page_table.shape[1] * cfg.page_size
-    growing = [layer.slots for layer, lay in zip(cache.layers, layouts(cfg), strict=True)
-               if type(lay.addressing) is Contiguous or layer.slots < lay.addressing.slots(cfg.max_context)]
-    return min(growing) if growing else cfg.max_context
-
-
-def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = False) -> tuple:
-    """The same per-layer arrays with `length` slots, cut or zero-padded at the end (at_end=False) or the start.
-
-    A ring layer gets min(length, W) slots, as init_cache gives it.
-    """
-    def fit(a: jax.Array, axis: int, n: int) -> jax.Array:
-        old = a.shape[axis]
-        if n <= old:
-            return jax.lax.slice_in_dim(a, old - n if at_end else 0, old if at_end else n, axis=axis)
-        widths = [(0, 0)] * a.ndim
-        widths[axis] = (n - old, 0) if at_end else (0, n - old)
-        return jnp.pad(a, widths)
-
-    def fit_layer(layer: Any, n: int) -> Any:
-        if hasattr(layer, "fit_slots"):  # fields with different slot counts (KIVI's groups and window)
-            return layer.fit_slots(cfg, n, fit)
-        return layer.map_slots(lambda a, axis: fit(a, axis, n))
-
-    return tuple(fit_layer(layer, lay.addressing.slots(length))
-                 for layer, lay in zip(layers, layouts(cfg), strict=True))
-
-
-def grow_cache(cache: KVCache, cfg: ModelConfig, length: int) -> KVCache:
-    """The same cache with room for `length` positions per contiguous layer: written slots kept, new ones zero."""
-    return cache._replace(layers=resize_layers(cache.layers, cfg, length))
-
-
-def keep_slots(layers: tuple, live_S: jax.Array) -> tuple:
-    """Zero every slot whose entry of the bool mask `live_S` [S] is False."""
-    def mask(a: jax.Array, axis: int) -> jax.Array:
-        return jnp.where(live_S.reshape((-1,) + (1,) * (a.ndim - axis - 1)), a, jnp.zeros((), a.dtype))
-
-    return tuple(layer.map_slots(mask) for layer in layers)
-
-
-def add_caches(a: tuple, b: tuple) -> tuple:
-    """Slot-wise sum of two sets of layers of one length: joins halves whose unused slots are zero."""
-    return jax.tree_util.tree_map(jnp.add, a, b)

@@ -23,11 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import ops, sharding
+from dantinox import ops
+from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.model import Transformer
 from dantinox.cache import KVCache, cache_length, empty_cache, grow_cache
 from dantinox.checks import check_ids, positive_int
-from dantinox.config import ModelConfig
-from dantinox.model import Transformer
+from dantinox.generation import sharding
 
 
 def key_buckets(length: int) -> tuple[int, ...]:
@@ -140,7 +141,7 @@ def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_
 
 
 _STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "bucket", "eos"))
-_prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnames=("caches",))
+prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnames=("caches",))
 _grow_jit = jax.jit(grow_cache, static_argnums=(1, 2))
 
 
@@ -187,7 +188,7 @@ def check_prompts(cfg: ModelConfig, prompt_ids: Any, name: str = "prompt_ids") -
     return prompt, np.full(prompt.shape[0], prompt.shape[1]), False
 
 
-def _check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temperature: Any,
+def check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temperature: Any,
                    top_k: Any, eos_id: Any = None) -> tuple[jax.Array, np.ndarray, np.ndarray, bool]:
     if cfg.paradigm != "autoregressive":
         raise ValueError(f"model: generate() decodes autoregressive models; this one has paradigm="
@@ -215,7 +216,7 @@ class _Pager:
     """Hands a paged cache's sequences their pages from one pool as their key bucket grows (page_manager.py)."""
 
     def __init__(self, cfg: ModelConfig, lengths: np.ndarray, end: np.ndarray):
-        from dantinox.page_manager import PageManager, pages_for
+        from dantinox.cache.page_manager import PageManager, pages_for
 
         self.ps, self.pages_for = cfg.page_size, pages_for
         self.manager = PageManager(int(sum(pages_for(int(e), self.ps) for e in end)), self.ps)
@@ -254,13 +255,13 @@ def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.n
         caches = pager.cache(cfg, bucket) if pager else empty_cache(cfg, prompt.shape[0], bucket)
         if layout is not None:  # KV heads over "model"; the decode loops keep this placement
             caches = sharding.shard_cache(caches, cfg, layout)
-    state = _prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(end, jnp.int32),
+    state = prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(end, jnp.int32),
                          seed, caches)
     temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
     return graphdef, params, state, temp, pager
 
 
-def _advance(cfg: ModelConfig, decode, graphdef, params, state: DecodeState, stop: int, temp, top_k, use_cache,
+def advance(cfg: ModelConfig, decode, graphdef, params, state: DecodeState, stop: int, temp, top_k, use_cache,
              pager=None, eos=None) -> DecodeState:
     """Run the decode programs until every row is done or at `stop`, growing the cache at each key bucket."""
     while True:
@@ -289,15 +290,15 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     Python runs per token. The cache's layout (contiguous or paged, rings, int8) comes from the config;
     `cache_layout` and `page_size` choose another cache for this call: the same model decodes with it.
     `mesh` (a jax ("data", "model") Mesh) decodes with sequences and KV heads spread over its devices
-    (dantinox/sharding.py).
+    (dantinox/generation/sharding.py).
     """
     asked = dict(cache_layout=cache_layout, page_size=page_size)
     cfg = model.cfg.with_cache(**{k: v for k, v in asked.items() if v is not None})
-    prompt, lengths, end, ragged = _check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
+    prompt, lengths, end, ragged = check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
     graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh,
                                                   cfg)
     decode = decode_program(prompt.shape[0], cfg=cfg, slots=int(end.max()))
-    state = _advance(cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager, eos_id)
+    state = advance(cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager, eos_id)
     return _result(state, lengths, end, ragged, eos_id)
 
 
@@ -344,7 +345,7 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     full forward over the tokens so far (rounded up to the key bucket), so its cost per token grows.
     """
     global _compile_counter
-    prompt, lengths, end, ragged = _check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
+    prompt, lengths, end, ragged = check_request(model.cfg, prompt_ids, max_new_tokens, temperature, top_k)
     if ragged:
         raise ValueError("prompt_ids: stream decodes prompts of one length (an array [B, T]); "
                          "use generate for prompts of different lengths")
@@ -357,7 +358,7 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     while index < last:
         stop = min(index + chunk, last)
         compiles, start = _compile_counter.here(), time.perf_counter()
-        state = jax.block_until_ready(_advance(model.cfg, decode, graphdef, params, state, stop, temp, top_k,
+        state = jax.block_until_ready(advance(model.cfg, decode, graphdef, params, state, stop, temp, top_k,
                                                use_cache, pager))
         seconds = time.perf_counter() - start
         yield StreamEvent(np.asarray(state.tokens[:, index:stop]), state.caches, stop, seconds,

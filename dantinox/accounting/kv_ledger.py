@@ -3,7 +3,7 @@
     ledger = dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")
     ledger.total_bytes, ledger.per_token_bytes, ledger.rows[0], ledger.naive_error_pct, ledger.fit
 
-Each row is one layer: its kind (architectures.KINDS), the slots it holds at T tokens, the elements one slot
+Each row is one layer: its kind (catalogue.KINDS), the slots it holds at T tokens, the elements one slot
 stores and its bytes for B sequences. A K/V layer stores 2·K·H elements per slot, an MLA layer C + R (one
 latent, no K/V pair), a shared layer nothing new, a linear-attention layer a constant state (derived, with its
 formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
@@ -24,12 +24,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from dantinox.architectures import Architecture, LayerGeometry, load_architecture
+from dantinox.accounting.memory import DEVICE_PRESETS
+from dantinox.architectures.catalogue import Architecture, LayerGeometry, load_architecture
+from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
 from dantinox.cache import KVCache, layouts, tree_nbytes
+from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
-from dantinox.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
-from dantinox.memory import DEVICE_PRESETS
-from dantinox.quant import SCALE_BYTES
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
 WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read

@@ -15,22 +15,24 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from dantinox.architectures.config_upgrade import upgrade
+from dantinox.architectures.windows import local_layers
 from dantinox.checks import positive_int
-from dantinox.windows import local_layers
 
 ATTENTION_KINDS = ("heads", "latent")
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")  # derived labels (ModelConfig.variant), not stored
 PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-# Quantized cache storage (dantinox/quant.py): code dtype; a float32 scale per token and head sits beside the codes.
+# Quantized cache storage (dantinox/cache/quant.py): code dtype; a float32 scale per token and head sits beside
+# the codes.
 QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
-# KIVI-style low-bit storage (dantinox/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
+# KIVI-style low-bit storage (dantinox/cache/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
 MLP_KINDS = ("swiglu", "geglu")  # the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
 CACHE_LAYOUTS = ("contiguous", "paged")
-EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/eviction.py)
-# Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.KINDS.
+EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/cache/eviction.py)
+# Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.catalogue.KINDS.
 LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
 LAYER_KINDS_BUILT = ("full", "sliding", "chunked")  # "shared" and "state" are declared, not built yet
 
@@ -191,7 +193,7 @@ class ModelConfig:
     q_latent_dim: int | None = None  # optional low-rank query compression width
     mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
     mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
-    # Local layers (dantinox/ring.py), one entry per layer; None: every layer global. See local_layers.
+    # Local layers (dantinox/cache/ring.py), one entry per layer; None: every layer global. See local_layers.
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
     # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks; see layers.
@@ -335,7 +337,7 @@ class ModelConfig:
                 object.__setattr__(self, name, sizes := tuple(sizes))
             if not isinstance(sizes, tuple) or len(sizes) != self.n_layers:
                 raise ValueError(f"{name}: expected one entry per layer ({self.n_layers}), each a positive integer "
-                                 f"or None (see dantinox.windows.local_layers), got {sizes!r}")
+                                 f"or None (see dantinox.architectures.windows.local_layers), got {sizes!r}")
             for i, size in enumerate(sizes):
                 if size is not None:
                     positive_int(f"{name}[{i}]", size)
@@ -522,10 +524,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """A config from to_dict's dict, or from one written by an earlier dantinox (dantinox/config_upgrade.py)."""
-        from dantinox.config_upgrade import upgrade  # it reads this module's defaults and variant labels
-
-        data = upgrade(data)
+        """A config from to_dict's dict, or from one written by an earlier dantinox
+        (dantinox/architectures/config_upgrade.py)."""
+        data = upgrade(data, cls, ATTENTION_VARIANTS, CACHE_FIELDS, heads_fields)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from dantinox.config import ModelConfig
+from dantinox.architectures.config import ModelConfig
 
 AXES = ("data", "model")
 

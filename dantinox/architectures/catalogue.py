@@ -1,6 +1,6 @@
 """Published architectures as per-layer cache geometry: a strict reader of config.json, GGUF metadata and the catalogue.
 
-    arch = dantinox.architectures.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
+    arch = dantinox.architectures.catalogue.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
     arch.layers[5]  # LayerGeometry(index=5, kind='full', kv_heads=16, head_size=128, ...)
 
 A layer is one of six kinds, each decided by named config fields:
@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dantinox.gguf_header import gguf_config
+from dantinox.architectures.gguf_header import gguf_config
 
 KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear")
 CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.json

@@ -1,4 +1,4 @@
-"""Sliding-window and chunked layers: ring-buffer addressing (one layout axis of dantinox/cache.py).
+"""Sliding-window and chunked layers: ring-buffer addressing (one layout axis of dantinox/cache/container.py).
 
 A local layer with window W attends to the current token and the W - 1 before it, so it keeps only the
 keys and values of the last W positions: position p lives in slot p mod W (Mistral 7B's rolling buffer,
@@ -16,11 +16,14 @@ rule.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from dantinox.cache import Contiguous
+from dantinox.architectures.config import LayerSpec, ModelConfig
+from dantinox.cache.layout import Contiguous
+from dantinox.cache.registry import ADDRESSING, register
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Ring(Contiguous):
     """Position p in slot p mod S of a ring of S = min(length, W) slots; keys more than W - 1 back are masked."""
 
     size: int  # W slots (the sliding window); for Chunked, the chunk size C
+    bounded: ClassVar[bool] = True
 
     def slots(self, length: int) -> int:
         return min(length, self.size)
@@ -63,6 +67,7 @@ class SinkRing(Ring):
     """
 
     sinks: int = 0  # S
+    keeps_sinks: ClassVar[bool] = True
 
     def slots(self, length: int) -> int:
         return min(length, self.size + self.sinks)
@@ -99,6 +104,16 @@ class Chunked(Ring):
 
     def visible(self, q_pos, k_pos) -> jax.Array:
         return q_pos // self.size == k_pos // self.size
+
+
+@register(ADDRESSING, "sliding")
+def _sliding(cfg: ModelConfig, layer: LayerSpec) -> Ring:
+    return SinkRing(layer.window, cfg.attention_sinks) if cfg.attention_sinks else Ring(layer.window)
+
+
+@register(ADDRESSING, "chunked")
+def _chunked(cfg: ModelConfig, layer: LayerSpec) -> Chunked:
+    return Chunked(layer.window)
 
 
 def ring_slots_held(window: int, written: int) -> list[int | None]:

@@ -10,8 +10,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from dantinox.cache import KVCache, cache_length, layouts
-from dantinox.config import ModelConfig
+from dantinox.architectures.config import ModelConfig
+from dantinox.cache.container import KVCache, cache_length
+from dantinox.cache.registry import layouts
 
 
 def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
@@ -29,7 +30,7 @@ def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
         if type(got) is not lay.payload:
             raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for attention={cfg.attention!r}, "
                              f"got {type(got).__name__}")
-        rows = got[0].shape[0] if hasattr(lay.addressing, "page_size") else batch  # a pool's rows are pages
+        rows = got[0].shape[0] if lay.addressing.pooled else batch  # a pool's rows are pages
         want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.zeros(cfg, rows, got.slots))
         for name, g, w in zip(got._fields, got, want, strict=True):
             if (g is None) != (w is None):

@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dantinox.accounting.memory import DEVICE_PRESETS, kv_cache_bytes
+from dantinox.architectures.config import ModelConfig
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.generate import DecodeState, decode_program
-from dantinox.memory import DEVICE_PRESETS, kv_cache_bytes
+from dantinox.generation.generate import DecodeState, decode_program
 
 # Datasheet devices: the DEVICE_PRESETS name (capacity) and the prefill-and-decode spec holding F and BW.
 DATASHEET_SPECS = {
@@ -105,7 +105,7 @@ class StepCost:
         return "memory" if self.memory_time(machine) >= self.compute_time(machine) else "compute"
 
 
-def _check_variant(cfg: ModelConfig) -> None:
+def check_variant(cfg: ModelConfig) -> None:
     if cfg.attention == "latent":
         raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
     if not cfg.uniform_heads:
@@ -114,7 +114,7 @@ def _check_variant(cfg: ModelConfig) -> None:
 
 def weight_count(cfg: ModelConfig) -> int:
     """Parameters of the model: L blocks (QKV, output, SwiGLU, two norms), the embedding, the final norm."""
-    _check_variant(cfg)
+    check_variant(cfg)
     D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
     block = D * (N + 2 * K) * H + N * H * D + D * 2 * F + F * D + 2 * D
     return cfg.n_layers * block + V * D + D + (0 if cfg.tie_embeddings else D * V)
@@ -122,7 +122,7 @@ def weight_count(cfg: ModelConfig) -> int:
 
 def matmul_weights_per_token(cfg: ModelConfig) -> int:
     """Weights each token multiplies by: every block's matmuls and the output head (the embedding when tied)."""
-    _check_variant(cfg)
+    check_variant(cfg)
     D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
     return cfg.n_layers * (D * (N + 2 * K) * H + N * H * D + 3 * D * F) + D * V
 
@@ -133,15 +133,15 @@ def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
 
 def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, str]:
     """(paged layers, slots of whole pages per sequence, how a decode step reads the pool) for a private pool
-    of `batch` sequences of `context` slots (init_cache's), as dantinox/paged.py decides it: "in place"
+    of `batch` sequences of `context` slots (init_cache's), as dantinox/cache/paged.py decides it: "in place"
     (a backend's kernel, each sequence's own slots), "whole" (every query against the whole pool) or
     "gathered" (each sequence's pages copied into slot order)."""
     if cfg.cache_layout != "paged":
         return 0, context, "in place"
     from dantinox.cache import LatentCache, LayerCache, layouts
-    from dantinox.page_manager import pages_for
+    from dantinox.cache.page_manager import pages_for
 
-    paged = [lay.addressing for lay in layouts(cfg) if hasattr(lay.addressing, "page_size")]
+    paged = [lay.addressing for lay in layouts(cfg) if lay.addressing.pooled]
     M = pages_for(context, cfg.page_size)
     payload = LatentCache if cfg.attention == "latent" else LayerCache
     layout = payload.SCALE_LAYOUT if cfg.quantized_cache else None
@@ -154,7 +154,7 @@ def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, s
 
 def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
     """Bytes a paged step moves beyond reading its pages: where a paged layer gathers each sequence's pages
-    into a contiguous copy (dantinox/paged.py, `Paged.reads_pool` False) the copy is written once and read
+    into a contiguous copy (dantinox/cache/paged.py, `Paged.reads_pool` False) the copy is written once and read
     once by attention; a pool read whole or in place moves none."""
     layers, slots, read = _paged_read(cfg, batch, context)
     if read != "gathered":
@@ -299,7 +299,7 @@ def _prefill(graphdef, params, prompt_BT):
     return model.forward(prompt_BT, init_cache(model.cfg, B, T))
 
 
-def _check_fits(cfg: ModelConfig, name: str, value: int) -> int:
+def check_fits(cfg: ModelConfig, name: str, value: int) -> int:
     value = positive_int(name, value)
     if value > cfg.max_context:
         raise ValueError(f"{name}: expected at most max_context={cfg.max_context}, got {value}")
@@ -317,8 +317,8 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
     exceeds `context`.
     """
     cfg = model.cfg
-    _check_variant(cfg)
-    batch, context = positive_int("batch", batch), _check_fits(cfg, "context", context)
+    check_variant(cfg)
+    batch, context = positive_int("batch", batch), check_fits(cfg, "context", context)
     if not 0 <= short < long:
         raise ValueError(f"short, long: expected 0 <= short < long, got {short}, {long}")
     repeats, attempts = positive_int("repeats", repeats), positive_int("attempts", attempts)
@@ -349,8 +349,8 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
 def prefill_seconds(model: nnx.Module, batch: int, prompt: int, repeats: int = 3) -> float:
     """Seconds of one compiled prefill of B prompts of `prompt` tokens into a fresh cache, best of `repeats`."""
     cfg = model.cfg
-    _check_variant(cfg)
-    batch, prompt = positive_int("batch", batch), _check_fits(cfg, "prompt", prompt)
+    check_variant(cfg)
+    batch, prompt = positive_int("batch", batch), check_fits(cfg, "prompt", prompt)
     graphdef, params = nnx.split(model)
     ids = jnp.asarray(np.random.RandomState(0).randint(0, cfg.vocab_size, (batch, prompt)), jnp.int32)
     return best_of(lambda: _prefill(graphdef, params, ids), repeats)

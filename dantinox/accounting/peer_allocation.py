@@ -1,8 +1,8 @@
 """The peers' allocation rules: how vLLM and llama.cpp would allocate a model's KV cache, derived from their
 sources (derived, not measured). Not dantinox's own serving engine (dantinox/engine/).
 
-    dantinox.peer_allocation.vllm_column(arch, tokens, batch, "bfloat16", budget_bytes=...)
-    dantinox.peer_allocation.llama_cpp_column(arch, n_ctx, "float16")
+    dantinox.accounting.peer_allocation.vllm_column(arch, tokens, batch, "bfloat16", budget_bytes=...)
+    dantinox.accounting.peer_allocation.llama_cpp_column(arch, n_ctx, "float16")
 
 Read in vLLM 0.33.0 (the PyPI wheel's sources) and in llama.cpp as vendored by llama-cpp-python 0.3.36 (its
 sdist); file:line below. Own code, own words: only the rules are carried over.
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dantinox.architectures import Architecture
-from dantinox.config import DTYPES
+from dantinox.architectures.catalogue import Architecture
+from dantinox.architectures.config import DTYPES
 
 VLLM_PAGE = 16
 LLAMA_CPP_PAD = 256

@@ -10,12 +10,12 @@ import jax
 import numpy as np
 from flax import nnx
 
+from dantinox.architectures.config import ModelConfig
 from dantinox.cache import cache_shapes, init_cache, tree_nbytes
+from dantinox.cache.eviction import budget_cache_bytes
+from dantinox.cache.kivi import kivi_cache_bytes
+from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
-from dantinox.config import ModelConfig
-from dantinox.eviction import budget_cache_bytes
-from dantinox.kivi import kivi_cache_bytes
-from dantinox.quant import SCALE_BYTES
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def measure_cache(cfg: ModelConfig, batch: int, tokens: int, budget: int) -> Cac
 def param_bytes(cfg_or_model: ModelConfig | nnx.Module) -> int:
     """Bytes of the model's parameters, measured from the parameter arrays (shapes only for a config)."""
     if isinstance(cfg_or_model, ModelConfig):
-        from dantinox.model import Transformer
+        from dantinox.architectures.model import Transformer
 
         cfg = cfg_or_model
         state = jax.eval_shape(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param))

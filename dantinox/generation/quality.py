@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox import tokenizer
+from dantinox.architectures import tokenizer
+from dantinox.architectures.config import CacheConfig, ModelConfig
+from dantinox.architectures.model import Transformer
 from dantinox.cache import init_cache
+from dantinox.cache.eviction import BOOKKEEPING_BYTES
+from dantinox.cache.kivi import SCALE_DTYPE as KIVI_SCALE_DTYPE
+from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
-from dantinox.config import CacheConfig, ModelConfig
-from dantinox.eviction import BOOKKEEPING_BYTES
-from dantinox.kivi import SCALE_DTYPE as KIVI_SCALE_DTYPE
-from dantinox.model import Transformer
-from dantinox.quant import SCALE_BYTES
 
 KIVI_SCALE_BYTES = np.dtype(KIVI_SCALE_DTYPE).itemsize
 
