@@ -95,7 +95,7 @@ def test_causality_by_gradients():
         h = e
         pos = jnp.arange(8)[None]
         for block in model.blocks:
-            h, _ = block(h, pos)
+            h, _, _ = block(h, pos)
         return model.logits(model.norm(h))[0, t].sum()
 
     grad = jax.jit(jax.grad(logit_at), static_argnums=1)(emb, 3)  # one program, not each operation on its own

@@ -174,7 +174,7 @@ def test_an_int8_cache_declaring_another_scale_layout_never_reaches_the_kernel(m
             *nnx.split(model), jnp.asarray([[3], [4]]), state).as_text()
 
     assert lowered_step().count("dantinox_pool_attend_int8") == cfg.n_layers
-    monkeypatch.setattr(payloads._Payload, "SCALE_LAYOUT", "per_channel")
+    monkeypatch.setattr(payloads.Payload, "SCALE_LAYOUT", "per_channel")
     monkeypatch.setattr(pool_kernel, "attend", lambda *a, **kw: pytest.fail("the kernel was called"))
     importlib.import_module("dantinox.architectures.model")._compiled_forward.clear_cache()
     assert state.layers[0].scale_layout == "per_channel" and not pool_kernel.handles(jnp.int8, "per_channel")

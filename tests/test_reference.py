@@ -75,12 +75,17 @@ def np_forward(model, tokens_T):
     norm = lambda x, scale: x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * P(scale)  # noqa: E731
     emb = P(model.embed.embedding)
     x = emb[tokens_T]
-    for block in model.blocks:
+    kv = []  # each layer's keys and values; a shared layer (LayerSpec "shared") computes queries only
+    for block, spec in zip(model.blocks, cfg.layers, strict=True):
         h = norm(x, block.norm1.scale) @ P(block.attn.wqkv.kernel)
-        q, k, v = np.split(h, [N * H, (N + K) * H], axis=-1)
-        q = np_rope(q.reshape(T, N, H), pos, cfg.rope_base)
-        k = np_rope(k.reshape(T, K, H), pos, cfg.rope_base)
-        x = x + np_attention(q, k, v.reshape(T, K, H), cfg.causal).reshape(T, N * H) @ P(block.attn.wo.kernel)
+        q = np_rope(h[:, :N * H].reshape(T, N, H), pos, cfg.rope_base)
+        if spec.kind == "shared":
+            k, v = kv[spec.source]
+        else:
+            k, v = np.split(h[:, N * H:], 2, axis=-1)
+            k, v = np_rope(k.reshape(T, K, H), pos, cfg.rope_base), v.reshape(T, K, H)
+        kv.append((k, v))
+        x = x + np_attention(q, k, v, cfg.causal).reshape(T, N * H) @ P(block.attn.wo.kernel)
         gate, up = np.split(norm(x, block.norm2.scale) @ P(block.mlp.gate_up.kernel), 2, axis=-1)
         x = x + (gate / (1 + np.exp(-gate)) * up) @ P(block.mlp.down.kernel)
     return norm(x, model.norm.scale) @ emb.T / np.sqrt(cfg.d_model)

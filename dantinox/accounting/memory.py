@@ -67,10 +67,10 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
     slots = T, or min(T, W + S) for a sliding-window layer's ring buffer and its S attention sinks (min(T, C)
-    for a chunked one); a KIVI cache (cache_dtype kivi4 / kivi2) is counted by `kivi_cache_bytes`, an
-    eviction cache (cache_budget N) by `budget_cache_bytes` (min(T, N) slots, each with a score and a position);
-    elements per token = 2 · K · H, or
-    C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
+    for a chunked one, 0 for a shared layer, which reads another layer's cache); a KIVI cache (cache_dtype
+    kivi4 / kivi2) is counted by `kivi_cache_bytes`, an eviction cache (cache_budget N) by
+    `budget_cache_bytes` (min(T, N) slots, each with a score and a position); elements per token = 2 · K · H,
+    or C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
     MLA's latent).
     `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
     """
@@ -82,16 +82,34 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
         return kivi_cache_bytes(cfg, int(batch_size), int(tokens))
     if cfg.eviction is not None:
         return budget_cache_bytes(cfg, int(batch_size), int(tokens))
-    total = 0
+    return sum(layer_cache_bytes(cfg, int(batch_size), int(tokens)))
+
+
+def layer_cache_bytes(cfg: ModelConfig, batch_size: int, tokens: int) -> list[int]:
+    """Each layer's term of `kv_cache_bytes` (a per-layer layout: not KIVI, not eviction)."""
+    per_layer = []
     for layer in cfg.layers:  # each layer with its own K, H and ring
+        if layer.kind == "shared":  # reads another layer's cache, stores none
+            per_layer.append(0)
+            continue
         if cfg.attention == "latent":  # one scale per latent
             elements, scales = cfg.kv_elements_per_token_per_layer, 1
         else:  # one scale per K/V head
             elements, scales = 2 * layer.kv_heads * layer.head_size, 2 * layer.kv_heads
         per_slot = elements * cfg.cache_itemsize + (scales * SCALE_BYTES if cfg.quantized_cache else 0)
         ring = None if layer.kind == "full" else layer.window + (cfg.attention_sinks if layer.kind == "sliding" else 0)
-        total += (tokens if ring is None else min(tokens, ring)) * per_slot
-    return int(batch_size) * total
+        per_layer.append(batch_size * (tokens if ring is None else min(tokens, ring)) * per_slot)
+    return per_layer
+
+
+def kv_read_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
+    """Bytes of cache one decode step's attention reads at `tokens` tokens: `kv_cache_bytes`, plus, for every
+    shared layer, its source layer's bytes again (stored once, read by each layer that attends over it)."""
+    tokens = cfg.max_context if tokens is None else tokens
+    if not cfg.shared_layers:
+        return kv_cache_bytes(cfg, batch_size, tokens)
+    per_layer = layer_cache_bytes(cfg, int(batch_size), int(tokens))
+    return sum(per_layer[s.source] if s.kind == "shared" else b for s, b in zip(cfg.layers, per_layer, strict=True))
 
 
 # Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the code's.

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dantinox.accounting.memory import DEVICE_PRESETS, kv_cache_bytes
+from dantinox.accounting.memory import DEVICE_PRESETS, kv_cache_bytes, kv_read_bytes
 from dantinox.architectures.config import ModelConfig
 from dantinox.cache import init_cache
 from dantinox.checks import positive_int
@@ -172,7 +172,7 @@ def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
-        cache_read_bytes=kv_cache_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
+        cache_read_bytes=kv_read_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
         matmul_flops=2 * batch * matmul_weights_per_token(cfg),
         attention_flops=_attention_flops(cfg, batch, context) + pool_scores,
         page_gather_bytes=page_gather_bytes(cfg, batch, context))

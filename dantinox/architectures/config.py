@@ -34,7 +34,7 @@ CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/cache/eviction.py)
 # Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.catalogue.KINDS.
 LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
-LAYER_KINDS_BUILT = ("full", "sliding", "chunked")  # "shared" and "state" are declared, not built yet
+LAYER_KINDS_BUILT = ("full", "sliding", "chunked", "shared")  # "state" is declared, not built yet
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -258,7 +258,8 @@ class ModelConfig:
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                        ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                        ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0)):
+                                       ("attention_sinks", self.attention_sinks, self.attention_sinks == 0),
+                                       ("layer_specs", self.layer_specs, not self.shared_layers)):
                 if not plain:
                     raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
                                      f"(its DualCache splits and joins them), got {value!r}")
@@ -273,7 +274,7 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers),
                                    ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
             if not plain:
                 raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
@@ -288,7 +289,7 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads)):
+                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
                                  f"(no latent, paged, window or chunk; one K and H), got {value!r}")
@@ -370,12 +371,14 @@ class ModelConfig:
             if spec.kind not in LAYER_KINDS_BUILT:
                 raise ValueError(f"{at}.kind: {spec.kind!r} is declared but not built yet; dantinox builds "
                                  f"{', '.join(LAYER_KINDS_BUILT)}")
-            if (spec.window is None) != (spec.kind == "full"):
-                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full layer "
-                                 f"none; got kind={spec.kind!r}, window={spec.window!r}")
+            if (spec.window is None) == (spec.kind in ("sliding", "chunked")):
+                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full or "
+                                 f"shared layer none; got kind={spec.kind!r}, window={spec.window!r}")
             if spec.window is not None:
                 positive_int(f"{at}.window", spec.window)
-            if spec.source is not None:
+            if spec.kind == "shared":
+                self._check_source(specs, i, spec)
+            elif spec.source is not None:
                 raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got {spec.source}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
@@ -394,6 +397,29 @@ class ModelConfig:
             kept.append(spec)
         # no layer differs from the model-wide fields: one way to say it
         object.__setattr__(self, "layer_specs", None if all(s == LayerSpec() for s in kept) else tuple(kept))
+
+    def _check_source(self, specs: tuple[LayerSpec, ...], i: int, spec: LayerSpec) -> None:
+        """A shared layer (Gemma 3n's KV sharing) reads the keys and values of an earlier layer that stores them,
+        so it has that layer's K and H; it stores nothing itself."""
+        at, j = f"layer_specs[{i}]", spec.source
+        if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
+            raise ValueError(f"{at}.source: a shared layer reads an earlier layer's cache, expected a layer index "
+                             f"in 0..{i - 1}, got {j!r}")
+        if specs[j].kind == "shared":
+            raise ValueError(f"{at}.source: layer {j} is itself shared and stores nothing; name the layer it reads "
+                             f"({specs[j].source})")
+        if self.attention == "latent":
+            raise ValueError(f"{at}.kind: shared layers read K/V heads; attention='latent' is not built with them")
+        for name in ("kv_heads", "head_size"):
+            theirs = getattr(specs[j], name) or getattr(self, "n_kv_heads" if name == "kv_heads" else name)
+            if getattr(spec, name) not in (None, theirs):
+                raise ValueError(f"{at}.{name}: a shared layer reads layer {j}'s keys, so it has its {name} "
+                                 f"({theirs}); leave it out, got {getattr(spec, name)}")
+
+    @property
+    def shared_layers(self) -> tuple[int, ...]:
+        """The layers that read another layer's cache and store none."""
+        return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind == "shared")
 
     # Helpers that fill the per-layer tuples from one size.
     def with_sliding_window(self, window: int | None, local_per_global: int | None = None) -> ModelConfig:
@@ -418,8 +444,12 @@ class ModelConfig:
             specs = tuple(LayerSpec("sliding", w) if w else LayerSpec("chunked", c) if c else LayerSpec()
                           for w, c in zip(windows, chunks, strict=True))
         fill = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
-        return tuple(dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None})
-                     for s in specs)
+        filled = [dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None}) for s in specs]
+        for i, s in enumerate(specs):  # a shared layer has the K and H of the layer whose keys it reads
+            if s.kind == "shared":
+                source = filled[s.source]
+                filled[i] = dataclasses.replace(filled[i], kv_heads=source.kv_heads, head_size=source.head_size)
+        return tuple(filled)
 
     @property
     def uniform_heads(self) -> bool:

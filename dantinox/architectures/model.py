@@ -93,7 +93,8 @@ class Attention(nnx.Module):
         self.cfg = cfg
         self.layer = layer
         n, k, h = cfg.n_heads, layer.kv_heads, layer.head_size
-        self.wqkv = _dense(cfg.d_model, (n + 2 * k) * h, cfg, rngs)  # one matmul for Q, K and V
+        self.shared = layer.kind == "shared"  # reads the keys and values of layer `layer.source`: queries only
+        self.wqkv = _dense(cfg.d_model, (n + (0 if self.shared else 2 * k)) * h, cfg, rngs)  # one matmul for Q, K, V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
         if cfg.qk_norm:  # one scale of H per layer, shared by its heads
             self.q_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
@@ -102,34 +103,44 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
-                 fill: Fill | None = None, layout: Layout | None = None) -> tuple[jax.Array, LayerCache | None]:
-        """Attend from T new tokens at positions pos_BT; with a cache, through its layout's write and view."""
+                 fill: Fill | None = None, layout: Layout | None = None,
+                 source_view: View | None = None) -> tuple[jax.Array, LayerCache | None, View]:
+        """Attend from T new tokens at positions pos_BT; with a cache, through its layout's write and view.
+
+        A shared layer writes nothing and reads `source_view`, the view its source layer's write produced.
+        Returns the output, the layer's cache after the write and the view attention read.
+        """
         cfg, base = self.cfg, self.layer.rope_base
         layout = layer_layout(cfg, self.layer) if layout is None else layout
         B, T, _ = x_BTD.shape
         K, H = self.layer.kv_heads, self.layer.head_size
         G = cfg.n_heads // K
         with jax.named_scope("qkv"):  # named scopes label the ops in profiles (benchmarks/decode_profile.py)
-            q, k, v = jnp.split(self.wqkv(x_BTD), [K * G * H, (K * G + K) * H], axis=-1)
-            q, k = q.reshape(B, T, K, G, H), k.reshape(B, T, K, H)
+            qkv = self.wqkv(x_BTD)
+            q = qkv[..., :K * G * H].reshape(B, T, K, G, H)
             if self.q_norm is not None:  # QK-norm: each head normalized before RoPE
-                q, k = self.q_norm(q), self.k_norm(k)
+                q = self.q_norm(q)
             q_BTKGH = apply_rope(q, pos_BT, base)
-            sink_q = None
-            if layout.addressing.keeps_sinks:  # attention sinks: the query's position in the cache
-                shifted = pos_BT - layout.addressing.sink_shift(pos_BT)
-                sink_q = apply_rope(q, shifted, base)
-            k_BKTH = apply_rope(k, pos_BT, base).transpose(0, 2, 1, 3)
-            v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
+            if not self.shared:
+                k, v = jnp.split(qkv[..., K * G * H:], 2, axis=-1)
+                k = k.reshape(B, T, K, H)
+                k = k if self.k_norm is None else self.k_norm(k)
+                k_BKTH = apply_rope(k, pos_BT, base).transpose(0, 2, 1, 3)
+                v_BKTH = v.reshape(B, T, K, H).transpose(0, 2, 1, 3)
         with jax.named_scope("cache_write"):
-            if cache is None:
-                new = LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH)
+            if self.shared:  # nothing to store: the source layer's view, as its own write left it
+                view = source_view
+            elif cache is None:
+                cache, view = _view(layout, None, LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH), pos_BT, fill)
             else:  # each payload type stores new tokens its own way (rounded to the cache dtype, or quantized)
-                new = layout.encode(k_BKTH, v_BKTH)
-            cache, view = _view(layout, cache, new, pos_BT, fill)
+                cache, view = _view(layout, cache, layout.encode(k_BKTH, v_BKTH), pos_BT, fill)
+        sink_q = sinks = None
+        if view.addressing.keeps_sinks:  # attention sinks: the query's position in the cache
+            addr = view.addressing
+            sink_q = apply_rope(q, pos_BT - addr.sink_shift(pos_BT), base)
+            sinks = (view.k_pos_BS >= 0) & (view.k_pos_BS < addr.sinks)
         with jax.named_scope("attend"):
             kv = view.payload
-            sinks = None if sink_q is None else (view.k_pos_BS >= 0) & (view.k_pos_BS < layout.addressing.sinks)
             scored = cache is not None and layout.scored  # eviction: the write needs the weights
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
                                sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
@@ -139,7 +150,7 @@ class Attention(nnx.Module):
                 weights_BS = jnp.einsum("BKGTS,BT->BS", weights_BKGTS, fill.live_BT.astype(jnp.float32))
                 cache = layout.keep(cache, view, weights_BS, fill.after_B)
         with jax.named_scope("out_proj"):
-            return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache
+            return self.wo(out_BTKGH.reshape(B, T, K * G * H).astype(x_BTD.dtype)), cache, view
 
 
 class LatentAttention(nnx.Module):
@@ -174,7 +185,8 @@ class LatentAttention(nnx.Module):
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
-                 fill: Fill | None = None, layout: Layout | None = None) -> tuple[jax.Array, LatentCache | None]:
+                 fill: Fill | None = None, layout: Layout | None = None,
+                 source_view: View | None = None) -> tuple[jax.Array, LatentCache | None, View]:
         cfg = self.cfg
         layout = layer_layout(cfg, self.layer) if layout is None else layout
         B, T, _ = x_BTD.shape
@@ -191,7 +203,7 @@ class LatentAttention(nnx.Module):
         cache, view = _view(layout, cache, new, pos_BT, fill)
         read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
         out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
-        return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache
+        return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, view
 
     @property
     def scale(self) -> float:
@@ -255,11 +267,11 @@ class Block(nnx.Module):
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, pos_BT, cache=None, fill=None, layout=None):
-        h, cache = self.attn(self.norm1(x), pos_BT, cache, fill, layout)
+    def __call__(self, x, pos_BT, cache=None, fill=None, layout=None, source_view=None):
+        h, cache, view = self.attn(self.norm1(x), pos_BT, cache, fill, layout, source_view)
         x = x + h
         x = x + self.mlp(self.norm2(x))
-        return x, cache
+        return x, cache, view
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -345,10 +357,13 @@ class Transformer(nnx.Module):
             fill = Fill(live_BT, before, after, kv_caches.page_table)
         with jax.named_scope("embed"):
             x = ops.take_rows(self.embed.embedding[...], ids_BT).astype(self.cfg.jnp_dtype)  # nnx.Embed's lookup
-        new_layers = []
+        new_layers, views = [], []
         for i, (block, layout) in enumerate(zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)):
-            x, layer_cache = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill, layout)
+            source = views[layout.layer.source] if layout.layer.kind == "shared" else None  # KV sharing
+            x, layer_cache, view = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill,
+                                         layout, source)
             new_layers.append(layer_cache)
+            views.append(view)
         if kv_caches is not None:
             kv_caches = kv_caches._replace(layers=tuple(new_layers), lengths=fill.after_B)
         x = self.norm(x)

@@ -1,12 +1,13 @@
 """The KV cache and its layouts: the container (container.py), one layer's layout and payloads (layout.py),
 the registry that picks a layer's layout (registry.py), and one module per layout or storage: ring.py,
-paged.py with its host-side allocator (page_manager.py, page_pool.py), quant.py, kivi.py, eviction.py.
+paged.py with its host-side allocator (page_manager.py, page_pool.py), quant.py, kivi.py, eviction.py,
+shared.py (a layer that reads another's cache).
 
 Importing the package registers every layout module's entries; `dantinox.cache.X` names what the rest of
 dantinox and its users read.
 """
 
-from dantinox.cache import eviction, kivi, paged, ring  # noqa: F401  (each registers its layouts)
+from dantinox.cache import eviction, kivi, paged, ring, shared  # noqa: F401  (each registers its layouts)
 from dantinox.cache.container import (
     KVCache,
     add_caches,

@@ -50,7 +50,7 @@ def writes_as_slice(B: int, T: int) -> bool:
     return B == 1 and T == 1
 
 
-class _Payload:
+class Payload:
     """What the payload types share: field i has its slot axis at SEQ_AXES[i]."""
 
     __slots__ = ()
@@ -110,7 +110,7 @@ class _LatentFields(NamedTuple):
     ckv_scale: jax.Array | None = None  # [R, S] float32, for int8 / fp8 codes
 
 
-class LayerCache(_Payload, _HeadsFields):
+class LayerCache(Payload, _HeadsFields):
     """K/V-heads payload (MHA, GQA, MQA): keys and values of K heads; scales only for a quantized cache.
 
     Keys are stored [R, K, H, S] (slot axis last) and values [R, K, S, H], so that both decode products,
@@ -140,7 +140,7 @@ class LayerCache(_Payload, _HeadsFields):
         return cls(k.swapaxes(2, 3), v, ks, vs)
 
 
-class LatentCache(_Payload, _LatentFields):
+class LatentCache(Payload, _LatentFields):
     """MLA payload: the compressed KV latent and the decoupled RoPE key of each token, side by side."""
 
     __slots__ = ()

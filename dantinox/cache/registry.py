@@ -3,7 +3,8 @@
 Three tables, one per axis of a layout (layout.py):
   ADDRESSING  layer kind ("full", "sliding", "chunked") or, for full layers, the cache's `cache_layout`
               ("contiguous", "paged") -> build(cfg, layer) -> an addressing
-  PAYLOAD     the model's attention kind ("latent") -> a payload type; any other kind stores K/V heads
+  PAYLOAD     a layer kind ("shared") or the model's attention kind ("latent") -> a payload type; any
+              other layer stores K/V heads
   MODES       a whole-cache storage mode that brings its own layout (KIVI, H2O eviction): name -> build(cfg,
               layer) -> a Layout; `mode_of(cfg)` names the one a cache config asks for
 A layout module registers its own entries when the package `dantinox.cache` is imported, so adding a layout
@@ -55,7 +56,8 @@ def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
     if key not in ADDRESSING:
         raise ValueError(f"layers: no cache layout is registered for {key!r} (registered: "
                          f"{', '.join(sorted(ADDRESSING))})")
-    return Layout(ADDRESSING[key](cfg, layer), PAYLOAD.get(cfg.attention, LayerCache), layer, cfg.cache)
+    payload = PAYLOAD.get(layer.kind) or PAYLOAD.get(cfg.attention, LayerCache)
+    return Layout(ADDRESSING[key](cfg, layer), payload, layer, cfg.cache)
 
 
 def layouts(cfg: ModelConfig) -> tuple[Layout, ...]:

@@ -46,8 +46,8 @@ class KVManager:
         layers = empty_cache(cfg, max_seqs + 1, cfg.max_context, table, num_pages).layers
         self.reach = (chunk_tokens or max_len) if prefix_caching and any(self.ring) else 0
         self.layers = tuple(
-            lay.zeros(cfg, max_seqs + 1, min(lay.addressing.size + self.reach, max_len))
-            if r and self.reach and lay.addressing.size + self.reach > layer.slots else layer
+            lay.zeros(cfg, max_seqs + 1, min(lay.addressing.slots(max_len) + self.reach, max_len))
+            if r and self.reach and lay.addressing.slots(max_len) + self.reach > layer.slots else layer
             for layer, lay, r in zip(layers, layouts(cfg), self.ring, strict=True))
         self.ring_prefixes = RingPrefixes(self.ring, self.reach, page_size)
         self.free_seats = list(range(max_seqs))
