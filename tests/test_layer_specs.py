@@ -80,7 +80,7 @@ def test_each_layer_reads_its_own_rope_base():
 
 @pytest.mark.parametrize("specs,message", [
     ((LayerSpec("shared", source=0), LayerSpec()), r"layer_specs\[0\]\.source: a shared layer reads an earlier "),
-    ((LayerSpec(), LayerSpec("state")), r"layer_specs\[1\]\.kind: 'state' is declared but not built yet"),
+    ((LayerSpec(), LayerSpec("state", value_heads=3)), r"layer_specs\[1\]\.value_heads: each key head serves"),
     ((LayerSpec("window"), LayerSpec()), r"layer_specs\[0\]\.kind: expected one of full, sliding"),
     ((LayerSpec("sliding"), LayerSpec()), r"layer_specs\[0\]\.window: a sliding or chunked layer needs"),
     ((LayerSpec(window=4), LayerSpec()), r"layer_specs\[0\]\.window: a sliding or chunked layer needs"),

@@ -15,6 +15,7 @@ from dantinox.cache import cache_shapes, init_cache, tree_nbytes
 from dantinox.cache.eviction import budget_cache_bytes
 from dantinox.cache.kivi import kivi_cache_bytes
 from dantinox.cache.quant import SCALE_BYTES
+from dantinox.cache.state import state_bytes
 from dantinox.checks import positive_int
 
 
@@ -67,7 +68,8 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 
     slots = T, or min(T, W + S) for a sliding-window layer's ring buffer and its S attention sinks (min(T, C)
-    for a chunked one, 0 for a shared layer, which reads another layer's cache); a KIVI cache (cache_dtype
+    for a chunked one, 0 for a shared layer, which reads another layer's cache; a 'state' layer holds its
+    constant recurrent state, `state_bytes`); a KIVI cache (cache_dtype
     kivi4 / kivi2) is counted by `kivi_cache_bytes`, an eviction cache (cache_budget N) by
     `budget_cache_bytes` (min(T, N) slots, each with a score and a position); elements per token = 2 · K · H,
     or C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
@@ -91,6 +93,9 @@ def layer_cache_bytes(cfg: ModelConfig, batch_size: int, tokens: int) -> list[in
     for layer in cfg.layers:  # each layer with its own K, H and ring
         if layer.kind == "shared":  # reads another layer's cache, stores none
             per_layer.append(0)
+            continue
+        if layer.kind == "state":  # a recurrent state: the same bytes at any number of tokens
+            per_layer.append(batch_size * state_bytes(cfg, layer))
             continue
         if cfg.attention == "latent":  # one scale per latent
             elements, scales = cfg.kv_elements_per_token_per_layer, 1

@@ -34,7 +34,6 @@ CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/cache/eviction.py)
 # Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.catalogue.KINDS.
 LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
-LAYER_KINDS_BUILT = ("full", "sliding", "chunked", "shared")  # "state" is declared, not built yet
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -67,6 +66,8 @@ class LayerSpec:
     head_size: int | None = None  # H of this layer's queries, keys and values
     rope_base: float | None = None  # RoPE wavelength base of this layer (Gemma 3: 10k local, 1M global)
     source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
+    value_heads: int | None = None  # "state": value heads of the recurrent state (default: kv_heads, its key heads)
+    conv: int | None = None  # "state": width of its short causal convolution (default 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +260,8 @@ class ModelConfig:
                                        ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                        ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
                                        ("attention_sinks", self.attention_sinks, self.attention_sinks == 0),
-                                       ("layer_specs", self.layer_specs, not self.shared_layers)):
+                                       ("layer_specs", self.layer_specs, not self.shared_layers
+                                        and not self.state_layers)):
                 if not plain:
                     raise ValueError(f"{name}: paradigm={self.paradigm!r} caches float keys in linear slots "
                                      f"(its DualCache splits and joins them), got {value!r}")
@@ -274,7 +276,8 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers),
+                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers
+                                    and not self.state_layers),
                                    ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
             if not plain:
                 raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
@@ -289,7 +292,8 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers)):
+                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers
+                                    and not self.state_layers)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
                                  f"(no latent, paged, window or chunk; one K and H), got {value!r}")
@@ -368,9 +372,6 @@ class ModelConfig:
             at = f"layer_specs[{i}]"
             if spec.kind not in LAYER_KINDS:
                 raise ValueError(f"{at}.kind: expected one of {', '.join(LAYER_KINDS)}, got {spec.kind!r}")
-            if spec.kind not in LAYER_KINDS_BUILT:
-                raise ValueError(f"{at}.kind: {spec.kind!r} is declared but not built yet; dantinox builds "
-                                 f"{', '.join(LAYER_KINDS_BUILT)}")
             if (spec.window is None) == (spec.kind in ("sliding", "chunked")):
                 raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full or "
                                  f"shared layer none; got kind={spec.kind!r}, window={spec.window!r}")
@@ -380,6 +381,11 @@ class ModelConfig:
                 self._check_source(specs, i, spec)
             elif spec.source is not None:
                 raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got {spec.source}")
+            if spec.kind == "state":
+                self._check_state(at, spec)
+            elif (spec.value_heads, spec.conv) != (None, None):
+                raise ValueError(f"{at}.value_heads: value_heads and conv describe a 'state' layer's recurrent state, "
+                                 f"got kind={spec.kind!r}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
                 if self.n_heads % spec.kv_heads:
@@ -408,6 +414,8 @@ class ModelConfig:
         if specs[j].kind == "shared":
             raise ValueError(f"{at}.source: layer {j} is itself shared and stores nothing; name the layer it reads "
                              f"({specs[j].source})")
+        if specs[j].kind == "state":
+            raise ValueError(f"{at}.source: layer {j} keeps a recurrent state, not keys and values to read")
         if self.attention == "latent":
             raise ValueError(f"{at}.kind: shared layers read K/V heads; attention='latent' is not built with them")
         for name in ("kv_heads", "head_size"):
@@ -415,6 +423,24 @@ class ModelConfig:
             if getattr(spec, name) not in (None, theirs):
                 raise ValueError(f"{at}.{name}: a shared layer reads layer {j}'s keys, so it has its {name} "
                                  f"({theirs}); leave it out, got {getattr(spec, name)}")
+
+    def _check_state(self, at: str, spec: LayerSpec) -> None:
+        """A linear-attention layer with a recurrent state (Gated DeltaNet): key heads (kv_heads) of head_size
+        channels, value heads a multiple of them, a short convolution; float storage, no latent."""
+        if self.attention == "latent":
+            raise ValueError(f"{at}.kind: 'state' layers are built beside K/V-heads layers; attention='latent' "
+                             f"is not built with them")
+        k = spec.kv_heads or self.n_kv_heads
+        if spec.value_heads is not None and positive_int(f"{at}.value_heads", spec.value_heads) % k:
+            raise ValueError(f"{at}.value_heads: each key head serves the same number of value heads, so it must "
+                             f"be a multiple of kv_heads ({k}), got {spec.value_heads}")
+        if spec.conv is not None:
+            positive_int(f"{at}.conv", spec.conv)
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """The linear-attention layers, whose cache is a recurrent state of constant size."""
+        return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind == "state")
 
     @property
     def shared_layers(self) -> tuple[int, ...]:
@@ -449,6 +475,9 @@ class ModelConfig:
             if s.kind == "shared":
                 source = filled[s.source]
                 filled[i] = dataclasses.replace(filled[i], kv_heads=source.kv_heads, head_size=source.head_size)
+            elif s.kind == "state":
+                filled[i] = dataclasses.replace(filled[i], value_heads=s.value_heads or filled[i].kv_heads,
+                                                conv=s.conv or 4)
         return tuple(filled)
 
     @property

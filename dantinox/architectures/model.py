@@ -1,4 +1,5 @@
-"""The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention, MLP, Block, Transformer.
+"""The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention, GatedDeltaNet, MLP, Block,
+Transformer.
 
 Attention's arithmetic is dantinox/architectures/attention.py's `attend`. Shapes are named with the alphabet in
 dantinox/architectures/config.py. The KV cache is a value passed in and returned (see
@@ -244,6 +245,80 @@ class LatentAttention(nnx.Module):
         return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
 
+class GatedDeltaNet(nnx.Module):
+    """Linear attention with a recurrent state (a 'state' layer): Gated DeltaNet, arXiv:2412.06464.
+
+    Per value head a matrix S (keys' H channels x values' H channels) replaces the cached keys and values.
+    Each token first decays it by its gate, then writes its value at its key with the delta rule
+    (S += k ⊗ β (v - Sᵀk): the value S already returns for k is corrected, not added twice), and its query
+    reads S. Queries, keys and values first go through a short causal depthwise convolution (the last
+    `conv` inputs, kept in the cache) and a SiLU; queries and keys are L2-normalised; the output is
+    normalised per head and gated by SiLU(z) (the arrangement of Qwen3-Next's linear layers in
+    transformers' `Qwen3NextGatedDeltaNet`, here with one projection for q, k, v and z). K key heads serve
+    V = G · K value heads. No RoPE: order comes from the recurrence. The cache is dantinox/cache/state.py's
+    StateCache, constant in the number of tokens.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
+        self.cfg, self.layer = cfg, layer
+        K, V, H, W = layer.kv_heads, layer.value_heads, layer.head_size, layer.conv
+        self.in_proj = _dense(cfg.d_model, (2 * K + 2 * V) * H, cfg, rngs)  # q, k, v and the output gate z
+        self.gates = _dense(cfg.d_model, 2 * V, cfg, rngs)  # per value head: write strength β and decay
+        self.conv = nnx.Param(nnx.initializers.normal(stddev=W**-0.5)(rngs.params(), ((2 * K + V) * H, W),
+                                                                        cfg.param_jnp_dtype))
+        self.dt_bias = nnx.Param(jnp.ones((V,), jnp.float32))
+        rates = jax.random.uniform(rngs.params(), (V,), jnp.float32, 1.0, 16.0)  # decay rates A of each head
+        self.a_log = nnx.Param(jnp.log(rates))
+        self.norm = RMSNorm(H, cfg.norm_eps, cfg.param_jnp_dtype)
+        self.out = _dense(V * H, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+
+    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: Any = None, fill: Fill | None = None,
+                 layout: Layout | None = None, source_view: View | None = None) -> tuple[jax.Array, Any, None]:
+        """The T new tokens through the state; with a cache, from its state and into it (tokens not live in
+        `fill` leave it as it was). Returns the output, the new state and no view (nothing to share)."""
+        layer = self.layer
+        B, T, _ = x_BTD.shape
+        K, V, H, W = layer.kv_heads, layer.value_heads, layer.head_size, layer.conv
+        with jax.named_scope("qkv"):
+            qkvz = self.in_proj(x_BTD)
+            qkv, z_BTVH = qkvz[..., :(2 * K + V) * H], qkvz[..., (2 * K + V) * H:].reshape(B, T, V, H)
+            b_BTV, a_BTV = jnp.split(self.gates(x_BTD).astype(jnp.float32), 2, axis=-1)
+            live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
+            window = (jnp.zeros((B, qkv.shape[-1], W), self.cfg.jnp_dtype) if cache is None else cache.window)
+            inputs = jnp.concatenate([window.swapaxes(1, 2), qkv.astype(window.dtype)], axis=1)  # [B, W + T, C]
+            kernel = self.conv[...].astype(jnp.float32)
+            mixed = sum(inputs[:, 1 + j:1 + j + T].astype(jnp.float32) * kernel[:, j] for j in range(W))
+            mixed = jax.nn.silu(mixed)  # [B, T, C]: causal, each output sees its input and the W - 1 before it
+            q, k, v = jnp.split(mixed, [K * H, 2 * K * H], axis=-1)
+            unit = lambda t: t * jax.lax.rsqrt(jnp.sum(t * t, -1, keepdims=True) + 1e-6)  # noqa: E731
+            G = V // K  # key head i serves value heads i·G .. i·G + G - 1
+            q = jnp.repeat(unit(q.reshape(B, T, K, H)), G, axis=2) * H**-0.5
+            k = jnp.repeat(unit(k.reshape(B, T, K, H)), G, axis=2)
+            v = v.reshape(B, T, V, H)
+            beta = jnp.where(live_BT[..., None], jax.nn.sigmoid(b_BTV), 0.0)  # a padding token writes nothing
+            rate = jnp.exp(self.a_log[...]) * jax.nn.softplus(a_BTV + self.dt_bias[...])
+            decay = jnp.where(live_BT[..., None], -rate, 0.0)  # the log of the gate: exp(0) keeps the state
+
+        def step(S_BVHH, t):
+            q_t, k_t, v_t, g_t, b_t = t
+            S_BVHH = S_BVHH * jnp.exp(g_t)[..., None, None]
+            delta = (v_t - jnp.einsum("BVkd,BVk->BVd", S_BVHH, k_t)) * b_t[..., None]
+            S_BVHH = S_BVHH + k_t[..., :, None] * delta[..., None, :]
+            return S_BVHH, jnp.einsum("BVkd,BVk->BVd", S_BVHH, q_t)
+
+        with jax.named_scope("attend"):
+            S0 = jnp.zeros((B, V, H, H), jnp.float32) if cache is None else cache.s
+            steps = tuple(jnp.swapaxes(t, 0, 1) for t in (q, k, v, decay, beta))  # time first
+            S, o_TBVH = jax.lax.scan(step, S0, steps)
+            o_BTVH = self.norm(jnp.swapaxes(o_TBVH, 0, 1)) * jax.nn.silu(z_BTVH.astype(jnp.float32))
+        if cache is not None:  # the last W live inputs of each row (live tokens come first in a row)
+            n_B = jnp.sum(live_BT, axis=1)
+            last = jax.vmap(lambda seq, n: jax.lax.dynamic_slice_in_dim(seq, n, W, axis=0))(inputs, n_B)
+            cache = type(cache)(S, last.swapaxes(1, 2))
+        with jax.named_scope("out_proj"):
+            return self.out(o_BTVH.reshape(B, T, V * H).astype(x_BTD.dtype)), cache, None
+
+
 class MLP(nnx.Module):
     """Gated feed-forward: down(act(gate(x)) * up(x)), act silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
 
@@ -262,7 +337,8 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.attn = (LatentAttention(cfg, layer, rngs=rngs) if cfg.attention == "latent"
+        self.attn = (GatedDeltaNet(cfg, layer, rngs=rngs) if layer.kind == "state"
+                     else LatentAttention(cfg, layer, rngs=rngs) if cfg.attention == "latent"
                      else Attention(cfg, layer, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)

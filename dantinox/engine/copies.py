@@ -11,8 +11,8 @@ from dantinox.cache.paged import put_pages, take_pages
 
 
 def seat_rows(layer, seat):
-    """A sliding-window layer's rings at `seat` (one seat, or [B] of them): its arrays' rows there."""
-    return layer.map_slots(lambda a, axis: a[seat])
+    """A seated layer's rows at `seat` (one seat, or [B] of them): a ring's slots or a recurrent state."""
+    return type(layer)(*(None if a is None else a[seat] for a in layer))
 
 
 def put_seat_rows(layer, rows, seat):

@@ -59,6 +59,11 @@ class Engine:
             raise ValueError(f"preempt: expected one of {', '.join(PREEMPT)}, got {preempt!r}")
         self.model = model  # decoded as it is: the engine's caches are paged, the model is not rebuilt
         self.cfg = cfg.with_cache(cache_layout="paged", page_size=self.page_size)
+        if self.cfg.state_layers and (prefix_caching or speculate):
+            name = "prefix_caching" if prefix_caching else "speculate"
+            raise ValueError(f"{name}: layer {self.cfg.state_layers[0]} keeps a recurrent state, which cannot be "
+                             f"cut back to a page boundary or past rejected drafts; pass prefix_caching=False and "
+                             f"speculate=0")
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {speculate} tokens per verify must fit the smallest ring "

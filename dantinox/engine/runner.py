@@ -156,7 +156,8 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
                 return jnp.where(hit_BS.reshape(shape), o, n)
             return type(old)(*(None if o is None else pick(o, n, ax)
                                for o, n, ax in zip(old, new, old.SEQ_AXES, strict=True)))
-        after = tuple(restore(o, n, a) if r else n for o, n, a, r in zip(before, after, addressing, ring, strict=True))
+        after = tuple(restore(o, n, a) if r and o.SEQ_AXES else n  # a state has no slot to restore (no drafts)
+                      for o, n, a, r in zip(before, after, addressing, ring, strict=True))
     return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
 
