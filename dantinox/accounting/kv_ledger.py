@@ -11,7 +11,9 @@ formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
 container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing; LayerCache or LatentCache
 payload), and their bytes are read from the shapes `jax.eval_shape` gives; `measured_bytes` must equal the
-formula's to the byte.
+formula's to the byte. `with_working_model` measures instead the cache a working model of the whole
+architecture (every layer, real cache geometry, narrow widths: dantinox/accounting/working_model.py) prefilled
+and decoded with, read from its arrays (`dantinox kv NAME --measure`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import jax
 import numpy as np
 
 from dantinox.accounting.memory import DEVICE_PRESETS
+from dantinox.accounting.working_model import MEMORY_GUARD, measure_working_model
 from dantinox.architectures.catalogue import Architecture, LayerGeometry, load_architecture
 from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
 from dantinox.cache import KVCache, layouts, tree_nbytes
@@ -76,16 +79,30 @@ class Ledger:
     gap_terms: tuple[str, ...]  # the ledger terms that explain naive − total
     notes: tuple[str, ...]
     fit: DeviceFit | None
+    # what `measured_bytes` were read from: "cache shapes" (one-layer caches under jax.eval_shape), or a working
+    # model's decode ("working model arrays", or "working model shapes" over the memory guard; with_working_model)
+    measured_from: str = "cache shapes"
 
     @property
     def naive_error_pct(self) -> float:
         return 100.0 * (self.naive_bytes - self.total_bytes) / self.total_bytes if self.total_bytes else float("inf")
 
+    @property
+    def from_working_model(self) -> bool:
+        return self.measured_from.startswith("working model")
+
     def to_json(self) -> dict[str, Any]:
-        """The schema of `dantinox kv --json`."""
-        return {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
-                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
-                "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+        """The schema of `dantinox kv --json`; with a working model's measurement (`--measure`), each layer's
+        `measured_bytes`, the `measured_total_bytes` and what they were `measured_from`."""
+        out = {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
+               "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
+               "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+        if self.from_working_model:
+            out = {**{k: v for k, v in out.items() if k != "layers"}, "measured_total_bytes": self.measured_bytes,
+                   "measured_from": self.measured_from,
+                   "layers": [{**row, "measured_bytes": r.measured_bytes} for row, r in zip(out["layers"], self.rows,
+                                                                                          strict=True)]}
+        return out
 
 
 def _itemsize(cache_dtype: str) -> int:
@@ -278,3 +295,14 @@ def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtyp
     return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
                   measured_total if measure else total, per_token, naive, naive_formula,
                   _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)
+
+
+def with_working_model(ledger: Ledger, model: str | Architecture, guard: int = MEMORY_GUARD) -> Ledger:
+    """The ledger with every row's `measured_bytes` read from the cache a working model of the architecture decoded
+    with (dantinox/accounting/working_model.py); ValueError in one line for a kind the working model does not
+    build (a recurrent state)."""
+    arch = model if isinstance(model, Architecture) else load_architecture(model)
+    run = measure_working_model(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, guard)
+    rows = tuple(dataclasses.replace(r, measured_bytes=m) for r, m in zip(ledger.rows, run.layer_bytes, strict=True))
+    return dataclasses.replace(ledger, rows=rows, measured_bytes=run.total_bytes,
+                               measured_from=f"working model {run.source}")
