@@ -85,6 +85,25 @@ def test_the_gated_deltanet_state_matches_transformers_module_shapes():
         assert row.bytes == 3 * layer.state_elements * 2 and row.slots == 0  # constant in T
 
 
+def test_nemotron_h_reads_its_pattern_and_sizes_the_mamba2_state():
+    """Nemotron-H-8B: 24 Mamba-2 layers (a 128 x 64 x 128 state and 3 past inputs of x, B, C per sequence), 4
+    attention layers (K = 8, H = 128) and 24 MLP blocks that cache nothing, from hybrid_override_pattern."""
+    arch = load_architecture("nemotron-h-8b")
+    assert [arch.count(k) for k in ("mamba", "full", "mlp")] == [24, 4, 24]
+    assert [layer.index for layer in arch.layers if layer.kind == "full"] == [7, 18, 29, 40]
+    state = 128 * 64 * 128 + (128 * 64 + 2 * 8 * 128) * (4 - 1)
+    for tokens in (1, 8192):
+        ledger = kv_ledger(arch, tokens, 2)
+        assert ledger.total_bytes == 2 * 2 * (24 * state + 4 * tokens * 2 * 8 * 128)
+        assert ledger.per_token_bytes == 4 * 2 * 8 * 128 * 2  # only the attention layers grow
+    terms = kv_ledger(arch, 100).gap_terms
+    assert any("24 of 52 layers are Mamba-2" in t for t in terms) and any("24 of 52 layers are MLP" in t for t in terms)
+    bad = {**catalogue()["nemotron-h-8b"]["config"], "hybrid_override_pattern": "M*"}
+    with pytest.raises(ValueError) as excinfo:
+        parse_config(bad, "c.json")
+    _one_line(excinfo, "c.json", "hybrid_override_pattern", "52 characters")
+
+
 @pytest.mark.parametrize(("name", "dtype", "per_token"), [
     ("llama-2-7b", "float16", 524_288), ("llama-3-8b", "bfloat16", 131_072), ("deepseek-v2", "bfloat16", 69_120)])
 def test_published_per_token_numbers(name, dtype, per_token):

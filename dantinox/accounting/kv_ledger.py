@@ -35,6 +35,7 @@ from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
+STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (derived: dantinox builds none)
 WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read
 
 
@@ -145,17 +146,19 @@ def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
     """The formula for one sequence at `tokens` tokens, summed over layers (constant states included)."""
     state = _state_itemsize(cache_dtype)
     return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype)
-               + (layer.state_elements * state if layer.kind == "linear" else 0) for layer in arch.layers)
+               + (layer.state_elements * state if layer.kind in STATE_KINDS else 0) for layer in arch.layers)
 
 
 def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> LedgerRow:
     s = _itemsize(cache_dtype)
     slots = slots_held(layer, tokens)
     scale = f" + scales {SCALE_BYTES} B" if cache_dtype in QUANT_CACHE_DTYPES else ""
-    if layer.kind == "linear":
+    if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
-        return LedgerRow(layer.index, "linear", 0, 0, batch * layer.state_elements * size, None,
+        return LedgerRow(layer.index, layer.kind, 0, 0, batch * layer.state_elements * size, None,
                          f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T", True)
+    if layer.kind == "mlp":
+        return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
         return LedgerRow(layer.index, "shared", 0, 0, 0, 0, f"reads layer {layer.shares}'s cache: 0 new bytes")
     per_slot = slot_bytes(layer, cache_dtype)
@@ -196,7 +199,7 @@ def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_
 
     shapes = jax.eval_shape(cache)
     by_index = {layer.index: tree_nbytes(p) for layer, p in zip(built, shapes.layers, strict=True)}
-    return tuple(by_index.get(layer.index, 0 if layer.kind == "shared" else -1) for layer in layers)
+    return tuple(by_index.get(layer.index, 0 if layer.kind in ("shared", "mlp") else -1) for layer in layers)
 
 
 def _naive(arch: Architecture, tokens: int, batch: int, cache_dtype: str) -> tuple[int, str]:
@@ -226,6 +229,11 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
     if arch.count("linear"):
         terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a constant state "
                      "per sequence, no K/V that grows with T")
+    if arch.count("mamba"):
+        terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, no K/V that "
+                     "grows with T")
+    if arch.count("mlp"):
+        terms.append(f"{arch.count('mlp')} of {L} layers are MLP or MoE blocks with no attention: no cache at all")
     if arch.count("shared"):
         terms.append(f"{arch.count('shared')} of {L} layers reuse an earlier layer's cache: 0 new bytes")
     if cache_dtype in QUANT_CACHE_DTYPES:

@@ -66,8 +66,9 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
                          f"got {cache_dtype!r}")
     for layer in arch.layers:
         if layer.kind not in BUILT_KINDS:
-            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} (a recurrent state), which the "
-                             f"working model does not build; its ledger row is derived from the formula")
+            what = "an MLP block without attention" if layer.kind == "mlp" else "a recurrent state"
+            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the working "
+                             f"model does not build; its ledger row is derived from the formula")
     common = dict(vocab_size=VOCAB, d_model=D_MODEL, n_layers=len(arch.layers), mlp_width=MLP_WIDTH,
                   max_context=tokens, cache_dtype=cache_dtype)
     specs = tuple(_spec(layer) for layer in arch.layers)
