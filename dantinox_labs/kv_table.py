@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dantinox.accounting.kv_ledger import Ledger
+from dantinox.accounting.kv_ledger import Ledger, state_crossover_tokens
 from dantinox.accounting.memory import format_bytes
 from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
 from dantinox.architectures.catalogue import Architecture
@@ -86,6 +86,10 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
               f"naive calculator: {ledger.naive_formula} = {ledger.naive_bytes:,} B "
               f"({format_bytes(ledger.naive_bytes)}), {ledger.naive_error_pct:+.1f} % against the ledger"]
     lines += [f"  - {term}" for term in ledger.gap_terms]
+    crossover = None if arch is None else state_crossover_tokens(arch, ledger.cache_dtype)
+    if crossover is not None:
+        lines.append(f"crossover (derived): from T = {crossover:,} tokens on, the attention layers' K/V take more "
+                     "bytes than the constant states of the linear-attention / Mamba-2 layers")
     lines += [f"note: {note}" for note in ledger.notes]
     fit = ledger.fit
     if fit is not None:

@@ -10,7 +10,7 @@ import pytest
 
 import dantinox
 import dantinox.architectures.catalogue as catalogue_module
-from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes
+from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes, state_crossover_tokens
 from dantinox.architectures.catalogue import catalogue, load_architecture, parse_config
 from dantinox.architectures.pretrained import catalogue_file
 
@@ -98,6 +98,10 @@ def test_nemotron_h_reads_its_pattern_and_sizes_the_mamba2_state():
         assert ledger.per_token_bytes == 4 * 2 * 8 * 128 * 2  # only the attention layers grow
     terms = kv_ledger(arch, 100).gap_terms
     assert any("24 of 52 layers are Mamba-2" in t for t in terms) and any("24 of 52 layers are MLP" in t for t in terms)
+    # the crossover: 4 attention layers of 4 KiB per token against 24 states of 2,158,592 B
+    crossover = state_crossover_tokens(arch)
+    assert crossover == -(-24 * state * 2 // (4 * 2 * 8 * 128 * 2)) == 3162
+    assert state_crossover_tokens(load_architecture("llama-3.1-8b")) is None  # no state layer
     bad = {**catalogue()["nemotron-h-8b"]["config"], "hybrid_override_pattern": "M*"}
     with pytest.raises(ValueError) as excinfo:
         parse_config(bad, "c.json")

@@ -149,6 +149,28 @@ def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
                + (layer.state_elements * state if layer.kind in STATE_KINDS else 0) for layer in arch.layers)
 
 
+def state_crossover_tokens(arch: Architecture, cache_dtype: str = "bfloat16") -> int | None:
+    """The smallest T at which a sequence's growing cache (its attention layers' slots) takes at least as many bytes
+    as its constant states (linear-attention and Mamba-2 layers): derived. None without both, or when the attention
+    layers are all windows too small to get there."""
+    state = sum(layer.state_elements for layer in arch.layers if layer.kind in STATE_KINDS) * _state_itemsize(
+        cache_dtype)
+    if not state or not any(slot_bytes(layer, cache_dtype) for layer in arch.layers):
+        return None
+
+    def growing(tokens: int) -> int:
+        return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype) for layer in arch.layers)
+
+    hi = arch.max_context
+    if growing(hi) < state:
+        return None
+    lo = 1
+    while lo < hi:  # growing() is non-decreasing in T
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if growing(mid) < state else (lo, mid)
+    return lo
+
+
 def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> LedgerRow:
     s = _itemsize(cache_dtype)
     slots = slots_held(layer, tokens)
