@@ -144,12 +144,15 @@ def _kv(args: argparse.Namespace) -> int:
         raise ValueError("--tokens: required with a CONFIG (the context T to size the cache for)")
     import json
 
-    from dantinox.accounting.kv_ledger import kv_ledger
+    from dantinox.accounting.kv_ledger import kv_ledger, with_working_model
     from dantinox.architectures.catalogue import load_architecture
     from dantinox_labs.kv_table import ledger_table
 
     arch = load_architecture(args.config)
-    ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes)
+    ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes,
+                       measure=not args.measure)
+    if args.measure:
+        ledger = with_working_model(ledger, arch)
     print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger, arch))
     return 0
 
@@ -310,6 +313,9 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
                     help="the weights' bytes for the fit (default: the catalogue's parameters x 2 B, or a GGUF's "
                          "tensor bytes)")
     kv.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    kv.add_argument("--measure", action="store_true",
+                    help="build a working model with the real per-layer cache geometry (narrow widths, random "
+                         "weights), decode with it and print each layer's measured bytes beside the ledger")
     kv.set_defaults(func=_kv)
 
     tb = sub.add_parser("tables", help="print the KV-cache reference tables (generated from the formula)")

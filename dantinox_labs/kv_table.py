@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from dantinox.accounting.kv_ledger import Ledger
+from dantinox.accounting.kv_ledger import Ledger, state_crossover_tokens
 from dantinox.accounting.memory import format_bytes
 from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
 from dantinox.architectures.catalogue import Architecture
+
+WORKING = {
+    "working model arrays": "measured from the arrays of a working model with this per-layer cache geometry (narrow "
+                            "widths, random weights) after it prefilled and decoded",
+    "working model shapes": "over the memory guard, nothing allocated: the shapes (jax.eval_shape, not an "
+                            "allocation) of the cache a working model with this geometry prefills and decodes with",
+}
 
 
 def _runs(ledger: Ledger) -> list[tuple[str, object]]:
@@ -54,24 +61,35 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
              f"{'layers':>8}  {'kind':8} {'K×H':>8} {'slots':>10} {'elem/slot':>10} {'bytes (each layer)':>20}  "
              "measured  formula"]
     formulas: dict[str, str] = {}  # each distinct formula once, under a letter
+    width = 20 if ledger.from_working_model else 9
+    if ledger.from_working_model:
+        lines[-1] = lines[-1].replace("  measured  ", f"  {'measured (each layer)':>{width}}  ")
     for layers, row in _runs(ledger):
         mark = formulas.setdefault(row.formula, f"[{chr(ord('a') + len(formulas))}]")
         if row.derived:
             measured = "derived"
         elif row.measured_bytes is None:
             measured = "-"
+        elif ledger.from_working_model:
+            measured = f"{row.measured_bytes:,}" + ("" if row.measured_bytes == row.bytes else " (differs)")
         else:
             measured = "= formula" if row.measured_bytes == row.bytes else f"{row.measured_bytes:,} (differs)"
         heads = "-" if row.kv_heads is None else f"{row.kv_heads}×{row.head_size}"
         lines.append(f"{layers:>8}  {row.kind:8} {heads:>8} {row.slots:>10,} {row.elements_per_slot:>10,} "
-                     f"{row.bytes:>20,}  {measured:9} {mark}")
+                     f"{row.bytes:>20,}  {measured:>{width}} {mark}")
     lines += ["", *(f"{mark} {formula}" for formula, mark in formulas.items())]
-    lines += ["", f"total: {ledger.total_bytes:,} B ({format_bytes(ledger.total_bytes)}); measured from dantinox's "
-              f"cache shapes (jax.eval_shape): {ledger.measured_bytes:,} B",
+    how = (WORKING[ledger.measured_from] if ledger.from_working_model
+           else "measured from dantinox's cache shapes (jax.eval_shape)")
+    lines += ["", f"total: {ledger.total_bytes:,} B ({format_bytes(ledger.total_bytes)}); {how}: "
+              f"{ledger.measured_bytes:,} B",
               f"per token: one more token adds {ledger.per_token_bytes:,} B to a sequence at T = {ledger.tokens:,}",
               f"naive calculator: {ledger.naive_formula} = {ledger.naive_bytes:,} B "
               f"({format_bytes(ledger.naive_bytes)}), {ledger.naive_error_pct:+.1f} % against the ledger"]
     lines += [f"  - {term}" for term in ledger.gap_terms]
+    crossover = None if arch is None else state_crossover_tokens(arch, ledger.cache_dtype)
+    if crossover is not None:
+        lines.append(f"crossover (derived): from T = {crossover:,} tokens on, the attention layers' K/V take more "
+                     "bytes than the constant states of the linear-attention / Mamba-2 layers")
     lines += [f"note: {note}" for note in ledger.notes]
     fit = ledger.fit
     if fit is not None:

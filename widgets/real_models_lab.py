@@ -30,7 +30,7 @@ from widgets._html import badge, esc, note_box, readout_table
 from widgets.number_input import NumberInput
 
 KIND_COLOURS = {"full": "#1565c0", "sliding": "#2e7d32", "chunked": "#00897b", "latent": "#6a1b9a",
-                "shared": "#9e9e9e", "linear": "#ef6c00"}
+                "shared": "#9e9e9e", "linear": "#ef6c00", "mamba": "#c62828", "mlp": "#bdbdbd"}
 CURVE_POINTS = 48
 
 

@@ -11,7 +11,9 @@ formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
 container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing; LayerCache or LatentCache
 payload), and their bytes are read from the shapes `jax.eval_shape` gives; `measured_bytes` must equal the
-formula's to the byte.
+formula's to the byte. `with_working_model` measures instead the cache a working model of the whole
+architecture (every layer, real cache geometry, narrow widths: dantinox/accounting/working_model.py) prefilled
+and decoded with, read from its arrays (`dantinox kv NAME --measure`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import jax
 import numpy as np
 
 from dantinox.accounting.memory import DEVICE_PRESETS
+from dantinox.accounting.working_model import MEMORY_GUARD, measure_working_model
 from dantinox.architectures.catalogue import Architecture, LayerGeometry, load_architecture
 from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
 from dantinox.cache import KVCache, layouts, tree_nbytes
@@ -32,6 +35,7 @@ from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
+STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (derived: dantinox builds none)
 WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read
 
 
@@ -76,16 +80,30 @@ class Ledger:
     gap_terms: tuple[str, ...]  # the ledger terms that explain naive − total
     notes: tuple[str, ...]
     fit: DeviceFit | None
+    # what `measured_bytes` were read from: "cache shapes" (one-layer caches under jax.eval_shape), or a working
+    # model's decode ("working model arrays", or "working model shapes" over the memory guard; with_working_model)
+    measured_from: str = "cache shapes"
 
     @property
     def naive_error_pct(self) -> float:
         return 100.0 * (self.naive_bytes - self.total_bytes) / self.total_bytes if self.total_bytes else float("inf")
 
+    @property
+    def from_working_model(self) -> bool:
+        return self.measured_from.startswith("working model")
+
     def to_json(self) -> dict[str, Any]:
-        """The schema of `dantinox kv --json`."""
-        return {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
-                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
-                "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+        """The schema of `dantinox kv --json`; with a working model's measurement (`--measure`), each layer's
+        `measured_bytes`, the `measured_total_bytes` and what they were `measured_from`."""
+        out = {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
+               "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
+               "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+        if self.from_working_model:
+            out = {**{k: v for k, v in out.items() if k != "layers"}, "measured_total_bytes": self.measured_bytes,
+                   "measured_from": self.measured_from,
+                   "layers": [{**row, "measured_bytes": r.measured_bytes} for row, r in zip(out["layers"], self.rows,
+                                                                                          strict=True)]}
+        return out
 
 
 def _itemsize(cache_dtype: str) -> int:
@@ -128,17 +146,41 @@ def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
     """The formula for one sequence at `tokens` tokens, summed over layers (constant states included)."""
     state = _state_itemsize(cache_dtype)
     return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype)
-               + (layer.state_elements * state if layer.kind == "linear" else 0) for layer in arch.layers)
+               + (layer.state_elements * state if layer.kind in STATE_KINDS else 0) for layer in arch.layers)
+
+
+def state_crossover_tokens(arch: Architecture, cache_dtype: str = "bfloat16") -> int | None:
+    """The smallest T at which a sequence's growing cache (its attention layers' slots) takes at least as many bytes
+    as its constant states (linear-attention and Mamba-2 layers): derived. None without both, or when the attention
+    layers are all windows too small to get there."""
+    state = sum(layer.state_elements for layer in arch.layers if layer.kind in STATE_KINDS) * _state_itemsize(
+        cache_dtype)
+    if not state or not any(slot_bytes(layer, cache_dtype) for layer in arch.layers):
+        return None
+
+    def growing(tokens: int) -> int:
+        return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype) for layer in arch.layers)
+
+    hi = arch.max_context
+    if growing(hi) < state:
+        return None
+    lo = 1
+    while lo < hi:  # growing() is non-decreasing in T
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if growing(mid) < state else (lo, mid)
+    return lo
 
 
 def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> LedgerRow:
     s = _itemsize(cache_dtype)
     slots = slots_held(layer, tokens)
     scale = f" + scales {SCALE_BYTES} B" if cache_dtype in QUANT_CACHE_DTYPES else ""
-    if layer.kind == "linear":
+    if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
-        return LedgerRow(layer.index, "linear", 0, 0, batch * layer.state_elements * size, None,
+        return LedgerRow(layer.index, layer.kind, 0, 0, batch * layer.state_elements * size, None,
                          f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T", True)
+    if layer.kind == "mlp":
+        return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
         return LedgerRow(layer.index, "shared", 0, 0, 0, 0, f"reads layer {layer.shares}'s cache: 0 new bytes")
     per_slot = slot_bytes(layer, cache_dtype)
@@ -179,7 +221,7 @@ def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_
 
     shapes = jax.eval_shape(cache)
     by_index = {layer.index: tree_nbytes(p) for layer, p in zip(built, shapes.layers, strict=True)}
-    return tuple(by_index.get(layer.index, 0 if layer.kind == "shared" else -1) for layer in layers)
+    return tuple(by_index.get(layer.index, 0 if layer.kind in ("shared", "mlp") else -1) for layer in layers)
 
 
 def _naive(arch: Architecture, tokens: int, batch: int, cache_dtype: str) -> tuple[int, str]:
@@ -209,6 +251,11 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
     if arch.count("linear"):
         terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a constant state "
                      "per sequence, no K/V that grows with T")
+    if arch.count("mamba"):
+        terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, no K/V that "
+                     "grows with T")
+    if arch.count("mlp"):
+        terms.append(f"{arch.count('mlp')} of {L} layers are MLP or MoE blocks with no attention: no cache at all")
     if arch.count("shared"):
         terms.append(f"{arch.count('shared')} of {L} layers reuse an earlier layer's cache: 0 new bytes")
     if cache_dtype in QUANT_CACHE_DTYPES:
@@ -278,3 +325,14 @@ def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtyp
     return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
                   measured_total if measure else total, per_token, naive, naive_formula,
                   _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)
+
+
+def with_working_model(ledger: Ledger, model: str | Architecture, guard: int = MEMORY_GUARD) -> Ledger:
+    """The ledger with every row's `measured_bytes` read from the cache a working model of the architecture decoded
+    with (dantinox/accounting/working_model.py); ValueError in one line for a kind the working model does not
+    build (a recurrent state)."""
+    arch = model if isinstance(model, Architecture) else load_architecture(model)
+    run = measure_working_model(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, guard)
+    rows = tuple(dataclasses.replace(r, measured_bytes=m) for r, m in zip(ledger.rows, run.layer_bytes, strict=True))
+    return dataclasses.replace(ledger, rows=rows, measured_bytes=run.total_bytes,
+                               measured_from=f"working model {run.source}")

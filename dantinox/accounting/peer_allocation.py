@@ -87,6 +87,9 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
         pages.append(n)
         page_bytes.append(page)
     per_layer = [batch * n * p for n, p in zip(pages, page_bytes, strict=True)]
+    if arch.count("mamba"):
+        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); not "
+                     "counted in this column")
     if arch.count("linear"):
         notes.append("linear-attention layers: vLLM keeps each sequence's state in one page of its own "
                      "(vllm/v1/kv_cache_interface.py:1094, MambaSpec); not counted in this column")
@@ -107,8 +110,9 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
                      swa_full: bool = True) -> EngineColumn:
     """llama.cpp's KV buffers for one sequence at context n_ctx (padded), and its "KV buffer size" lines."""
     s = _float_size(cache_dtype, "llama.cpp")
-    if arch.count("latent") or arch.count("linear") or arch.count("chunked"):
-        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers only")
+    if arch.count("latent") or arch.count("linear") or arch.count("chunked") or arch.count("mamba"):
+        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers only "
+                         "(beside MLP blocks)")
     size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
     windows = {layer.window for layer in arch.layers if layer.kind == "sliding"}
     swa = size if swa_full or not windows else _ceil(min(size, max(windows) + LLAMA_CPP_UBATCH),
@@ -116,7 +120,7 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
     per_layer = []
     base = swa_cache = 0
     for layer in arch.layers:
-        if layer.kind == "shared":
+        if layer.kind in ("shared", "mlp"):
             per_layer.append(0)
             continue
         cells = swa if layer.kind == "sliding" else size

@@ -3,13 +3,15 @@
     arch = dantinox.architectures.catalogue.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
     arch.layers[5]  # LayerGeometry(index=5, kind='full', kv_heads=16, head_size=128, ...)
 
-A layer is one of six kinds, each decided by named config fields:
+A layer is one of eight kinds, each decided by named config fields:
   full      every token of the context (slots = T)
   sliding   a ring of the last W tokens (slots = min(T, W))            sliding_window, layer_types
   chunked   the current chunk of C tokens only (slots = min(T, C))      attention_chunk_size (Llama 4)
   latent    MLA: one latent of C + R elements per token, no K/V pair    kv_lora_rank, qk_rope_head_dim
   shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n)
   linear    a recurrent state whose size does not grow with T           linear_* (Qwen3-Next's Gated DeltaNet)
+  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M' (Nemotron-H)
+  mlp       an MLP or MoE block with no token mixer: no cache           hybrid_override_pattern '-', 'E'
 Fields a config leaves out take the default of the model's Hugging Face transformers configuration class (named
 where it is applied). A field that changes the cache in a way this reader does not model is refused in one line,
 never guessed.
@@ -26,7 +28,7 @@ from typing import Any
 
 from dantinox.architectures.gguf_header import gguf_config
 
-KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear")
+KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear", "mamba", "mlp")
 CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.json
 
 # Fields that change a model's cache. A config that sets one its model_type does not read is refused.
@@ -53,7 +55,7 @@ class LayerGeometry:
     latent: int | None = None  # C, MLA's latent width
     rope: int | None = None  # R, MLA's decoupled RoPE key width
     shares: int | None = None  # the layer whose cache a shared layer reads
-    state_elements: int | None = None  # a linear layer's constant state, elements per sequence
+    state_elements: int | None = None  # a linear or mamba layer's constant state, elements per sequence
     state_formula: str | None = None  # how state_elements follows from the config
 
 
@@ -140,12 +142,12 @@ class _Reader:
                                  "it is not guessed")
 
 
-def _heads(r: _Reader) -> tuple[int, int, int, int]:
+def _heads(r: _Reader, head_key: str = "head_dim") -> tuple[int, int, int, int]:
     """D, N, K, H of a K/V attention config (head_dim defaults to hidden_size / num_attention_heads)."""
     d, n = r.int("hidden_size"), r.int("num_attention_heads")
     k = r.int("num_key_value_heads", n)
-    if r.has("head_dim"):
-        h = r.int("head_dim")
+    if r.has(head_key):
+        h = r.int(head_key)
     elif d % n:
         raise ValueError(f"{r.where}: head_dim: missing, and hidden_size {d} is not a multiple of "
                          f"num_attention_heads {n}")
@@ -159,6 +161,9 @@ def _heads(r: _Reader) -> tuple[int, int, int, int]:
 
 TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
               "linear_attention": "linear"}
+
+
+HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-H's hybrid_override_pattern
 
 
 def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
@@ -178,6 +183,12 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
             interval = r.int("no_rope_layer_interval", 4)
             rope = [int((i + 1) % interval != 0) for i in range(L)]
         return ["chunked" if uses_rope else "full" for uses_rope in rope]
+    if model_type == "nemotron_h":  # one character per layer: M Mamba-2, * attention, - MLP, E MoE
+        pattern = r.data.get("hybrid_override_pattern")
+        r.read.add("hybrid_override_pattern")
+        if not isinstance(pattern, str) or len(pattern) != L or set(pattern) - set(HYBRID_BLOCKS):
+            raise r._fail("hybrid_override_pattern", f"{L} characters from {''.join(HYBRID_BLOCKS)}", pattern)
+        return [HYBRID_BLOCKS[c] for c in pattern]
     if model_type == "qwen3_next":  # Qwen3NextConfig: full attention every full_attention_interval-th layer
         interval = r.int("full_attention_interval", 4)
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(L)]
@@ -193,7 +204,7 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
 
 
 DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
-               "llama4_text", "gpt_oss", "qwen3_next")
+               "llama4_text", "gpt_oss", "qwen3_next", "nemotron_h")
 LATENT_TYPES = ("deepseek_v2", "deepseek_v3")
 # Multimodal wrappers: the cache is the text decoder's.
 WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config"}
@@ -224,15 +235,17 @@ def parse_config(data: Any, where: str, name: str | None = None, parameters: int
         c, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
         layers = tuple(LayerGeometry(i, "latent", latent=c, rope=rope) for i in range(L))
     else:
-        d, n, k, h = _heads(r)
+        d, n, k, h = _heads(r, "attention_head_dim" if model_type == "nemotron_h" else "head_dim")
         kinds = _layer_kinds(r, L, model_type)
         window = r.int("sliding_window") if "sliding" in kinds else None
         chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
-        state = _linear_state(r) if "linear" in kinds else None
+        state = _linear_state(r) if "linear" in kinds else _mamba_state(r) if "mamba" in kinds else None
         layers = []
         for i, kind in enumerate(kinds):
-            if kind == "linear":
+            if kind in ("linear", "mamba"):
                 layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1]))
+            elif kind == "mlp":
+                layers.append(LayerGeometry(i, kind))
             else:
                 ring = {"sliding": window, "chunked": chunk}.get(kind)
                 layers.append(LayerGeometry(i, kind, kv_heads=k, head_size=h, window=ring))
@@ -256,6 +269,18 @@ def _linear_state(r: _Reader) -> tuple[int, str]:
     elements = hv * dk * dv + conv_dim * (kernel - 1)
     formula = (f"H_v·d_k·d_v + (2·H_k·d_k + H_v·d_v)·(kernel − 1) = {hv}·{dk}·{dv} + "
                f"({2 * hk * dk} + {hv * dv})·{kernel - 1} = {elements:,} elements per sequence")
+    return elements, formula
+
+
+def _mamba_state(r: _Reader) -> tuple[int, str]:
+    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060): an N x P matrix per head (state size N,
+    head size P), and the short causal convolution's last kernel - 1 inputs over x, B and C."""
+    heads, p = r.int("mamba_num_heads"), r.int("mamba_head_dim")
+    n, groups, kernel = r.int("ssm_state_size"), r.int("n_groups"), r.int("conv_kernel")
+    conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
+    elements = heads * p * n + conv_dim * (kernel - 1)
+    formula = (f"heads·P·N + (heads·P + 2·groups·N)·(kernel − 1) = {heads}·{p}·{n} + ({heads * p} + "
+               f"{2 * groups * n})·{kernel - 1} = {elements:,} elements per sequence")
     return elements, formula
 
 
