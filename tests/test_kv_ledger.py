@@ -58,7 +58,7 @@ def test_the_ledger_equals_transformers_static_cache(name):
                 assert nbytes == FIXTURE["batch"] * slots * k * (hk + hv) * 2
                 assert slots == row.slots
             elif row.kind == "linear":
-                assert row.derived and row.bytes > 0 and nbytes == 0  # transformers initialises it on first use
+                assert not row.derived and row.bytes > 0 and nbytes == 0  # transformers allocates it on first use
             else:
                 assert (slots, nbytes) == (row.slots, row.bytes), (name, tokens, row)
                 if row.kind != "shared":
@@ -78,11 +78,13 @@ def test_the_gated_deltanet_state_matches_transformers_module_shapes():
     state = FIXTURE["models"]["qwen3-next-80b-a3b"]["linear_state"]
     hv, dk, dv = state["recurrent"]
     layer = next(layer for layer in load_architecture("qwen3-next-80b-a3b").layers if layer.kind == "linear")
-    # dantinox counts the kernel - 1 past inputs a causal convolution needs; transformers keeps kernel columns
-    assert layer.state_elements == hv * dk * dv + state["conv_dim"] * (state["conv_kernel_size"] - 1)
+    # as transformers' LinearAttentionLayer holds them: float32 matrices, `kernel` columns of bf16 inputs
+    assert (layer.value_heads, layer.head_size, layer.value_size) == (hv, dk, dv)
+    assert layer.conv == state["conv_kernel_size"] and 2 * layer.kv_heads * dk + hv * dv == state["conv_dim"]
     for tokens in (1, 1000):
         row = kv_ledger("qwen3-next-80b-a3b", tokens, 3, measure=False).rows[layer.index]
-        assert row.bytes == 3 * layer.state_elements * 2 and row.slots == 0  # constant in T
+        want = hv * dk * dv * 4 + state["conv_dim"] * state["conv_kernel_size"] * 2
+        assert row.bytes == 3 * want and row.slots == 0  # constant in T
 
 
 def test_nemotron_h_reads_its_pattern_and_sizes_the_mamba2_state():

@@ -29,13 +29,13 @@ import numpy as np
 from dantinox.accounting.memory import DEVICE_PRESETS
 from dantinox.accounting.working_model import MEMORY_GUARD, measure_working_model
 from dantinox.architectures.catalogue import Architecture, LayerGeometry, load_architecture
-from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, ModelConfig
+from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, LayerSpec, ModelConfig
 from dantinox.cache import KVCache, layouts, tree_nbytes
 from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
-STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (derived: dantinox builds none)
+STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (dantinox builds the linear one)
 WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read
 
 
@@ -48,7 +48,7 @@ class LedgerRow:
     bytes: int  # for all B sequences
     measured_bytes: int | None  # from dantinox's cache shapes; None where dantinox builds no such layer
     formula: str  # how `bytes` follows from the config
-    derived: bool = False  # True for a row dantinox cannot build (a recurrent state): formula only
+    derived: bool = False  # True for a row dantinox cannot build (a Mamba-2 state): formula only
     kv_heads: int | None = None  # K of a K/V layer
     head_size: int | None = None  # H of a K/V layer
 
@@ -142,19 +142,28 @@ def _elements(layer: LayerGeometry) -> int:
     return 0
 
 
+def state_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
+    """One sequence's constant state in a linear or Mamba-2 layer (0 for any other kind). A linear layer (Gated
+    DeltaNet) as transformers allocates it: its matrices in float32, its convolution's inputs in the activation
+    dtype; a Mamba-2 layer's elements in the activation dtype."""
+    if layer.kind == "linear":
+        conv_dim = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
+        return (layer.value_heads * layer.head_size * layer.value_size * 4
+                + conv_dim * layer.conv * _state_itemsize(cache_dtype))
+    return layer.state_elements * _state_itemsize(cache_dtype) if layer.kind in STATE_KINDS else 0
+
+
 def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
     """The formula for one sequence at `tokens` tokens, summed over layers (constant states included)."""
-    state = _state_itemsize(cache_dtype)
-    return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype)
-               + (layer.state_elements * state if layer.kind in STATE_KINDS else 0) for layer in arch.layers)
+    return sum(slots_held(layer, tokens) * slot_bytes(layer, cache_dtype) + state_bytes(layer, cache_dtype)
+               for layer in arch.layers)
 
 
 def state_crossover_tokens(arch: Architecture, cache_dtype: str = "bfloat16") -> int | None:
     """The smallest T at which a sequence's growing cache (its attention layers' slots) takes at least as many bytes
     as its constant states (linear-attention and Mamba-2 layers): derived. None without both, or when the attention
     layers are all windows too small to get there."""
-    state = sum(layer.state_elements for layer in arch.layers if layer.kind in STATE_KINDS) * _state_itemsize(
-        cache_dtype)
+    state = sum(state_bytes(layer, cache_dtype) for layer in arch.layers)
     if not state or not any(slot_bytes(layer, cache_dtype) for layer in arch.layers):
         return None
 
@@ -175,9 +184,14 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     s = _itemsize(cache_dtype)
     slots = slots_held(layer, tokens)
     scale = f" + scales {SCALE_BYTES} B" if cache_dtype in QUANT_CACHE_DTYPES else ""
+    if layer.kind == "linear":  # dantinox builds it (a 'state' layer): measured by the working model
+        size = _state_itemsize(cache_dtype)
+        return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
+                         f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T",
+                         layer.value_size != layer.head_size)  # dantinox builds equal key and value heads
     if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
-        return LedgerRow(layer.index, layer.kind, 0, 0, batch * layer.state_elements * size, None,
+        return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
                          f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T", True)
     if layer.kind == "mlp":
         return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
@@ -202,6 +216,12 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
     if layer.kind == "latent":
         return ModelConfig(n_layers=1, attention="latent", kv_latent_dim=layer.latent, rope_head_dim=layer.rope,
                            max_context=tokens, cache_dtype=cache_dtype)
+    if layer.kind == "linear":  # a Gated DeltaNet 'state' layer, its convolution inputs in the activation dtype
+        spec = LayerSpec("state", kv_heads=layer.kv_heads, head_size=layer.head_size, value_heads=layer.value_heads,
+                         conv=layer.conv)
+        return ModelConfig(n_layers=1, n_heads=layer.kv_heads, kv_heads=layer.kv_heads, head_size=layer.head_size,
+                           max_context=tokens, cache_dtype=cache_dtype, layer_specs=(spec,),
+                           dtype=cache_dtype if cache_dtype in DTYPES else "bfloat16")
     return ModelConfig(n_layers=1, attention="heads", n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
                        head_size=layer.head_size, max_context=tokens, cache_dtype=cache_dtype, **window)
 
@@ -209,7 +229,8 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
 @functools.lru_cache(maxsize=256)
 def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_dtype: str) -> tuple[int, ...]:
     """Per layer, the bytes of the cache dantinox's container allocates for it, from `jax.eval_shape`."""
-    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked", "latent")]
+    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked", "latent")
+             or layer.kind == "linear" and layer.value_size == layer.head_size]
 
     def cache() -> KVCache:
         payloads = []

@@ -39,7 +39,7 @@ MEMORY_GUARD = 256 * 2**20  # bytes: the labs' allocation budget (widgets/readin
 D_MODEL, MLP_WIDTH, VOCAB = 64, 64, 256  # the scaled-down widths: they size the weights, never the cache
 MLA_QUERY_HEADS, MLA_HEAD_SIZE = 2, 16
 PROMPT, DECODE = 3, 2  # tokens prefilled in one call, then decoded one at a time
-BUILT_KINDS = ("full", "sliding", "chunked", "latent", "shared")
+BUILT_KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +66,15 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
                          f"got {cache_dtype!r}")
     for layer in arch.layers:
         if layer.kind not in BUILT_KINDS:
-            what = "an MLP block without attention" if layer.kind == "mlp" else "a recurrent state"
+            what = "an MLP block without attention" if layer.kind == "mlp" else "a Mamba-2 state"
             raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the working "
                              f"model does not build; its ledger row is derived from the formula")
+        if layer.kind == "linear" and layer.value_size != layer.head_size:
+            raise ValueError(f"{arch.name}: layer {layer.index} has keys of {layer.head_size} and values of "
+                             f"{layer.value_size} channels; the working model's Gated DeltaNet builds equal ones")
+    activations = cache_dtype if cache_dtype in DTYPES else "bfloat16"  # a state layer's convolution inputs
     common = dict(vocab_size=VOCAB, d_model=D_MODEL, n_layers=len(arch.layers), mlp_width=MLP_WIDTH,
-                  max_context=tokens, cache_dtype=cache_dtype)
+                  max_context=tokens, cache_dtype=cache_dtype, dtype=activations)
     specs = tuple(_spec(layer) for layer in arch.layers)
     latent = [layer for layer in arch.layers if layer.kind == "latent"]
     if latent:
@@ -81,7 +85,7 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
         (c, r), = widths
         return ModelConfig(**common, n_heads=MLA_QUERY_HEADS, head_size=MLA_HEAD_SIZE, attention="latent",
                            kv_latent_dim=c, rope_head_dim=r, layer_specs=specs)
-    heads = [layer for layer in arch.layers if layer.kind != "shared"]
+    heads = [layer for layer in arch.layers if layer.kind not in ("shared", "linear")]
     return ModelConfig(**common, n_heads=math.lcm(*(layer.kv_heads for layer in heads)),
                        kv_heads=heads[0].kv_heads, head_size=heads[0].head_size, layer_specs=specs)
 
@@ -91,6 +95,9 @@ def _spec(layer) -> LayerSpec:
         return LayerSpec(kind="shared", source=layer.shares)
     if layer.kind == "latent":
         return LayerSpec()
+    if layer.kind == "linear":  # Gated DeltaNet: K key heads of H channels, V value heads, a convolution
+        return LayerSpec(kind="state", kv_heads=layer.kv_heads, head_size=layer.head_size,
+                         value_heads=layer.value_heads, conv=layer.conv)
     return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 

@@ -56,6 +56,9 @@ class LayerGeometry:
     rope: int | None = None  # R, MLA's decoupled RoPE key width
     shares: int | None = None  # the layer whose cache a shared layer reads
     state_elements: int | None = None  # a linear or mamba layer's constant state, elements per sequence
+    value_heads: int | None = None  # a linear layer's V value heads (its K key heads are kv_heads, of head_size)
+    value_size: int | None = None  # a linear layer's value head size
+    conv: int | None = None  # a linear layer's convolution width (inputs it keeps)
     state_formula: str | None = None  # how state_elements follows from the config
 
 
@@ -243,7 +246,8 @@ def parse_config(data: Any, where: str, name: str | None = None, parameters: int
         layers = []
         for i, kind in enumerate(kinds):
             if kind in ("linear", "mamba"):
-                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1]))
+                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1],
+                                            **(state[2] if kind == "linear" else {})))
             elif kind == "mlp":
                 layers.append(LayerGeometry(i, kind))
             else:
@@ -260,16 +264,17 @@ def parse_config(data: Any, where: str, name: str | None = None, parameters: int
                         notes=tuple(notes))
 
 
-def _linear_state(r: _Reader) -> tuple[int, str]:
-    """Gated DeltaNet's per-sequence state: a d_k x d_v matrix per value head, and the short convolution's inputs."""
+def _linear_state(r: _Reader) -> tuple[int, str, dict]:
+    """Gated DeltaNet's per-sequence state as transformers' LinearAttentionLayer holds it for Qwen3-Next: a
+    d_k x d_v float32 matrix per value head, and the short convolution's last `kernel` inputs."""
     hk, hv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
     dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
     kernel = r.int("linear_conv_kernel_dim")
     conv_dim = 2 * hk * dk + hv * dv  # q, k and v channels go through the convolution
-    elements = hv * dk * dv + conv_dim * (kernel - 1)
-    formula = (f"H_v·d_k·d_v + (2·H_k·d_k + H_v·d_v)·(kernel − 1) = {hv}·{dk}·{dv} + "
-               f"({2 * hk * dk} + {hv * dv})·{kernel - 1} = {elements:,} elements per sequence")
-    return elements, formula
+    elements = hv * dk * dv + conv_dim * kernel
+    formula = (f"H_v·d_k·d_v float32 + (2·H_k·d_k + H_v·d_v)·kernel activations = {hv}·{dk}·{dv} × 4 B + "
+               f"({2 * hk * dk} + {hv * dv})·{kernel}")
+    return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel)
 
 
 def _mamba_state(r: _Reader) -> tuple[int, str]:

@@ -388,7 +388,7 @@ class ModelConfig:
                                  f"got kind={spec.kind!r}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
-                if self.n_heads % spec.kv_heads:
+                if self.n_heads % spec.kv_heads and spec.kind != "state":  # a state layer has its own heads
                     raise ValueError(f"{at}.kv_heads: must divide n_heads ({self.n_heads}), got {spec.kv_heads}")
             if spec.head_size is not None and positive_int(f"{at}.head_size", spec.head_size) % 2:
                 raise ValueError(f"{at}.head_size: RoPE rotates pairs of channels, so it must be even, "
