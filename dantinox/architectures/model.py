@@ -245,6 +245,15 @@ class LatentAttention(nnx.Module):
         return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
 
+def _delta_rule_step(S_BVHH: jax.Array, t: tuple) -> tuple[jax.Array, jax.Array]:
+    """One token of the gated delta rule: decay the state, correct what it returns for k towards v, read q."""
+    q_t, k_t, v_t, g_t, b_t = t
+    S_BVHH = S_BVHH * jnp.exp(g_t)[..., None, None]
+    delta = (v_t - jnp.einsum("BVkd,BVk->BVd", S_BVHH, k_t)) * b_t[..., None]
+    S_BVHH = S_BVHH + k_t[..., :, None] * delta[..., None, :]
+    return S_BVHH, jnp.einsum("BVkd,BVk->BVd", S_BVHH, q_t)
+
+
 class GatedDeltaNet(nnx.Module):
     """Linear attention with a recurrent state (a 'state' layer): Gated DeltaNet, arXiv:2412.06464.
 
@@ -299,17 +308,10 @@ class GatedDeltaNet(nnx.Module):
             rate = jnp.exp(self.a_log[...]) * jax.nn.softplus(a_BTV + self.dt_bias[...])
             decay = jnp.where(live_BT[..., None], -rate, 0.0)  # the log of the gate: exp(0) keeps the state
 
-        def step(S_BVHH, t):
-            q_t, k_t, v_t, g_t, b_t = t
-            S_BVHH = S_BVHH * jnp.exp(g_t)[..., None, None]
-            delta = (v_t - jnp.einsum("BVkd,BVk->BVd", S_BVHH, k_t)) * b_t[..., None]
-            S_BVHH = S_BVHH + k_t[..., :, None] * delta[..., None, :]
-            return S_BVHH, jnp.einsum("BVkd,BVk->BVd", S_BVHH, q_t)
-
         with jax.named_scope("attend"):
             S0 = jnp.zeros((B, V, H, H), jnp.float32) if cache is None else cache.s
             steps = tuple(jnp.swapaxes(t, 0, 1) for t in (q, k, v, decay, beta))  # time first
-            S, o_TBVH = jax.lax.scan(step, S0, steps)
+            S, o_TBVH = jax.lax.scan(_delta_rule_step, S0, steps)
             o_BTVH = self.norm(jnp.swapaxes(o_TBVH, 0, 1)) * jax.nn.silu(z_BTVH.astype(jnp.float32))
         if cache is not None:  # the last W live inputs of each row (live tokens come first in a row)
             n_B = jnp.sum(live_BT, axis=1)
