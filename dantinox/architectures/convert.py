@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -220,3 +224,52 @@ def _to_latent(model: Transformer, latent_dim: Any, rope_pairs: int, keep: str, 
                          mla_rope_heads=K, mla_nope_dim=Hn, mla_latent_norm=False, layer_specs=specs,
                          sliding_windows=None, attention_chunks=None)
     return _model(latent, {name: w.astype(np.float32) for name, w in tensors.items()})
+
+
+_CACHE_FORMAT = 1  # bump when the cached tensors' names or the conversion's arithmetic change
+
+
+def load_converted(source: str, to: str, *, calibration_ids: Any = None, **options: Any
+                   ) -> tuple[ModelConfig, Transformer, Any]:
+    """(config, model, tokenizer) of a published model (`load_pretrained`'s source) converted by
+    `convert_attention(model, to, calibration_ids=..., **options)`, computed on first use and kept in the user
+    cache directory (beside `load_pretrained`'s) for MLA, whose SVDs and calibration take a minute: only the
+    weights the conversion makes (its latent projections), the rest being the published model's."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from dantinox.architectures import pretrained
+
+    cfg, model, tok = pretrained.load_pretrained(source)
+    if to != "mla":  # repeating or pooling heads takes a second or two: not worth a file
+        converted = convert_attention(model, to, calibration_ids=calibration_ids, **options)
+        return converted.cfg, converted, tok
+    ids = None if calibration_ids is None else np.asarray(check_ids(cfg.vocab_size, calibration_ids,
+                                                                    "calibration_ids"), np.int32)
+    key = hashlib.sha256(json.dumps(dict(source=str(source), to=to, options=options, format=_CACHE_FORMAT,
+                                         weights=_digest(model)), sort_keys=True).encode())
+    key.update(b"" if ids is None else ids.tobytes() + str(ids.shape).encode())
+    path = pretrained.cache_dir() / "converted" / f"{Path(str(source)).stem}-{to}-{key.hexdigest()[:20]}.safetensors"
+    if path.is_file():
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                converted_cfg = ModelConfig.from_dict(json.loads(f.metadata()["config"]))
+            return converted_cfg, _model(converted_cfg, {**_weights(model), **load_file(str(path))}), tok
+        except Exception:  # a torn or foreign file: convert again and replace it
+            pass
+    converted = convert_attention(model, to, calibration_ids=ids, **options)
+    source_weights = _weights(model)
+    attention = {name: w for name, w in _weights(converted).items() if name not in source_weights}  # the new ones
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    save_file(attention, str(partial), metadata={"config": json.dumps(converted.cfg.to_dict())})
+    partial.replace(path)  # atomic: a reader never sees half a file
+    return converted.cfg, converted, tok
+
+
+def _digest(model: Transformer) -> str:
+    """A short fingerprint of the weights a conversion reads (layer 0's attention and the embedding's first row)."""
+    w = _weights(model)
+    h = hashlib.sha256(w["blocks/0/attn/wqkv/kernel"].tobytes())
+    h.update(w["embed/embedding"][0].tobytes())
+    return h.hexdigest()[:20]
