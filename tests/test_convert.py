@@ -129,6 +129,9 @@ def test_smollm2_as_mha_gives_the_published_logits(smollm):
     x = np.asarray([tok.encode("The cache of a converted model holds three times the heads.")], np.int32)
     mha = dantinox.convert_attention(model, "mha")
     assert mha.cfg.n_kv_heads == 9 == 3 * model.cfg.n_kv_heads
+    for converted in (mha, dantinox.convert_attention(model, "mqa")):  # the cache lab's SmolLM2 configs
+        lab_cfg = dantinox.ModelConfig.preset("smollm2-135m", kv_heads=converted.cfg.kv_heads)
+        assert lab_cfg.replace(norm_eps=model.cfg.norm_eps) == converted.cfg
     ref = logits(model, x)
     err = np.abs(logits(mha, x) - ref).max() / np.abs(ref).max()
     assert err < 1e-5, f"relative error {err:.2e}"
