@@ -5,6 +5,7 @@
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
     dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
+    mha = dantinox.convert_attention(model, to="mha")  # the same model with every KV head repeated, see convert.py
     engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool, see dantinox/engine/
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
@@ -26,6 +27,7 @@ from dantinox.accounting.memory import (
     reference_tables,
 )
 from dantinox.architectures.config import PRESETS, CacheConfig, LayerSpec, ModelConfig
+from dantinox.architectures.convert import convert_attention
 from dantinox.architectures.model import Transformer
 from dantinox.architectures.pretrained import load_pretrained
 from dantinox.cache import (
@@ -48,5 +50,5 @@ __all__ = [
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",
-    "load_pretrained", "Engine", "StepReport", "Ledger", "kv_ledger",
+    "load_pretrained", "convert_attention", "Engine", "StepReport", "Ledger", "kv_ledger",
 ]

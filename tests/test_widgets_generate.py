@@ -245,13 +245,17 @@ def test_without_the_model_wheel_the_panel_decodes_the_tiny_runs_and_says_so(ent
     assert PUBLISHED not in [value for _, value in panel.preset.options]
 
 
-def test_the_sizes_lab_has_a_smollm2_preset_where_other_k_is_a_what_if(entry):
+def test_the_sizes_lab_has_a_smollm2_preset_whose_other_k_are_converted_models(entry):
     lab = CacheLab(entry, preset=PUBLISHED, attention="gqa", cache_dtype="bfloat16", tokens=16)
     assert ("SmolLM2-135M", PUBLISHED) in lab.preset.options and lab.kv_heads.value == 3
     assert lab.reading.per_token_bytes == 23_040 and lab.reading.residual == 0
     assert "What-if" not in lab.status_html.value
-    lab.attention.value = "mha"
-    assert "What-if: SmolLM2-135M has GQA with K=3" in lab.status_html.value and "MHA K=9" in lab.status_html.value
+    for variant in ("mha", "mqa"):  # tests/test_convert.py: these configs are convert_attention's
+        lab.attention.value = variant
+        note = lab.status_html.value
+        assert "Converted, not retrained: SmolLM2-135M has GQA with K=3" in note and "nobody trained" not in note
+        assert f"convert_attention(model, to=&#x27;{variant}&#x27;)" in note or f"to='{variant}'" in note
+    assert "(exact)" in CacheLab(entry, preset=PUBLISHED, attention="mha").status_html.value
 
 
 def test_bytes_that_are_not_utf8_on_their_own_read_as_escapes():

@@ -29,6 +29,7 @@ _MODULES = {  # public name -> the module that defines it
     "memory_savers_lab": ["MemorySaversLab", "load_measurements"],
     "mesh_lab": ["MeshLab", "read_mesh"],
     "mla_lab": ["MlaLab", "decode_path_agreement"],
+    "mla_real_model": ["RealModelMlaLab", "load_variants", "read_variant"],
     "plot": ["CachePlot", "attention_variants"],
     "quiz": ["Quiz", "summarise"],
     "readings": ["CacheReading", "CacheSize", "MlaReading", "formula_params", "read_kv_cache", "read_mla_cache"],

@@ -68,12 +68,23 @@ PRESET_LABELS = {"smollm2-135m": "SmolLM2-135M"}
 PUBLISHED_K = {"smollm2-135m": 3}  # the KV heads of the published model a preset has the geometry of
 
 
+# How dantinox.convert_attention makes each variant from a published GQA model (dantinox/architectures/convert.py).
+CONVERTED = {"mha": "every KV head repeated for the query heads of its group: the same outputs (exact)",
+             "mqa": "its KV heads mean-pooled into one (Ainslie et al., arXiv 2305.13245 §2.1): the outputs change"}
+
+
 def what_if_note(preset: str, cfg: dantinox.ModelConfig) -> str:
-    """A published model's geometry with another K than its own is a what-if: say so."""
+    """A published model's geometry with another K than its own: the converted model's cache, or a what-if."""
     k = PUBLISHED_K.get(preset)
     if k is None or (cfg.variant, cfg.n_kv_heads) == ("gqa", k):
         return ""
-    return note_box(f"What-if: {esc(PRESET_LABELS[preset])} has GQA with K={k}; these bytes are its geometry with "
+    label = esc(PRESET_LABELS[preset])
+    if cfg.variant in CONVERTED:
+        call = f"dantinox.convert_attention(model, to={cfg.variant!r})"
+        return note_box(f"Converted, not retrained: {label} has GQA with K={k}; these bytes are the cache of "
+                        f"<code>{esc(call)}</code>, {esc(CONVERTED[cfg.variant])}. The MLA lab's real-model "
+                        f"section shows what each conversion costs.")
+    return note_box(f"What-if: {label} has GQA with K={k}; these bytes are its geometry with "
                     f"{esc(cfg.variant.upper())} K={cfg.n_kv_heads}, a model nobody trained.")
 
 

@@ -68,6 +68,13 @@ class LayerSpec:
     source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
     value_heads: int | None = None  # "state": value heads of the recurrent state (default: kv_heads, its key heads)
     conv: int | None = None  # "state": width of its short causal convolution (default 4)
+    # MLA with partial RoPE (a converted model, MHA2MLA): per RoPE key head, the frequency pairs i its keys keep,
+    # each turning at base^(-2i / head width); None: the RoPE key's own pairs 0 .. R / rope heads / 2 - 1
+    rope_pairs: tuple[tuple[int, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rope_pairs, list | tuple):  # JSON gives lists: stored as the tuples they mean (hashable)
+            object.__setattr__(self, "rope_pairs", tuple(tuple(int(i) for i in head) for head in self.rope_pairs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +201,9 @@ class ModelConfig:
     q_latent_dim: int | None = None  # optional low-rank query compression width
     mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
     mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
+    mla_rope_heads: int = 1  # RoPE key heads: 1 shares k_R [R] by all heads; K: a group each (a converted GQA)
+    mla_nope_dim: int | None = None  # width of each head's unrotated query and key; None: head_size
+    mla_latent_norm: bool = True  # RMSNorm on the latent (DeepSeek-V2); a converted latent is a plain projection
     # Local layers (dantinox/cache/ring.py), one entry per layer; None: every layer global. See local_layers.
     sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
@@ -317,8 +327,9 @@ class ModelConfig:
     def _check_mla(self) -> None:
         mla_fields = ("kv_latent_dim", "rope_head_dim")
         if self.attention != "latent":
-            for name in (*mla_fields, "q_latent_dim"):
-                if getattr(self, name) is not None:
+            unset = dict.fromkeys((*mla_fields, "q_latent_dim", "mla_nope_dim"))
+            for name, default in {**unset, "mla_rope_heads": 1, "mla_latent_norm": True}.items():
+                if getattr(self, name) != default:
                     raise ValueError(f"{name}: only used with attention='latent', got attention={self.attention!r}")
             return
         for name in mla_fields:
@@ -330,6 +341,12 @@ class ModelConfig:
                              f"got {self.rope_head_dim}")
         if self.q_latent_dim is not None:
             positive_int("q_latent_dim", self.q_latent_dim)
+        heads = positive_int("mla_rope_heads", self.mla_rope_heads)
+        if self.n_heads % heads or self.rope_head_dim % (2 * heads):
+            raise ValueError(f"mla_rope_heads: must divide n_heads ({self.n_heads}) and leave each RoPE key head an "
+                             f"even share of rope_head_dim ({self.rope_head_dim}), got {heads}")
+        if self.mla_nope_dim is not None:
+            positive_int("mla_nope_dim", self.mla_nope_dim)
         if self.mla_decode not in MLA_DECODE_PATHS:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
 
@@ -395,6 +412,8 @@ class ModelConfig:
                                  f"got {spec.head_size}")
             if spec.rope_base is not None and spec.rope_base <= 1:
                 raise ValueError(f"{at}.rope_base: must be greater than 1, got {spec.rope_base}")
+            if spec.rope_pairs is not None:
+                self._check_rope_pairs(at, spec.rope_pairs)
             # a value equal to the model-wide one is stored once, as None
             spec = dataclasses.replace(spec, **{k: None for k, v in model_wide.items() if getattr(spec, k) == v})
             if self.attention == "latent" and (spec.kv_heads, spec.head_size) != (None, None):
@@ -446,6 +465,20 @@ class ModelConfig:
     def shared_layers(self) -> tuple[int, ...]:
         """The layers that read another layer's cache and store none."""
         return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind == "shared")
+
+    def _check_rope_pairs(self, at: str, pairs: tuple[tuple[int, ...], ...]) -> None:
+        """A layer's kept RoPE pairs: one tuple per RoPE key head, each as many distinct pairs as its channels hold."""
+        if self.attention != "latent":
+            raise ValueError(f"{at}.rope_pairs: partial RoPE is a latent layer's (attention='latent'), got "
+                             f"attention={self.attention!r}")
+        per_head = self.rope_head_dim // self.mla_rope_heads
+        half = (self.qk_nope_dim + per_head) // 2
+        fits = len(pairs) == self.mla_rope_heads and all(
+            len(head) == per_head // 2 and len(set(head)) == len(head) and all(0 <= i < half for i in head)
+            for head in pairs)
+        if not fits:
+            raise ValueError(f"{at}.rope_pairs: expected {self.mla_rope_heads} tuple(s) (mla_rope_heads) of "
+                             f"{per_head // 2} distinct pair indices in 0..{half - 1}, got {pairs!r}")
 
     # Helpers that fill the per-layer tuples from one size.
     def with_sliding_window(self, window: int | None, local_per_global: int | None = None) -> ModelConfig:
@@ -551,6 +584,11 @@ class ModelConfig:
     @property
     def param_jnp_dtype(self) -> Any:
         return DTYPES[self.weights_dtype]
+
+    @property
+    def qk_nope_dim(self) -> int:
+        """Width of each head's unrotated query and key part in a latent layer: mla_nope_dim, else head_size."""
+        return self.head_size if self.mla_nope_dim is None else self.mla_nope_dim
 
     @property
     def kv_elements_per_token_per_layer(self) -> int:

@@ -57,10 +57,14 @@ class RMSNorm(nnx.Module):
 def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
     """Rotate channel pairs (i, i + H/2) of x [B, T, ..., H] by angles position · base^(-2i/H)."""
     half = x.shape[-1] // 2
-    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    return rotate_pairs(x, positions_BT, base ** (-jnp.arange(half, dtype=jnp.float32) / half))
+
+
+def rotate_pairs(x: jax.Array, positions_BT: jax.Array, freqs: Any) -> jax.Array:
+    """Rotate channel pairs (i, i + W/2) of x [B, T, ..., W] by angles position · freqs[..., i] (freqs broadcasts
+    against x's [..., W/2]: one row per head where heads keep different pairs)."""
     positions_BT = jnp.broadcast_to(positions_BT, x.shape[:2])
-    angles = positions_BT.astype(jnp.float32)[..., None] * freqs  # [B, T, H/2]
-    angles = angles.reshape(x.shape[:2] + (1,) * (x.ndim - 3) + (half,))
+    angles = positions_BT.astype(jnp.float32).reshape(x.shape[:2] + (1,) * (x.ndim - 2)) * freqs
     sin, cos = jnp.sin(angles), jnp.cos(angles)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
@@ -164,26 +168,43 @@ class LatentAttention(nnx.Module):
     attention runs over the cached rows themselves (and a quantized latent's scales fold into it).
     Absorption works because RoPE lives only in the R channels; the teaching switch `mla_rope_on_latent`
     also rotates W_UK·c_KV, which only the materialized path can apply, so the two then disagree.
+
+    A model converted from K/V heads (dantinox/architectures/convert.py, MHA2MLA) differs in three fields:
+    `mla_rope_heads` RoPE key heads of R / rope heads channels each, read by their group of query heads;
+    per layer, the frequency pairs each keeps (`LayerSpec.rope_pairs`); a nope width of its own
+    (`mla_nope_dim`, so a score keeps the original head's width); and no norm on the latent.
     """
 
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.layer = layer  # its RoPE base; the config refuses per-layer K and H for a latent
+        self.layer = layer  # its RoPE base and kept pairs; the config refuses per-layer K and H for a latent
         D, N, H, C, R = cfg.d_model, cfg.n_heads, cfg.head_size, cfg.kv_latent_dim, cfg.rope_head_dim
+        X = cfg.qk_nope_dim + R // cfg.mla_rope_heads  # one query head: its nope and RoPE channels
         if cfg.q_latent_dim is None:  # queries straight from x
             self.q_down, self.q_norm = None, None
-            self.q_up = _dense(D, N * (H + R), cfg, rngs)
+            self.q_up = _dense(D, N * X, cfg, rngs)
         else:  # queries through their own low-rank latent (saves activations, not cache)
             self.q_down = _dense(D, cfg.q_latent_dim, cfg, rngs)
             self.q_norm = RMSNorm(cfg.q_latent_dim, cfg.norm_eps, cfg.param_jnp_dtype)
-            self.q_up = _dense(cfg.q_latent_dim, N * (H + R), cfg, rngs)
+            self.q_up = _dense(cfg.q_latent_dim, N * X, cfg, rngs)
         self.kv_down = _dense(D, C, cfg, rngs)
-        self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.param_jnp_dtype)
+        self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.param_jnp_dtype) if cfg.mla_latent_norm else None
         self.k_rope = _dense(D, R, cfg, rngs)
         init = nnx.initializers.normal(stddev=C**-0.5)
-        self.w_uk = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head key
+        self.w_uk = nnx.Param(init(rngs.params(), (C, N, cfg.qk_nope_dim), cfg.param_jnp_dtype))  # latent -> keys
         self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head value
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+
+    def rope_freqs(self) -> np.ndarray:
+        """[rope heads, pairs] the angle per position of each RoPE key head's channel pairs: its own pairs
+        0, 1, .. at base^(-2i/width) (DeepSeek-V2), or the kept pairs i of the full head (`rope_pairs`)."""
+        cfg, base = self.cfg, self.layer.rope_base
+        per_head = cfg.rope_head_dim // cfg.mla_rope_heads
+        if self.layer.rope_pairs is None:
+            pairs, width = [range(per_head // 2)] * cfg.mla_rope_heads, per_head
+        else:
+            pairs, width = self.layer.rope_pairs, cfg.qk_nope_dim + per_head
+        return np.asarray([[base ** (-2 * i / width) for i in head] for head in pairs], np.float32)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LatentCache | None = None,
                  fill: Fill | None = None, layout: Layout | None = None,
@@ -191,15 +212,18 @@ class LatentAttention(nnx.Module):
         cfg = self.cfg
         layout = layer_layout(cfg, self.layer) if layout is None else layout
         B, T, _ = x_BTD.shape
-        N, H = cfg.n_heads, cfg.head_size
+        N, H, Hn, Kr = cfg.n_heads, cfg.head_size, cfg.qk_nope_dim, cfg.mla_rope_heads
+        freqs_KP = self.rope_freqs()
         q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
-        q_BTNX = self.q_up(q_in).reshape(B, T, N, H + cfg.rope_head_dim)
-        q_nope_BTNH = q_BTNX[..., :H]
-        q_rope_BTNR = apply_rope(q_BTNX[..., H:], pos_BT, self.layer.rope_base)
+        q_BTNX = self.q_up(q_in).reshape(B, T, N, Hn + cfg.rope_head_dim // Kr)
+        q_nope_BTNH = q_BTNX[..., :Hn]
+        q_rope_BTNR = rotate_pairs(q_BTNX[..., Hn:], pos_BT, np.repeat(freqs_KP, N // Kr, axis=0))  # a group's
         if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
             q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.layer.rope_base)
-        ckv_BTX = jnp.concatenate([self.kv_norm(self.kv_down(x_BTD)),
-                                   apply_rope(self.k_rope(x_BTD), pos_BT, self.layer.rope_base)], axis=-1)
+        c_BTC = self.kv_down(x_BTD)
+        c_BTC = c_BTC if self.kv_norm is None else self.kv_norm(c_BTC)
+        k_rope_BTKR = rotate_pairs(self.k_rope(x_BTD).reshape(B, T, Kr, -1), pos_BT, freqs_KP)
+        ckv_BTX = jnp.concatenate([c_BTC, k_rope_BTKR.reshape(B, T, -1)], axis=-1)
         new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
         cache, view = _view(layout, cache, new, pos_BT, fill)
         read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
@@ -208,37 +232,41 @@ class LatentAttention(nnx.Module):
 
     @property
     def scale(self) -> float:
-        """Softmax scale 1/sqrt(H + R): a score sums a head-size dot product and a RoPE-width one."""
-        return (self.cfg.head_size + self.cfg.rope_head_dim) ** -0.5
+        """Softmax scale 1/sqrt(nope + RoPE width of a query head): a score sums both dot products."""
+        return (self.cfg.qk_nope_dim + self.cfg.rope_head_dim // self.cfg.mla_rope_heads) ** -0.5
 
     def _read_materialized(self, q_nope_BTNH, q_rope_BTNR, view: View, mask_BTS):
         """Up-project the cached latents into per-head K and V, then attend (K = N heads)."""
-        C, N = self.cfg.kv_latent_dim, self.cfg.n_heads
+        C, N, Kr = self.cfg.kv_latent_dim, self.cfg.n_heads, self.cfg.mla_rope_heads
         ckv_BSX = view.payload.ckv.astype(jnp.float32)
         if view.payload.ckv_scale is not None:  # up-projecting needs the values themselves
             ckv_BSX = ckv_BSX * view.payload.ckv_scale[..., None]
         if self.cfg.mla_rope_on_latent:  # rotated per sequence's positions: a shared pool becomes B rows
             ckv_BSX = jnp.broadcast_to(ckv_BSX, view.k_pos_BS.shape + ckv_BSX.shape[2:])
         B, S, _ = ckv_BSX.shape
-        c_BSC, k_rope_BSR = ckv_BSX[..., :C], ckv_BSX[..., C:]
+        c_BSC, k_rope_BSKR = ckv_BSX[..., :C], ckv_BSX[..., C:].reshape(B, S, Kr, -1)
         k_nope_BSNH = jnp.einsum("BSC,CNH->BSNH", c_BSC, self.w_uk[...].astype(jnp.float32))
         if self.cfg.mla_rope_on_latent:  # rotate each compressed key by the position its slot holds
             k_nope_BSNH = apply_rope(k_nope_BSNH, jnp.maximum(view.k_pos_BS, 0), self.layer.rope_base)
         v_BNSH = jnp.einsum("BSC,CNH->BNSH", c_BSC, self.w_uv[...].astype(jnp.float32))
-        k_rope_BNSR = jnp.broadcast_to(k_rope_BSR[:, None], (B, N, S, k_rope_BSR.shape[-1]))
-        k_BNSX = jnp.concatenate([k_nope_BSNH.transpose(0, 2, 1, 3), k_rope_BNSR], axis=-1)
+        k_rope_BSNR = jnp.repeat(k_rope_BSKR, N // Kr, axis=2)  # each query head reads its group's RoPE key
+        k_BNSX = jnp.concatenate([k_nope_BSNH, k_rope_BSNR], axis=-1).transpose(0, 2, 1, 3)
         q_BTN1X = jnp.concatenate([q_nope_BTNH, q_rope_BTNR], axis=-1)[:, :, :, None]  # K = N, G = 1
         out_BTN1H = attend(q_BTN1X, k_BNSX, v_BNSH, mask_BTS, self.scale, keys_slot_last=False)
         return out_BTN1H[:, :, :, 0]
 
     def _read_absorbed(self, q_nope_BTNH, q_rope_BTNR, view: View, mask_BTS):
         """Attend over the cached rows directly: one shared "KV head" of width C + R."""
-        C = self.cfg.kv_latent_dim
+        C, N, Kr = self.cfg.kv_latent_dim, self.cfg.n_heads, self.cfg.mla_rope_heads
         ckv_B1SX = view.payload.ckv[:, None]
         scale_B1S = None if view.payload.ckv_scale is None else view.payload.ckv_scale[:, None]
         q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
                                 self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
-        q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR.astype(jnp.float32)], axis=-1)[:, :, None]
+        q_rope_BTNR = q_rope_BTNR.astype(jnp.float32)
+        if Kr > 1:  # a query head's RoPE part faces its group's R / Kr cached channels, zeros the others'
+            group_NK = np.repeat(np.eye(Kr, dtype=np.float32), N // Kr, axis=0)
+            q_rope_BTNR = jnp.einsum("BTNP,NK->BTNKP", q_rope_BTNR, group_NK).reshape(q_rope_BTNR.shape[:3] + (-1,))
+        q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR], axis=-1)[:, :, None]
         out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S,
                            keys_slot_last=False)
         # W_UV applied after attention, to T query rows only: values are never formed for the S cached tokens.
