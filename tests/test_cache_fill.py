@@ -72,3 +72,35 @@ def test_what_cannot_run_here_is_refused_in_one_line():
     with pytest.raises(ValueError, match="at most max_position_embeddings = 64") as err3:
         fill_plan(TINY, 65)
     assert all("\n" not in str(e.value) for e in (err, err2, err3))
+
+
+def test_the_panel_decodes_draws_any_step_and_stops_on_request(monkeypatch):
+    from widgets import cache_fill_panel
+    from widgets.cache_fill_panel import CacheFillPanel
+
+    panel = CacheFillPanel(model="tiny hybrid", tokens=10,
+                           archs={"tiny hybrid": TINY, "nemotron-h-8b": load_architecture("nemotron-h-8b")})
+    assert list(panel.model.options) == ["tiny hybrid"]  # a model whose working model does not build is not offered
+    panel.run(wait=True)
+    assert panel.error == "" and len(panel.steps) == 10 and (panel.step.max, panel.step.value) == (10, 10)
+    assert "at every step so far" in panel.readout.value and "wrapped 2x" in panel.readout.value
+    assert [t.name for t in panel.layers_fig.data] == ["full (measured)", "sliding (measured)", "chunked (measured)",
+                                                      "shared (measured)", "linear (measured)", "ledger (derived)"]
+    assert np.asarray(panel.heat_fig.data[0].z).shape == (5, 10)
+    panel.step.value = 3
+    assert "step 3 of 10" in panel.readout.value and tuple(panel.layers_fig.data[-1].y) == panel.steps[2].ledger
+    assert not panel.decode_button.disabled and panel.stop_button.disabled
+
+    def stopped_after_three(plan):  # the stop button pressed while the third step is drawn
+        for n, item in enumerate(decode_fill(plan), 1):
+            if n == 3:
+                panel.stop_button.click()
+            yield item
+    monkeypatch.setattr(cache_fill_panel, "decode_fill", stopped_after_three)
+    panel.run(wait=True)
+    assert panel.stopped and len(panel.steps) == 3 and "stopped early" in panel.readout.value
+
+    panel.tokens.value = 65  # past the model's context: refused in one line, on screen
+    panel.run(wait=True)
+    assert "max_position_embeddings = 64" in panel.error and "\n" not in panel.error
+    assert "max_position_embeddings" in panel.status.value
