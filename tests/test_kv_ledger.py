@@ -4,13 +4,14 @@ numbers, measured == formula on dantinox's own cache container, the device fit, 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 import dantinox
 import dantinox.architectures.catalogue as catalogue_module
-from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes, state_crossover_tokens
+from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes, state_bytes, state_crossover_tokens
 from dantinox.accounting.memory import WEIGHT_FORMATS
 from dantinox.architectures.catalogue import catalogue, load_architecture, parse_config
 from dantinox.architectures.pretrained import catalogue_file
@@ -313,3 +314,39 @@ def test_the_concept_entrys_formulas_are_the_ledgers():
         naive = content.evaluate(entry, "Naive calculator", L=len(arch.layers), H_kv=arch.config_kv_heads,
                                  D=arch.d_model, N=arch.n_heads, T=tokens, B=3, bytes=2)
         assert naive == ledger.naive_bytes or arch.d_model % arch.n_heads, name
+
+
+def test_the_new_layer_kinds_entries_compute_what_dantinox_measures():
+    """linear-attention-state and cross-layer-kv-sharing evaluate to the ledger's states, crossover and totals, and to
+    the bytes a step reads as accounting/memory.py counts them for the working model (an independent sum)."""
+    import content
+    from dantinox.accounting.memory import kv_read_bytes
+    from dantinox.accounting.working_model import working_config
+
+    qwen = load_architecture("qwen3-next-80b-a3b")
+    linear, full = qwen.layers[0], next(layer for layer in qwen.layers if layer.kind == "full")
+    state = dict(H_k=linear.kv_heads, H_v=linear.value_heads, d_k=linear.head_size, d_v=linear.value_size,
+                 K_c=linear.conv, bytes=2)
+    entry = content.load_entry("linear-attention-state")
+    assert content.evaluate(entry, "Gated DeltaNet state per layer", B=3, **state) == 3 * state_bytes(linear,
+                                                                                                       "bfloat16")
+    crossover = content.evaluate(entry, "Crossover length of a hybrid", L_lin=qwen.count("linear"),
+                                 L_att=qwen.count("full"), H_kv=full.kv_heads, d_h=full.head_size, **state)
+    assert math.ceil(crossover) == state_crossover_tokens(qwen)
+    real = content.load_entry("kv-cache-of-real-models")
+    states = sum(r.bytes for r in kv_ledger(qwen, 1000).rows if r.kind == "linear")
+    assert content.evaluate(real, "Linear-attention states of a hybrid", B=1, L_lin=qwen.count("linear"),
+                            **state) == states
+
+    gemma = load_architecture("gemma-3n-e4b")
+    kv = gemma.layers[0]
+    sharing = content.load_entry("cross-layer-kv-sharing")
+    sources = [gemma.layers[layer.shares].kind for layer in gemma.layers if layer.kind == "shared"]
+    shape = dict(W=kv.window, L_f=gemma.count("full"), L_s=gemma.count("sliding"), H_kv=kv.kv_heads, d_h=kv.head_size,
+                 bytes=2)
+    for tokens in (300, 32_768):
+        assert content.evaluate(sharing, "Cache with cross-layer sharing", B=2, T=tokens, **shape) == \
+            kv_ledger(gemma, tokens, 2).total_bytes
+        assert content.evaluate(sharing, "Bytes a decode step reads with sharing", B=2, T=tokens,
+                                S_f=sources.count("full"), S_s=sources.count("sliding"), **shape) == \
+            kv_read_bytes(working_config(gemma, tokens), 2, tokens)
