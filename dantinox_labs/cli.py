@@ -150,7 +150,7 @@ def _kv(args: argparse.Namespace) -> int:
 
     arch = load_architecture(args.config)
     ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes,
-                       measure=not args.measure)
+                       measure=not args.measure, weights_format=args.weights_format)
     if args.measure:
         ledger = with_working_model(ledger, arch)
     print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger, arch))
@@ -310,8 +310,11 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
                     help="float32, bfloat16, float16, or int8 / fp8_e4m3 codes with float32 scales")
     kv.add_argument("--device", default=None, help='a device preset for the fit, e.g. "H100 80GB"')
     kv.add_argument("--weight-bytes", dest="weight_bytes", type=int, default=None,
-                    help="the weights' bytes for the fit (default: the catalogue's parameters x 2 B, or a GGUF's "
-                         "tensor bytes)")
+                    help="the weights' bytes for the fit (default: the catalogue's parameters in --weights-format, "
+                         "or a GGUF's tensor bytes)")
+    kv.add_argument("--weights-format", dest="weights_format", default=None,
+                    help="how the weights are stored, for the fit: fp32, bf16, fp8 or mxfp4 (default: the published "
+                         "checkpoint's format where the catalogue names it, else bf16)")
     kv.add_argument("--json", action="store_true", help="print the ledger as JSON")
     kv.add_argument("--measure", action="store_true",
                     help="build a working model with the real per-layer cache geometry (narrow widths, random "

@@ -304,7 +304,35 @@ INDEPENDENT = {
     "Share of the text kept": lambda v: min(v["T"], v["N"]) / v["T"],
     "Cache with a full-precision window": lambda v: 2 * v["L"] * v["H_kv"] * v["d_h"]
     * (v["n_fp"] * v["bytes"] + (v["T"] - v["n_fp"]) * (v["q"] / 8 + v["z"] / v["G"])),
+    # the 2026 layer kinds: a state's matrices and convolution apart; sharing as owners' cache plus sharers' re-reads;
+    # a sparse layer's latents and indexer keys apart
+    "Gated DeltaNet state per layer": lambda v: v["B"] * _matrices_and_conv(v),
+    "Linear-attention states of a hybrid": lambda v: v["L_lin"] * v["B"] * _matrices_and_conv(v),
+    "Crossover length of a hybrid": lambda v: v["L_lin"] * _matrices_and_conv(v)
+    / (v["L_att"] * 2 * v["H_kv"] * v["d_h"] * v["bytes"]),
+    "Cache with cross-layer sharing": lambda v: _owners(v),
+    "Bytes a decode step reads with sharing": lambda v: _owners(v) + 2 * v["B"] * v["H_kv"] * v["d_h"] * v["bytes"]
+    * (v["S_f"] * v["T"] + v["S_s"] * (v["W"] if v["T"] > v["W"] else v["T"])),
+    "Cache stored with a lightning indexer": lambda v: v["B"] * v["L"] * v["T"] * (v["C"] + v["R"]) * v["bytes"]
+    + v["B"] * v["L"] * v["T"] * v["d_I"] * v["bytes_I"],
+    "Cache read by one sparse decode step": lambda v: v["B"] * v["L"] * (
+        (v["k"] if v["T"] > v["k"] else v["T"]) * (v["C"] + v["R"]) * v["bytes"] + v["T"] * v["d_I"] * v["bytes_I"]),
+    "Stored over read per step": lambda v: (v["T"] * (v["C"] + v["R"]) * v["bytes"] + v["T"] * v["d_I"] * v["bytes_I"])
+    / ((v["k"] if v["T"] > v["k"] else v["T"]) * (v["C"] + v["R"]) * v["bytes"] + v["T"] * v["d_I"] * v["bytes_I"]),
 }
+
+
+def _matrices_and_conv(v) -> float:
+    """One Gated DeltaNet layer's state for one sequence: float32 matrices, then the convolution's inputs."""
+    matrices = v["H_v"] * v["d_k"] * v["d_v"] * 4
+    conv_channels = v["H_k"] * v["d_k"] + v["H_k"] * v["d_k"] + v["H_v"] * v["d_v"]  # queries, keys, values
+    return matrices + conv_channels * v["K_c"] * v["bytes"]
+
+
+def _owners(v) -> float:
+    """The cache of the layers that own one: global layers T slots, sliding ones the window at most."""
+    per_slot = 2 * v["H_kv"] * v["d_h"] * v["bytes"] * v["B"]
+    return per_slot * v["L_f"] * v["T"] + per_slot * v["L_s"] * (v["W"] if v["T"] > v["W"] else v["T"])
 
 
 @pytest.mark.parametrize("entry_id,title", [(e.id, s.title) for e in ENTRIES.values() for s in e.science])

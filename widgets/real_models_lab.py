@@ -1,13 +1,15 @@
 """The real-models lab: a published model's KV cache layer by layer, its growth with T, its fit, two engines.
 
     lab = RealModelsLab(model="gemma-3-27b")
-    lab.update(tokens=32_768, batch=4, cache_dtype="bfloat16", device="H100 80GB")
+    lab.update(tokens=32_768, batch=4, cache_dtype="bfloat16", device="H100 80GB", weights_format="bf16")
     lab.reading.ledger.total_bytes, lab.reading.curve, lab.load_file("path/to/config.json")
 
 Every number comes from dantinox.kv_ledger: the per-layer bytes are measured from dantinox's cache shapes
 (jax.eval_shape on the same layouts; linear-attention states are derived), the curve over T is the ledger's
 formula, and the engine columns are derived from vLLM's and llama.cpp's sources
-(dantinox/accounting/peer_allocation.py).
+(dantinox/accounting/peer_allocation.py). The fit sizes the weights in the format chosen under "weights": by
+default the published checkpoint's (dantinox/data/real_models.json names it, with its source), else bf16, and
+the readout says which.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ import traitlets
 
 import dantinox
 from dantinox.accounting.kv_ledger import CACHE_DTYPES, Ledger, kv_ledger, sequence_bytes
+from dantinox.accounting.memory import WEIGHT_FORMATS
 from dantinox.accounting.peer_allocation import llama_cpp_column, vllm_column
 from dantinox.architectures.catalogue import Architecture, catalogue, load_architecture
 from widgets._controls import Lab
 from widgets._figure import FigureWidget
-from widgets._html import badge, esc, note_box, readout_table
+from widgets._html import badge, esc, link, note_box, readout_table
 from widgets.number_input import NumberInput
 
 KIND_COLOURS = {"full": "#1565c0", "sliding": "#2e7d32", "chunked": "#00897b", "latent": "#6a1b9a",
                 "shared": "#9e9e9e", "linear": "#ef6c00", "mamba": "#c62828", "mlp": "#bdbdbd"}
 CURVE_POINTS = 48
+PUBLISHED = "published"  # the weights control's default: the checkpoint's own format where the catalogue names it
 
 
 def token_choices(max_context: int) -> list[int]:
@@ -73,9 +77,11 @@ def _engine_lines(arch: Architecture, ledger: Ledger) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def read_real_model(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: str) -> RealModelReading:
-    """The ledger at (T, B), the derived curve over T, and the engine columns."""
-    ledger = kv_ledger(arch, tokens, batch, cache_dtype, device)
+def read_real_model(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: str,
+                    weights_format: str | None = None) -> RealModelReading:
+    """The ledger at (T, B), the derived curve over T, and the engine columns; the fit's weights in
+    `weights_format` (None: the published checkpoint's format, else bf16)."""
+    ledger = kv_ledger(arch, tokens, batch, cache_dtype, device, weights_format=weights_format)
     grid = sorted({max(1, round(arch.max_context ** (i / (CURVE_POINTS - 1)))) for i in range(CURVE_POINTS)}
                   | {tokens})
     naive_per_token = ledger.naive_bytes // tokens
@@ -100,6 +106,23 @@ def gap_lines(terms: tuple[str, ...]) -> list[str]:
     return out
 
 
+def weights_note(arch: Architecture, ledger: Ledger) -> str:
+    """HTML: the format the weights were sized in, why, and the source that names the published one."""
+    fit = ledger.fit
+    if fit is None or fit.weights_format is None:
+        return ""
+    used = fit.weights_format
+    text = esc(f"Weights sized as {used}: {WEIGHT_FORMATS[used].about}.")
+    if arch.weights_format is None:
+        return text + esc(" The catalogue names no published format for this model, so bf16 is assumed unless "
+                          "you choose another under weights.")
+    url, _, why = arch.weights_format_source.partition(" ")
+    said = link(why.strip().removeprefix("(").removesuffix(")") or url, url)
+    if used == arch.weights_format:
+        return f"{text} The published checkpoint's format: {said}"
+    return f"{text} {esc(f'The published checkpoint is {arch.weights_format}:')} {said}"
+
+
 def max_context_row(fits: int, model_limit: int, batch: int) -> tuple[str, str, str]:
     """The longest T whose B sequences fit, saying when the model's own context limit, not memory, stops it."""
     if fits >= model_limit:
@@ -111,11 +134,11 @@ def max_context_row(fits: int, model_limit: int, batch: int) -> tuple[str, str, 
 class RealModelsLab(Lab):
     """Pick a model (or load a config.json / GGUF), move T, B, cache dtype and device; see every layer."""
 
-    CONTROLS = ("model", "tokens", "batch", "cache_dtype", "device")
+    CONTROLS = ("model", "tokens", "batch", "cache_dtype", "device", "weights_format")
     reading = traitlets.Instance(RealModelReading, allow_none=True)
 
     def __init__(self, *, model: str = "gemma-3-27b", tokens: int = 32_768, batch: int = 1,
-                 cache_dtype: str = "bfloat16", device: str = "H100 80GB"):
+                 cache_dtype: str = "bfloat16", device: str = "H100 80GB", weights_format: str = PUBLISHED):
         self._archs = {name: load_architecture(name) for name in catalogue()}
         style, layout = {"description_width": "150px"}, widgets.Layout(width="560px")
         self.model = widgets.Dropdown(options=list(self._archs), description="model", style=style, layout=layout)
@@ -129,6 +152,10 @@ class RealModelsLab(Lab):
                                             layout=layout)
         self.device = widgets.Dropdown(options=[d for d in dantinox.DEVICE_PRESETS if not d.startswith("this")],
                                        description="device", style=style, layout=layout)
+        self.weights_format = widgets.Dropdown(
+            options=[("the published checkpoint's format (else bf16)", PUBLISHED),
+                     *((f"{name}: {WEIGHT_FORMATS[name].bits:g} bits a parameter", name) for name in WEIGHT_FORMATS)],
+            description="weights", style=style, layout=layout)
         self.path = widgets.Text(placeholder="path to a config.json or .gguf", description="your file",
                                  style=style, layout=layout)
         self.load_button = widgets.Button(description="load file")
@@ -139,16 +166,16 @@ class RealModelsLab(Lab):
         self.curve_fig = FigureWidget(layout=dict(height=320, margin=dict(t=50, b=40, l=60, r=20),
                                                   xaxis=dict(type="log", title="tokens T"),
                                                   yaxis=dict(type="log", title="bytes")))
-        controls = [self.model, self.tokens, self.batch, self.cache_dtype, self.device]
+        controls = [self.model, self.tokens, self.batch, self.cache_dtype, self.device, self.weights_format]
         status = widgets.HTML()
         super().__init__([*controls, widgets.HBox([self.path, self.load_button]), status, self.readout_html,
                           self.layers_fig, self.curve_fig, self.engines_html], status)
         self.model.observe(self._on_model, names="value")
-        self.observe_controls(self.tokens, self.batch, self.cache_dtype, self.device)
+        self.observe_controls(self.tokens, self.batch, self.cache_dtype, self.device, self.weights_format)
         with self.batched():
             self.model.value = model
             self._set_tokens_range(tokens)
-        self.update(batch=batch, cache_dtype=cache_dtype, device=device)
+        self.update(batch=batch, cache_dtype=cache_dtype, device=device, weights_format=weights_format)
 
     def _set_tokens_range(self, tokens: int | None = None) -> None:
         """A new model: T keeps its value (said in the control's line when the new context is shorter)."""
@@ -174,7 +201,9 @@ class RealModelsLab(Lab):
 
     def _read(self) -> RealModelReading:
         arch = self._archs[self.model.value]
-        return read_real_model(arch, self.tokens.value, self.batch.value, self.cache_dtype.value, self.device.value)
+        chosen = None if self.weights_format.value == PUBLISHED else self.weights_format.value
+        return read_real_model(arch, self.tokens.value, self.batch.value, self.cache_dtype.value, self.device.value,
+                               chosen)
 
     def _render(self, r: RealModelReading) -> None:
         fmt, led = dantinox.format_bytes, r.ledger
@@ -199,7 +228,9 @@ class RealModelsLab(Lab):
                     rows.append(max_context_row(fit.max_context, led.max_context, led.batch))
                     rows.append((f"max batch at T = {led.tokens:,}", f"{fit.max_batch:,} sequences", badge("derived")))
         gaps = "".join(f"<li>{esc(t)}</li>" for t in gap_lines(led.gap_terms))
+        weights = weights_note(r.arch, led)
         self.readout_html.value = (readout_table(rows)
+                                   + (f"<div style='margin:4px 0'>{weights}</div>" if weights else "")
                                    + (f"<div>What the naive formula misses:<ul>{gaps}</ul></div>" if gaps else ""))
         with self.layers_fig.batch_update():
             self.layers_fig.data = []

@@ -21,12 +21,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
 import numpy as np
 
-from dantinox.accounting.memory import DEVICE_PRESETS
+from dantinox.accounting.memory import DEVICE_PRESETS, WEIGHT_FORMATS
 from dantinox.accounting.working_model import MEMORY_GUARD, measure_working_model
 from dantinox.architectures.catalogue import Architecture, LayerGeometry, load_architecture
 from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, LayerSpec, ModelConfig
@@ -36,7 +37,7 @@ from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
 STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (dantinox builds the linear one)
-WEIGHT_BYTES_PER_PARAMETER = 2  # bf16 weights, for catalogue models whose weights are counted, not read
+DEFAULT_WEIGHTS_FORMAT = "bf16"  # assumed where the catalogue names no published checkpoint format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,7 @@ class DeviceFit:
     weights_source: str
     max_context: int | None  # largest T at the ledger's batch (None when the weights are unknown or do not fit)
     max_batch: int | None  # largest B at the ledger's T
+    weights_format: str | None = None  # the format the weights were sized in (None: bytes given or read)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,30 +287,50 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
     return tuple(terms)
 
 
+def weights_format_used(arch: Architecture, weights_format: str | None = None) -> tuple[str, str]:
+    """(format, why): the one asked for, else the published checkpoint's, else bf16 (assumed)."""
+    if weights_format is not None:
+        if weights_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weights_format: expected one of {', '.join(WEIGHT_FORMATS)}, got {weights_format!r}")
+        return weights_format, ("the published checkpoint's format" if weights_format == arch.weights_format
+                                else "as chosen")
+    if arch.weights_format is not None:
+        return arch.weights_format, "the published checkpoint's format"
+    return DEFAULT_WEIGHTS_FORMAT, "assumed: no published format in the catalogue"
+
+
 def _fit(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: str,
-         weight_bytes: int | None) -> DeviceFit:
+         weight_bytes: int | None, weights_format: str | None = None) -> DeviceFit:
     if device not in DEVICE_PRESETS:
         raise ValueError(f"device: expected one of {', '.join(DEVICE_PRESETS)}, got {device!r}")
     capacity = DEVICE_PRESETS[device].memory_bytes
+    used = None
     if weight_bytes is not None:
+        if weights_format is not None:
+            raise ValueError("weights_format: give the weights' bytes or their format, not both")
         weights, where = positive_int("weight_bytes", weight_bytes, minimum=0), "given"
     elif arch.weight_bytes is not None:
+        if weights_format is not None:
+            raise ValueError(f"weights_format: {arch.name} is a GGUF file whose tensors give the weights' bytes; "
+                             "pass weight_bytes to size them otherwise")
         weights, where = arch.weight_bytes, "the GGUF file's tensor bytes"
     elif arch.parameters is not None:
-        weights = arch.parameters * WEIGHT_BYTES_PER_PARAMETER
-        where = f"{arch.parameters:,} parameters × {WEIGHT_BYTES_PER_PARAMETER} B (bf16)"
+        used, why = weights_format_used(arch, weights_format)
+        bits = WEIGHT_FORMATS[used].bits
+        weights = math.ceil(arch.parameters * bits / 8)
+        where = f"{arch.parameters:,} parameters × {bits:g} bits ({used}, {why})"
     else:
         return DeviceFit(device, capacity, None, "unknown: the config names no weight count (pass weight_bytes)",
                          None, None)
     free = capacity - weights
     if free <= 0:
-        return DeviceFit(device, capacity, weights, where, 0, 0)
+        return DeviceFit(device, capacity, weights, where, 0, 0, used)
     per_seq = sequence_bytes(arch, tokens, cache_dtype)
     max_batch = free // per_seq if per_seq else None
     # sequence_bytes is non-decreasing in T: the largest T whose batch fits, up to the model's context
     fits = _Fits(arch, batch, cache_dtype, free)
     max_context = bisect.bisect_right(fits, False, lo=0, hi=arch.max_context + 1) - 1
-    return DeviceFit(device, capacity, weights, where, max(max_context, 0), max_batch)
+    return DeviceFit(device, capacity, weights, where, max(max_context, 0), max_batch, used)
 
 
 class _Fits:
@@ -325,8 +347,13 @@ class _Fits:
 
 
 def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
-              device: str | None = None, weight_bytes: int | None = None, measure: bool = True) -> Ledger:
-    """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path, .gguf path or Architecture)."""
+              device: str | None = None, weight_bytes: int | None = None, measure: bool = True,
+              weights_format: str | None = None) -> Ledger:
+    """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path, .gguf path or Architecture).
+
+    The device fit sizes the weights from `weight_bytes`, else a GGUF's tensor bytes, else the parameter count in
+    `weights_format` (default: the published checkpoint's format the catalogue names, else bf16, and says which).
+    """
     arch = model if isinstance(model, Architecture) else load_architecture(model)
     tokens, batch = positive_int("tokens", tokens), positive_int("batch", batch)
     if cache_dtype not in CACHE_DTYPES:
@@ -342,7 +369,7 @@ def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtyp
     measured_total = sum(r.bytes if r.derived else (r.measured_bytes or 0) for r in rows)
     per_token = sequence_bytes(arch, tokens + 1, cache_dtype) - sequence_bytes(arch, tokens, cache_dtype)
     naive, naive_formula = _naive(arch, tokens, batch, cache_dtype)
-    fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes)
+    fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes, weights_format)
     return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
                   measured_total if measure else total, per_token, naive, naive_formula,
                   _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)

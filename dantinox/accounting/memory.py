@@ -64,6 +64,24 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
 }
 
 
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores one parameter, for the device fit of a model known by its parameter count."""
+
+    bits: float  # per parameter, shared block scales included
+    about: str  # what the bits are, and where the format is defined
+
+
+# A published checkpoint's format is named in dantinox/data/real_models.json (weights_format, with its source).
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "fp32": WeightFormat(32, "32-bit floats, 4 bytes a parameter"),
+    "bf16": WeightFormat(16, "bfloat16, 2 bytes a parameter"),
+    "fp8": WeightFormat(8, "8-bit floats (e4m3), 1 byte a parameter; per-block scales left out"),
+    "mxfp4": WeightFormat(4.25, "4-bit floats in blocks of 32 that share one 8-bit scale, 4 + 8/32 bits a "
+                                "parameter (OCP Microscaling formats, https://arxiv.org/abs/2310.10537)"),
+}
+
+
 def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
     """The formula, summed over layers: each layer holds B · slots · (elements per token · bytes + scales).
 

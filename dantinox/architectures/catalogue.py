@@ -76,6 +76,8 @@ class Architecture:
     source: str  # catalogue URL or file path
     parameters: int | None = None  # weight count, when known (catalogue), for the device fit
     weight_bytes: int | None = None  # bytes of the weights, when the file says (GGUF)
+    weights_format: str | None = None  # the published checkpoint's storage (accounting.memory.WEIGHT_FORMATS)
+    weights_format_source: str | None = None  # where that format is stated
     notes: tuple[str, ...] = ()  # facts about the cache the rows do not show (learned sinks)
 
     def count(self, kind: str) -> int:
@@ -308,7 +310,8 @@ def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometr
 # ---- the catalogue -------------------------------------------------------------------------------------------
 
 _CATALOGUE_KEYS = {"title": str, "config_url": str, "checked_against": str, "config": dict}
-_OPTIONAL_KEYS = {"mirror_url": str, "parameters": int, "parameters_source": str}
+_OPTIONAL_KEYS = {"mirror_url": str, "parameters": int, "parameters_source": str, "weights_format": str,
+                  "weights_format_source": str}
 
 
 def _read_catalogue(text: str, where: str) -> dict[str, dict[str, Any]]:
@@ -341,6 +344,9 @@ def _read_catalogue(text: str, where: str) -> dict[str, dict[str, Any]]:
                 raise ValueError(f"{at}.{key}: expected the https URL of a config.json, got {url!r}")
         if ("parameters" in entry) != ("parameters_source" in entry):
             raise ValueError(f"{at}.parameters: a parameter count needs its parameters_source, and the other way round")
+        if ("weights_format" in entry) != ("weights_format_source" in entry):
+            raise ValueError(f"{at}.weights_format: a checkpoint format needs its weights_format_source, and the "
+                             "other way round")
         parse_config(entry["config"], f"{at}.config", name)  # every entry must read as an architecture
     return data["models"]
 
@@ -368,7 +374,8 @@ def catalogue_architecture(name: str) -> Architecture:
     entry = models[name]
     arch = parse_config(entry["config"], f"dantinox/data/{CATALOGUE_FILE}: models.{name}.config", name,
                         entry.get("parameters"))
-    return dataclasses.replace(arch, source=entry["config_url"])
+    return dataclasses.replace(arch, source=entry["config_url"], weights_format=entry.get("weights_format"),
+                               weights_format_source=entry.get("weights_format_source"))
 
 
 def load_architecture(source: str | os.PathLike) -> Architecture:

@@ -70,8 +70,12 @@ SPECS: dict[str, LabSpec] = {
               busy=r"working"),),
         seconds=45),
     # re-serves the trace: waste bar and page tables follow; every label readable, no readout cut off
-    # a published model's ledger: the T stops are powers of two up to the model's context
-    "real-models": LabSpec(slider="tokens T (log)", seconds=19),
+    # a published model's ledger: the T stops are powers of two up to the model's context; then its working model
+    # decodes a typed number of tokens (a new cache length: built and compiled again) and the fill is read back
+    "real-models": LabSpec(slider="tokens T (log)", presses=(
+        Press(label="decode and watch the cache fill", typed=(("decode tokens", "200"),), busy=r"decoding",
+              expect=r"step 200 of 200.*measured = ledger.*at every step so far", timeout_s=120.0),),
+        seconds=45),
     "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
 }
 
