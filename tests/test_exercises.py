@@ -23,7 +23,8 @@ from dantinox.cache.ring import Ring
 from dantinox.engine.records import Request, RequestState
 from dantinox.engine.scheduler import Scheduler
 from dantinox_labs import shipped
-from widgets.exercises import EXERCISES, MODEL_FREE_IDS, check, check_in_model, decode_with, model_free as mf
+from widgets.exercises import EXERCISES, MODEL_FREE_IDS, check, check_in_model, decode_with
+from widgets.exercises import model_free as mf
 
 SEEDS = (0, 1, 2)
 
@@ -144,7 +145,7 @@ def test_prefix_hits_equal_dantinox_page_names_and_pool_lookup():
         earlier, prompt, ps = case.args
         pool = PagePool(64)
 
-        def chain(tokens):
+        def chain(tokens, ps=ps):
             names = []
             for m in range(len(tokens) // ps):
                 names.append(page_digest(names[-1] if names else b"", tokens[m * ps:(m + 1) * ps]))
@@ -169,7 +170,8 @@ def test_h2o_step_equals_dantinox_keep():
                                    mlp_width=8, cache=dantinox.CacheConfig(cache_budget=budget, eviction="h2o"))
         layout = EvictionLayout(None, BudgetCache, None, cfg.cache, cfg=cfg)
         k, v = jnp.zeros((1, 1, 8, budget + 1)), jnp.zeros((1, 1, budget + 1, 8))
-        layer = BudgetCache(k[..., :budget], v[:, :, :budget], jnp.asarray(score)[None], jnp.asarray(pos, jnp.int32)[None])
+        layer = BudgetCache(k[..., :budget], v[:, :, :budget], jnp.asarray(score)[None],
+                            jnp.asarray(pos, jnp.int32)[None])
         view = View(LayerCache(k, v), jnp.asarray(np.append(pos, new_pos), jnp.int32)[None], None)
         kept = layout.keep(layer, view, jnp.asarray(weights)[None], jnp.array([new_pos + 1]))
         got_pos, got_score = mf.h2o_step(pos, score, weights, new_pos, budget)
@@ -225,7 +227,7 @@ def _write(k_cache, v_cache, length, position, k, v):
 
 
 def _attend(q, k_cache, v_cache, length, scale=None):
-    K, G = k_cache.shape[0], q.shape[0] // k_cache.shape[0]
+    G = q.shape[0] // k_cache.shape[0]
     k, v = np.repeat(k_cache[:, :length], G, axis=0), np.repeat(v_cache[:, :length], G, axis=0)
     s = np.einsum("nh,nsh->ns", q, k) * (q.shape[1] ** -0.5 if scale is None else scale)
     p = np.exp(s - s.max(-1, keepdims=True))

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from widgets.exercises.framework import Exercise, Mistake, Refused, Verdict
-from widgets.exercises.model_free import MODEL_FREE, page_name
 from widgets.exercises.model_bound import MODEL_BOUND, check_in_model, decode_with
+from widgets.exercises.model_free import MODEL_FREE, page_name
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in sorted((*MODEL_FREE, *MODEL_BOUND),
                                                            key=lambda e: (e.tier != "core", e.id))}

@@ -24,7 +24,6 @@ from widgets.exercises.framework import (
     Case,
     Exercise,
     Mistake,
-    Refused,
     Verdict,
     compare_array,
     compare_fields,
@@ -53,7 +52,8 @@ def write_reference(k_cache: np.ndarray, v_cache: np.ndarray, length: int, posit
     cfg = _tiny_config(K, H, S)
     cache = dantinox.init_cache(cfg, 1, S)
     check_write(cfg, cache._replace(lengths=jnp.array([length], jnp.int32)), position, 1)  # gap, overflow
-    layer = LayerCache(jnp.asarray(k_cache, jnp.float32).transpose(0, 2, 1)[None], jnp.asarray(v_cache, jnp.float32)[None])
+    layer = LayerCache(jnp.asarray(k_cache, jnp.float32).transpose(0, 2, 1)[None],
+                       jnp.asarray(v_cache, jnp.float32)[None])
     new = LayerCache(jnp.asarray(k, jnp.float32)[None, :, :, None], jnp.asarray(v, jnp.float32)[None, :, None, :])
     rows, slots = Contiguous().locate(jnp.array([[position]]), jnp.ones((1, 1), bool), jnp.array([length + 1]), S,
                                       None)
@@ -176,7 +176,8 @@ def attend_one(q, k_cache, v_cache, length):
     """The new token's attention output, float32 [N, H].
 
     q [N, H]: its N query heads; k_cache, v_cache [K, S, H]: K KV heads, S slots of which the first
-    `length` are filled (the rest hold zeros, or stale values of an earlier sequence). Query heads n*G .. n*G + G - 1 (G = N // K) share KV head n.
+    `length` are filled (the rest hold zeros, or stale values of an earlier sequence). Query heads
+    n*G .. n*G + G - 1 (G = N // K) share KV head n.
     """
     raise NotImplementedError
 ''',

@@ -292,7 +292,8 @@ def _page_cases(rng: random.Random) -> list[Case]:
     for _ in range(6):
         num_pages, page_size = rng.randint(6, 14), rng.choice([2, 3, 4])
         ops = _page_ops(rng, num_pages, page_size)
-        cases.append(Case((num_pages, page_size, ops), f"{num_pages} pages of {page_size} slots, {len(ops)} operations"))
+        cases.append(Case((num_pages, page_size, ops),
+                          f"{num_pages} pages of {page_size} slots, {len(ops)} operations"))
     return cases
 
 
