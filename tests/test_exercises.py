@@ -244,3 +244,23 @@ def test_a_learners_cache_drives_the_tiny_gqa_model_to_the_librarys_tokens():
     assert not wrong.passed and "dantinox.generate answers" in wrong.message, wrong.message
     with pytest.raises(ValueError, match="^model: expected full-attention layers"):
         decode_with(_write, _attend, dantinox.load_run(shipped.run("tiny-mla"))[1], prompt, 2)
+
+
+def test_the_check_widget_finds_the_learners_function_shows_one_verdict_and_hints_one_at_a_time():
+    from widgets.exercises.widget import ExerciseCheck
+
+    namespace, seen = {}, []
+    box = ExerciseCheck("d-ring-buffer", namespace=namespace, on_verdict=lambda *a: seen.append(a))
+    box._pressed()
+    assert "ring_view: not defined yet; run the cell that defines it first" in box.verdict.value
+    namespace["ring_view"] = mf._window_plus_one
+    verdict = box.check(seed=4)
+    assert not verdict.passed and "Not yet" in box.verdict.value and "(seed 4)" in box.verdict.value
+    assert seen == [("d-ring-buffer", verdict, 4)] and verdict.mistake == "window-plus-one"
+    namespace["ring_view"] = lambda w, s, n: ("<script>", None, None)
+    box.check(seed=4)
+    assert "<script>" not in box.verdict.value and "&lt;script&gt;" in box.verdict.value  # the learner's text, escaped
+    hints = [box.hint() for _ in range(4)]
+    assert hints[:3] == list(EXERCISES["d-ring-buffer"].hints) and box.hint_button.disabled
+    with pytest.raises(ValueError, match="^exercise_id: expected one of"):
+        ExerciseCheck("nope")

@@ -26,6 +26,7 @@ class Press:
 @dataclasses.dataclass(frozen=True)
 class LabSpec:
     slider: str | None = None  # a slider's description; None: the notebook's first slider
+    has_slider: bool = True  # False: a lab of typed code and buttons (the exercises); no slider is moved
     key: str = "ArrowRight"  # the key pressed on the focused slider handle, as a learner would
     presses: tuple[Press, ...] = ()  # in order; none: the quiz's "check" is the lab's button
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
@@ -73,6 +74,11 @@ SPECS: dict[str, LabSpec] = {
     # a published model's ledger: the T stops are powers of two up to the model's context
     "real-models": LabSpec(slider="tokens T (log)", seconds=19),
     "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
+    # code typed into exercise (d)'s cell, wrong then right, each checked; the decode button drives the tiny run
+    "exercises": LabSpec(has_slider=False, quiz=False, screenshot="check my code",
+                         presses=(Press(label="run my cache in the model", expect=r"write_token, attend_one: not "
+                                        r"defined yet|decode: "),),
+                         scenarios=("exercise_typed_solution",), seconds=35),
 }
 
 

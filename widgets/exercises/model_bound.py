@@ -246,13 +246,13 @@ def check_in_model(write_token: Callable, attend_one: Callable, model: Any, prom
     import dantinox
 
     text = text or (lambda ids: bytes(t for t in ids if t < 256).decode("utf-8", "replace"))
-    want = [int(t) for t in np.asarray(dantinox.generate(model, [prompt_ids], new_tokens))[0][len(prompt_ids):]]
     try:
         got = decode_with(write_token, attend_one, model, prompt_ids, new_tokens)
     except NotImplementedError:
         return Verdict(False, "decode: write_token or attend_one is still the skeleton")
     except Exception as err:  # noqa: BLE001 - the learner's code: its fault is the verdict
         return Verdict(False, f"decode: your code raised {type(err).__name__} inside the model: {str(err)[:80]}")
+    want = [int(t) for t in np.asarray(dantinox.generate(model, [prompt_ids], new_tokens))[0][len(prompt_ids):]]
     if got == want:
         return Verdict(True, f"decode: your cache makes the model answer {text(got)!r}, token for token what "
                              f"dantinox.generate answers ({len(got)} tokens)", None, 1)
