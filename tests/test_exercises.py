@@ -246,11 +246,23 @@ def test_a_learners_cache_drives_the_tiny_gqa_model_to_the_librarys_tokens():
         decode_with(_write, _attend, dantinox.load_run(shipped.run("tiny-mla"))[1], prompt, 2)
 
 
-def test_the_check_widget_finds_the_learners_function_shows_one_verdict_and_hints_one_at_a_time():
+def test_the_classroom_catalogue_names_every_exercise_and_mistake_and_no_concept_entry():
+    from classroom.exercise_catalogue import CATALOGUE
+
+    assert {i: (k.title, k.tier, k.mistakes) for i, k in CATALOGUE.items()} == \
+        {e.id: (e.title, e.tier, tuple(m.id for m in e.mistakes)) for e in EXERCISES.values()}
+    assert not set(CATALOGUE) & {p.stem for p in content.CONTENT_DIR.glob("*.yaml")}  # never read as an entry
+
+
+def test_the_check_widget_finds_the_learners_function_shows_one_verdict_and_hints_one_at_a_time(tmp_path):
+    from classroom.store import AnswerStore
+    from widgets.exercises.record import ExerciseRecorder
     from widgets.exercises.widget import ExerciseCheck
 
     namespace, seen = {}, []
-    box = ExerciseCheck("d-ring-buffer", namespace=namespace, on_verdict=lambda *a: seen.append(a))
+    store = AnswerStore(tmp_path / "answers.sqlite")
+    box = ExerciseCheck("d-ring-buffer", namespace=namespace, on_verdict=lambda *a: seen.append(a),
+                        recorder=ExerciseRecorder(store, learner="ada"))
     box._pressed()
     assert "ring_view: not defined yet; run the cell that defines it first" in box.verdict.value
     namespace["ring_view"] = mf._window_plus_one
@@ -260,6 +272,12 @@ def test_the_check_widget_finds_the_learners_function_shows_one_verdict_and_hint
     namespace["ring_view"] = lambda w, s, n: ("<script>", None, None)
     box.check(seed=4)
     assert "<script>" not in box.verdict.value and "&lt;script&gt;" in box.verdict.value  # the learner's text, escaped
+    assert box.check(mf.ring_view, seed=5).passed
+    assert [(a.entry_id, a.correct, a.mistake, a.attempt, a.params["seed"], a.learner) for a in store.attempts()] == \
+        [("d-ring-buffer", False, "window-plus-one", 1, 4, "ada"), ("d-ring-buffer", False, None, 2, 4, "ada"),
+         ("d-ring-buffer", True, None, 3, 5, "ada")]  # every check, as the store keeps it
+    assert [a.response for a in store.attempts()] == [v.message for v in box.verdicts]
+    assert store.pending() == [] and box.status.value == ""  # self-paced: nothing queued for a service
     hints = [box.hint() for _ in range(4)]
     assert hints[:3] == list(EXERCISES["d-ring-buffer"].hints) and box.hint_button.disabled
     with pytest.raises(ValueError, match="^exercise_id: expected one of"):

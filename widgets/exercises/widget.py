@@ -7,7 +7,8 @@
 The learner's function is looked up by the exercise's name in the notebook's namespace when the button is
 pressed, so the learner edits and re-runs their cell and presses again. Each press draws new random cases
 (the seed is shown with the verdict, so a learner can run the same cases again with `check(fn, seed)`).
-Hints come one at a time; no solution is ever shown.
+Hints come one at a time; no solution is ever shown. Every check is recorded like a quiz answer (the learner's
+answer store; in a class, the classroom service: `widgets.exercises.record`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from widgets._html import error_box, esc
 from widgets.answer_text import RIGHT, WRONG
 from widgets.exercises import EXERCISES
 from widgets.exercises.framework import Verdict
+from widgets.exercises.record import ExerciseRecorder, shared_recorder
 
 
 def _user_namespace() -> dict[str, Any]:
@@ -37,12 +39,14 @@ class ExerciseCheck(widgets.VBox):
     """One exercise's controls: its title and links, "check my code", "hint", and the verdict in one line."""
 
     def __init__(self, exercise_id: str, namespace: dict[str, Any] | None = None,
-                 on_verdict: Callable[[str, Verdict, int], None] | None = None):
+                 on_verdict: Callable[[str, Verdict, int], None] | None = None,
+                 recorder: ExerciseRecorder | None = None):
         if exercise_id not in EXERCISES:
             raise ValueError(f"exercise_id: expected one of {', '.join(EXERCISES)}, got {exercise_id!r}")
         self.exercise = EXERCISES[exercise_id]
         self.namespace = namespace
-        self.on_verdict = on_verdict  # told of each verdict (the classroom records it): (id, verdict, seed)
+        self.on_verdict = on_verdict  # told of each verdict besides the recorder: (id, verdict, seed)
+        self.recorder = recorder if recorder is not None else shared_recorder()
         self.verdicts: list[Verdict] = []
         self.hints_shown = 0
         ex = self.exercise
@@ -55,10 +59,11 @@ class ExerciseCheck(widgets.VBox):
                                           layout=widgets.Layout(width="140px"))
         self.verdict = widgets.HTML()
         self.hints = widgets.HTML()
+        self.status = widgets.HTML()  # where a store or delivery problem shows; checking goes on regardless
         self.check_button.on_click(lambda _: self._pressed())
         self.hint_button.on_click(lambda _: self.hint())
         super().__init__([self.header, widgets.HBox([self.check_button, self.hint_button]), self.verdict,
-                          self.hints])
+                          self.status, self.hints])
         self.add_class("dx-exercise")
 
     def learner_function(self) -> Any:
@@ -76,6 +81,8 @@ class ExerciseCheck(widgets.VBox):
         colour = RIGHT if verdict.passed else WRONG
         self.verdict.value = (f"<div style='color:{colour}'>{'Passed' if verdict.passed else 'Not yet'}: "
                               f"{esc(verdict.message)} <span style='color:#777'>(seed {seed})</span></div>")
+        self.recorder.record(self.exercise.id, verdict, seed)
+        self.status.value = error_box(self.recorder.problem) if self.recorder.problem else ""
         if self.on_verdict is not None:
             self.on_verdict(self.exercise.id, verdict, seed)
         return verdict
