@@ -51,9 +51,8 @@ def solution_source(ex: Exercise) -> str:
     calls: dict[int, str] = {}  # line of a `raise NotImplementedError` -> what the solution does instead
     ref = f"EXERCISES[{ex.id!r}].reference"
     for node in ast.walk(tree):
-        methods = [(node.name, f) for f in node.body if isinstance(f, ast.FunctionDef)] \
-            if isinstance(node, ast.ClassDef) else []
-        for cls, fn in methods:
+        methods = [f for f in node.body if isinstance(f, ast.FunctionDef)] if isinstance(node, ast.ClassDef) else []
+        for fn in methods:
             args = ", ".join(a.arg for a in fn.args.args[1:])
             calls[fn.body[-1].lineno] = (f"self._solution = {ref}({args})" if fn.name == "__init__" else
                                          f"return self._solution.{fn.name}({args})")
