@@ -75,7 +75,9 @@ SPECS: dict[str, LabSpec] = {
     "real-models": LabSpec(slider="tokens T (log)", seconds=19),
     "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
     # code typed into exercise (d)'s cell, wrong then right, each checked; the decode button drives the tiny run
-    "exercises": LabSpec(has_slider=False, quiz=False, screenshot="check my code",
+    "exercises": LabSpec(has_slider=False, quiz=False,
+                         # (d)'s check after its scenario: the verdict and the first hint (text only its output has)
+                         screenshot="Hint 1: Position p lives in slot p mod slots; the newest position is length - 1.",
                          presses=(Press(label="run my cache in the model", expect=r"write_token, attend_one: not "
                                         r"defined yet|decode: "),),
                          scenarios=("exercise_typed_solution",), seconds=35),
