@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from classroom.summary import Tally, learner_rows, question_rows
+from classroom.summary import Tally, exercise_rows, learner_rows, question_rows
 
 POLL_MS = 3000  # how often an open dashboard asks for fresh numbers during a session
 
@@ -27,6 +27,7 @@ def class_summary(attempts: Tally | list, entries: Mapping[str, Any] | None) -> 
     """Everything the dashboard shows, as JSON: per question, per learner, and totals."""
     tally = attempts if isinstance(attempts, Tally) else Tally(attempts)
     return {"questions": question_rows(tally, entries), "learners": learner_rows(tally, entries),
+            "exercises": exercise_rows(tally),
             "attempts": tally.total, "learner_count": len(tally.learners), "generated": time.time()}
 
 
@@ -48,6 +49,9 @@ question counts for the first-try rate and for the option they chose. Updates ev
 <p>Export: <a href="api/attempts?format=csv">attempts CSV</a> · <a href="api/attempts?format=json">attempts
 JSON</a> · <a href="api/summary">summary JSON</a></p>
 <h2>Per question</h2><div id="questions"></div>
+<h2>Per exercise</h2>
+<p class="muted">Reported by each learner's kernel: the service records who checked and when, but does not re-run
+their code (nbgrader's hidden tests do).</p><div id="exercises"></div>
 <h2>Per learner</h2><div id="learners"></div>
 <script>
 "use strict";
@@ -92,6 +96,12 @@ function learners(rows) {
     el("td", l.learner), num(l.answered), num(l.first_try_right),
     el("td", Object.entries(l.entries).map(([e, n]) => e + ": " + n).join(", "))])));
 }
+function exercises(rows) {
+  return table(["exercise", "learners", "checks", "passed", "passed by", "not yet", "commonest mistake"],
+    rows.map(x => row([el("td", x.title), num(x.learners), num(x.checks), num(x.passed),
+      el("td", x.passed_by.join(", ")), el("td", x.not_yet.join(", "), "muted"),
+      el("td", x.commonest_mistake ? x.commonest_mistake + " (" + x.commonest_mistake_learners + ")" : "")])));
+}
 async function refresh() {
   const status = document.getElementById("status");
   try {
@@ -102,6 +112,7 @@ async function refresh() {
     const s = await r.json();
     document.getElementById("questions").replaceChildren(questions(s.questions));
     document.getElementById("learners").replaceChildren(learners(s.learners));
+    document.getElementById("exercises").replaceChildren(exercises(s.exercises));
     status.textContent = s.attempts + " attempts from " + s.learner_count + " learners, updated " +
       new Date(s.generated * 1000).toLocaleTimeString() + "." +
       (s.content_error ? " Question text unavailable: content did not load (" + s.content_error + ")." : "");

@@ -27,7 +27,7 @@ from content.units import tolerance_text
 KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
-def _cell_meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False,
+def cell_meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False,
                points: float | None = None) -> dict[str, Any]:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution,
             "task": False}
@@ -47,7 +47,7 @@ def entry_notebook(entry: Any, points: float = 1.0) -> nbformat.NotebookNode:
     cells = [new_markdown_cell(
         f"# {entry.name}\n\n{entry.learning_objective}\n\nAnswer each question by setting the variable named "
         f"in it, then run the cell below it. {points:g} point(s) per question.",
-        metadata=_cell_meta("intro", locked=True))]
+        metadata=cell_meta("intro", locked=True))]
     load = f"import content\n_entry = content.load_entry({entry.id!r})\n"
     for i, check in enumerate(entry.checks):
         name, grade_id = f"q{i + 1}", f"{entry.id}-q{i + 1}"
@@ -72,10 +72,10 @@ def entry_notebook(entry: Any, points: float = 1.0) -> nbformat.NotebookNode:
                        f"'{name}: expected one of the letters {letters}'\n")
             hidden = (f"{load}_key = {letters!r}[_entry.checks[{i}].answer]  # the entry's keyed option\n"
                       f"assert {name}.strip().upper() == _key, f'{name}: expected {{_key}}, got {{{name}!r}}'")
-        cells += [new_markdown_cell(prompt, metadata=_cell_meta(f"{grade_id}-question", locked=True)),
-                  new_code_cell(solution, metadata=_cell_meta(grade_id, solution=True)),
+        cells += [new_markdown_cell(prompt, metadata=cell_meta(f"{grade_id}-question", locked=True)),
+                  new_code_cell(solution, metadata=cell_meta(grade_id, solution=True)),
                   new_code_cell(f"{visible}### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS",
-                                metadata=_cell_meta(f"{grade_id}-test", grade=True, locked=True, points=points))]
+                                metadata=cell_meta(f"{grade_id}-test", grade=True, locked=True, points=points))]
     return new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
 
 

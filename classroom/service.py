@@ -1,4 +1,5 @@
-"""The classroom service: one tornado process, run by JupyterHub, that every quiz attempt of a class goes to.
+"""The classroom service: one tornado process, run by JupyterHub, that every quiz attempt and exercise check of
+a class goes to.
 
     dantinox classroom serve [--db PATH]      # started by the hub (classroom/jupyterhub_config.py)
 
@@ -11,6 +12,15 @@ All writes go through this one process into one SQLite file (`classroom.store.An
 thread so that a slow or locked file never stalls the event loop. The service grades every attempt itself
 from its concept entry (`classroom.grading`): what a client says about correctness, timing, attempt number
 or question text is replaced, unknown entries and checks are refused, and each learner is rate-limited.
+
+Exercise checks (the learner's code run against a reference in their kernel, `widgets.exercises`) arrive on
+the same endpoint as attempts whose entry_id is an exercise id. This service re-runs nothing, so it cannot
+grade them: pass / fail, the recognised mistake and the verdict line are recorded as the learner kernel's
+claim. What it does decide is the same as for a quiz answer — who (the hub's name), when (arrival time),
+which attempt (arrival order) — plus that the exercise and its mistake are in the catalogue
+(`classroom.exercise_catalogue`), that a pass names no mistake, and the title and catalogue version kept with
+the record. A grade that needs the code re-run comes from nbgrader's hidden tests (`dantinox classroom
+nbgrader`).
 
 Endpoints, under the service prefix (`/services/classroom/`):
 
@@ -43,6 +53,7 @@ from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 
 from classroom.dashboard import class_summary, dashboard_page
+from classroom.exercise_catalogue import grade_exercise, is_exercise
 from classroom.grading import grade
 from classroom.hub_auth import CLASS_PASSWORD_GROUP
 from classroom.store import AnswerStore, Attempt, KeyConflict
@@ -302,9 +313,18 @@ def grade_all(attempts: list[Attempt], entries: Entries, now: float) -> list[Att
     known = entries.get()
     out = []
     for i, a in enumerate(attempts):
+        if is_exercise(a.entry_id):  # recorded as the kernel's claim, checked against the catalogue
+            try:
+                out.append(grade_exercise(a, now=now))
+            except ValueError as err:
+                raise ValueError(f"attempts[{i}].{err}") from None
+            continue
+        if a.mistake is not None:
+            raise ValueError(f"attempts[{i}].mistake: expected null for a quiz answer, got {a.mistake!r}")
         entry = known.get(a.entry_id)
         if entry is None:
-            raise ValueError(f"attempts[{i}].entry_id: expected an entry of this course, got {a.entry_id[:80]!r}")
+            raise ValueError(f"attempts[{i}].entry_id: expected an entry or exercise of this course, "
+                             f"got {a.entry_id[:80]!r}")
         try:
             out.append(grade(entry, entries.version(a.entry_id), a, now=now))
         except ValueError as err:

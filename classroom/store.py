@@ -1,4 +1,4 @@
-"""The answer store: every quiz attempt, written as it happens, in one SQLite file.
+"""The answer store: every quiz attempt and exercise check, written as it happens, in one SQLite file.
 
     store = AnswerStore()                        # $DANTINOX_ANSWERS_DB, else the user's data directory
     store.add(Attempt(key=new_key(), learner="ada", ...), outbox=True)
@@ -7,6 +7,11 @@
 Writes are idempotent on the attempt's key, so delivering the same attempt twice never counts it twice.
 The file uses WAL and a busy timeout so several kernels (or one service) can write at once; a reset hides
 earlier attempts from resume and score but never deletes them. Standard library and platformdirs only.
+
+An exercise check (`classroom.exercise_catalogue`) is an attempt too: its entry_id is the exercise's id, its
+`mistake` the known wrong solution the check recognised. The schema only ever gains nullable columns, added
+when a writer opens an older file (`_MIGRATIONS`); a file opened read-only is never changed, and a column it
+lacks reads as NULL, so every earlier answer file stays readable.
 
 SQLite's locks are POSIX locks, which belong to the process and are dropped when the process closes *any*
 descriptor of the file (sqlite.org/howtocorrupt.html, section 2.2). So this module never opens an existing
@@ -40,6 +45,7 @@ BUSY_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 2.0  # a read-only store's wait for a lock
 MAX_TEXT = 20_000  # characters in one question or response: a quiz line, not a document
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MISTAKE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _SCHEMA = """
@@ -59,11 +65,15 @@ CREATE TABLE IF NOT EXISTS attempts (
     content_version TEXT NOT NULL,
     hidden INTEGER NOT NULL DEFAULT 0,
     delivered INTEGER,  -- NULL not for delivery, 0 in the outbox, 1 acknowledged, -1 refused (set aside)
-    refusal TEXT  -- why the service refused it (delivered = -1)
+    refusal TEXT,  -- why the service refused it (delivered = -1)
+    mistake TEXT  -- an exercise check's recognised wrong solution (NULL: none, or a quiz answer)
 );
 CREATE INDEX IF NOT EXISTS attempts_by_learner ON attempts (learner, entry_id, check_index);
 CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (delivered) WHERE delivered = 0;
 """
+# columns later versions added, in order, with their type: an older file gains them when a writer opens it
+_MIGRATIONS = (("refusal", "TEXT"),  # refused attempts set aside
+               ("mistake", "TEXT"))  # exercise checks
 
 
 class KeyConflict(ValueError):
@@ -104,7 +114,8 @@ class Attempt:
     correct: bool
     attempt: int  # 1-based per (learner, entry_id, check_index), counted since the last reset
     time: float  # unix seconds
-    content_version: str  # sha256 hex of the entry's YAML file
+    content_version: str  # sha256 hex of the entry's YAML file (of the exercise catalogue for an exercise)
+    mistake: str | None = None  # exercise checks: the known wrong solution recognised; None for a quiz answer
 
     def __post_init__(self) -> None:
         _expect(isinstance(self.key, str) and bool(_KEY.fullmatch(self.key)), "key",
@@ -127,6 +138,8 @@ class Attempt:
         _expect(_is_number(self.time) and self.time >= 0, "time", "unix seconds (a finite number >= 0)", self.time)
         _expect(isinstance(self.content_version, str) and bool(_SHA256.fullmatch(self.content_version)),
                 "content_version", "a sha256 hex digest (64 lowercase hex digits)", self.content_version)
+        _expect(self.mistake is None or (isinstance(self.mistake, str) and bool(_MISTAKE.fullmatch(self.mistake))),
+                "mistake", "null or a mistake id (lowercase letters, digits and '-')", self.mistake)
 
     def to_json(self) -> dict:
         """A JSON-ready dict with exactly the dataclass fields."""
@@ -140,13 +153,16 @@ class Attempt:
         if not isinstance(d, dict):
             raise ValueError(f"attempt: expected a JSON object, got {type(d).__name__}")
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in d]
+        missing = [n for n in names if n not in d and n not in _OPTIONAL]
         if missing:
             raise ValueError(f"attempt: missing field(s) {', '.join(missing)}")
         extra = sorted(set(d) - set(names))
         if extra:
             raise ValueError(f"attempt: unknown field(s) {', '.join(extra)}")
-        return cls(**{n: d[n] for n in names})
+        return cls(**{n: d[n] for n in names if n in d})
+
+
+_OPTIONAL = {"mistake"}  # fields an attempt written before they existed (an old outbox or page storage) lacks
 
 
 def new_key() -> str:
@@ -173,7 +189,7 @@ def default_path() -> Path:
 
 
 _COLUMNS = ("key, learner, entry_id, check_index, question, params, response, expected, correct, attempt, time, "
-            "content_version")
+            "content_version, mistake")
 
 
 def _expect_attempts(attempts: list) -> None:
@@ -184,10 +200,10 @@ def _expect_attempts(attempts: list) -> None:
 
 def _row_to_attempt(row: tuple) -> Attempt:
     (key, learner, entry_id, check_index, question, params, response, expected, correct, attempt, t,
-     version) = row
+     version, mistake) = row
     return Attempt(key=key, learner=learner, entry_id=entry_id, check_index=check_index, question=question,
                    params=json.loads(params), response=response, expected=expected, correct=bool(correct),
-                   attempt=attempt, time=t, content_version=version)
+                   attempt=attempt, time=t, content_version=version, mistake=mistake)
 
 
 def _private_file(path: Path) -> None:
@@ -228,6 +244,7 @@ class _Connections:
             self.rdb, self.read_lock = self.db, self.lock
             try:
                 self.db.execute("SELECT COUNT(*) FROM attempts").fetchone()
+                self.select = _select(self.db)
             except BaseException:
                 self.db.close()
                 raise
@@ -244,9 +261,11 @@ class _Connections:
             with _Transaction(self.db):
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self.db.execute(statement)
-                columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
-                if "refusal" not in columns:  # a file from before refused attempts were set aside
-                    self.db.execute("ALTER TABLE attempts ADD COLUMN refusal TEXT")
+                columns = _columns(self.db)
+                for name, kind in _MIGRATIONS:
+                    if name not in columns:  # a file from before this column existed
+                        self.db.execute(f"ALTER TABLE attempts ADD COLUMN {name} {kind}")
+            self.select = _COLUMNS
             if exclusive:  # one connection holds the file: reads share it, under the writers' lock
                 self.rdb, self.read_lock = self.db, self.lock
             else:  # reads have their own connection: in WAL mode they never wait for a writer
@@ -263,8 +282,20 @@ class _Connections:
             self.rdb.close()
 
 
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(attempts)")}
+
+
+def _select(db: sqlite3.Connection) -> str:
+    """The SELECT list of an attempt for this file: a column an older file lacks reads as NULL."""
+    have = _columns(db)
+    return ", ".join(c if c in have else f"NULL AS {c}" for c in _COLUMNS.split(", "))
+
+
 _OPEN: dict[tuple, _Connections] = {}  # (device, inode, readonly, exclusive) -> this process's connections
-_OPEN_LOCK = threading.Lock()
+# reentrant: the garbage collector may finalize (and so `_release`) a store caught in a reference cycle at any
+# allocation, also inside AnswerStore.__init__ while it holds this lock; with a plain Lock that deadlocked
+_OPEN_LOCK = threading.RLock()
 
 
 def _release(key: tuple) -> None:
@@ -315,6 +346,7 @@ class AnswerStore:
         except OSError as err:
             raise ValueError(f"answer store {self.path}: cannot create it ({err.strerror})") from None
         self._db, self._rdb, self._lock, self._read_lock = conns.db, conns.rdb, conns.lock, conns.read_lock
+        self._select = conns.select
         self._closed = weakref.finalize(self, _release, key)  # on close(), or when the store is collected
 
     def _write(self):
@@ -380,9 +412,9 @@ class AnswerStore:
                                         "AND check_index = ? AND hidden = 0",
                                         (a.learner, a.entry_id, a.check_index)).fetchone()
             self._db.execute(
-                f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO attempts ({_COLUMNS}, delivered) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (a.key, a.learner, a.entry_id, a.check_index, a.question, json.dumps(a.params, sort_keys=True),
-                 a.response, a.expected, int(a.correct), n, float(a.time), a.content_version,
+                 a.response, a.expected, int(a.correct), n, float(a.time), a.content_version, a.mistake,
                  0 if outbox else None))
             out.append(True)
         return out
@@ -424,7 +456,7 @@ class AnswerStore:
             args.append(entry_id)
         if not include_reset:
             where.append("hidden = 0")
-        sql = f"SELECT {_COLUMNS} FROM attempts" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = f"SELECT {self._select} FROM attempts" + (" WHERE " + " AND ".join(where) if where else "")
         with self._read_lock:
             rows = self._rdb.execute(sql + " ORDER BY time, seq", args).fetchall()
         return [_row_to_attempt(r) for r in rows]
@@ -445,14 +477,14 @@ class AnswerStore:
     def pending(self) -> list[Attempt]:
         """The outbox: attempts added with outbox=True and not yet marked delivered, oldest first."""
         with self._read_lock:
-            rows = self._rdb.execute(f"SELECT {_COLUMNS} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
+            rows = self._rdb.execute(f"SELECT {self._select} FROM attempts WHERE delivered = 0 ORDER BY seq").fetchall()
         return [_row_to_attempt(r) for r in rows]
 
     def refused(self) -> list[tuple[Attempt, str]]:
         """Attempts the classroom service refused, with its reason, oldest first (never sent again)."""
         with self._read_lock:
             try:
-                rows = self._rdb.execute(f"SELECT {_COLUMNS}, refusal FROM attempts WHERE delivered = -1 "
+                rows = self._rdb.execute(f"SELECT {self._select}, refusal FROM attempts WHERE delivered = -1 "
                                          "ORDER BY seq").fetchall()
             except sqlite3.OperationalError:  # a file from before refusals were kept, opened read-only
                 return []

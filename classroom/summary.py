@@ -1,12 +1,15 @@
 """What a class answered, per question and per learner: pure functions over attempts.
 
     rows = question_rows(store.attempts(), entries)   # entries: {id: content Entry}, for options and beliefs
-    learner_rows(store.attempts(), entries); to_csv(rows)
+    learner_rows(store.attempts(), entries); exercise_rows(store.attempts()); to_csv(rows)
 
 The instructor notebook and the classroom dashboard both call these, so they show the same numbers.
 A learner's *first* attempt at a check is what counts: the first-try rate, and for choice questions which
 option each learner picked first (what they believed before any feedback). Attempts may be `Attempt`
 objects or their JSON dicts. Entries are read by attribute; question text comes from `content`.
+Exercise checks (attempts at an exercise of `classroom.exercise_catalogue`) are counted apart, by
+`exercise_rows`: who passed each exercise and the commonest known mistake; the question and learner tables
+leave them out.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from classroom.exercise_catalogue import CATALOGUE, is_exercise
 from classroom.store import Attempt
 
 
@@ -55,17 +59,29 @@ class Tally:
         self.total = 0
         self.per_check: Counter = Counter()  # (entry_id, check_index) -> attempts
         self.firsts: dict[tuple[str, str, int], Attempt] = {}
+        self.checks: Counter = Counter()  # exercise id -> checks run
+        self.passed: dict[str, set[str]] = defaultdict(set)  # exercise id -> learners with a passing check
+        self.tried: dict[str, set[str]] = defaultdict(set)  # exercise id -> learners with any check
+        self.mistakes: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # id -> mistake -> who
         for a in sorted(map(_as_attempt, attempts), key=lambda a: a.time):
             self.add(a)
 
     def add(self, a: Attempt) -> None:
         self.total += 1
+        if is_exercise(a.entry_id):
+            self.checks[a.entry_id] += 1
+            self.tried[a.entry_id].add(a.learner)
+            if a.correct:
+                self.passed[a.entry_id].add(a.learner)
+            elif a.mistake is not None:
+                self.mistakes[a.entry_id][a.mistake].add(a.learner)
+            return
         self.per_check[a.entry_id, a.check_index] += 1
         self.firsts.setdefault((a.learner, a.entry_id, a.check_index), a)
 
     @property
     def learners(self) -> set[str]:
-        return {learner for learner, _, _ in self.firsts}
+        return {learner for learner, _, _ in self.firsts}.union(*self.tried.values())
 
 
 def _tally(attempts: Tally | Iterable[Attempt | Mapping[str, Any]]) -> Tally:
@@ -120,6 +136,27 @@ def learner_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]],
             entry = (entries or {}).get(entry_id)
             row["entries"][entry_id] = f"{n}/{len(entry.checks)}" if entry is not None else f"{n}"
     return [rows[k] for k in sorted(rows)]
+
+
+def exercise_rows(attempts: Tally | Iterable[Attempt | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per exercise checked at least once, in catalogue order: who passed (at least one passing check) and who
+    has not yet, the checks run, and the commonest known mistake by the number of learners whose code made it
+    (ties: the mistake listed first for the exercise). Pass / fail is each learner kernel's report (see
+    `classroom.exercise_catalogue`)."""
+    tally = _tally(attempts)
+    out = []
+    for exercise_id, known in CATALOGUE.items():
+        if exercise_id not in tally.tried:
+            continue
+        passed, tried = tally.passed[exercise_id], tally.tried[exercise_id]
+        made = tally.mistakes.get(exercise_id, {})
+        ranked = sorted(made, key=lambda m: (-len(made[m]), known.mistakes.index(m)))
+        commonest = ranked[0] if ranked else ""
+        out.append({"exercise": exercise_id, "title": known.title, "tier": known.tier, "learners": len(tried),
+                    "checks": tally.checks[exercise_id], "passed": len(passed), "passed_by": sorted(passed),
+                    "not_yet": sorted(tried - passed), "commonest_mistake": commonest,
+                    "commonest_mistake_learners": len(made[commonest]) if commonest else 0})
+    return out
 
 
 def attempt_table(attempts: Iterable[Attempt | Mapping[str, Any]]) -> list[dict[str, Any]]:

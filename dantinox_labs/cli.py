@@ -205,7 +205,17 @@ def _answers_export(args: argparse.Namespace) -> int:
 def _classroom_nbgrader(args: argparse.Namespace) -> int:
     from classroom.cli import nbgrader
 
-    return nbgrader(args)
+    if args.exercises is None:
+        return nbgrader(args)
+    from dantinox_labs.exercise_assignment import write_exercises
+
+    try:
+        path = write_exercises(args.out, args.exercises, points=args.points)
+    except ValueError as err:
+        print(f"dantinox classroom nbgrader: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return nbgrader(args) if args.entries else 0
 
 
 class _WithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -270,10 +280,14 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
     cs.add_argument("--hub-pid", type=int, default=None, help="stop when this process (the hub that started the "
                                                                "service, its parent) is gone")
     cs.set_defaults(func=_classroom_serve)
-    cn = classroom_sub.add_parser("nbgrader", help="write an nbgrader source assignment from entries' checks")
-    cn.add_argument("entries", nargs="+", metavar="ENTRY", help="entry ids, e.g. kv-cache")
+    cn = classroom_sub.add_parser("nbgrader", help="write an nbgrader source assignment from entries' checks "
+                                                   "and/or the exercises")
+    cn.add_argument("entries", nargs="*", metavar="ENTRY", help="entry ids, e.g. kv-cache")
+    cn.add_argument("--exercises", nargs="*", metavar="ID", default=None,
+                    help="also (or only) the exercises of labs/exercises.ipynb as exercises.ipynb, hidden tests on "
+                         "other random cases; no ids: all of them")
     cn.add_argument("--out", required=True, help="the assignment's source folder, e.g. course/source/kv")
-    cn.add_argument("--points", type=float, default=1.0, help="points per check (default 1)")
+    cn.add_argument("--points", type=float, default=1.0, help="points per check or exercise (default 1)")
     cn.set_defaults(func=_classroom_nbgrader)
 
     an = sub.add_parser("answers", help="your own quiz answers, from the local answer store")

@@ -218,3 +218,39 @@ def test_numbers_past_floats_range_are_one_line_errors():
         Attempt.from_json({**make().to_json(), "time": 10 ** 400})
     with pytest.raises(ValueError, match=r"^attempt\.params: expected an object of names to finite numbers"):
         Attempt.from_json({**make().to_json(), "params": {"T": -(10 ** 309)}})
+
+
+OLD_SCHEMA = """CREATE TABLE attempts (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE,
+    learner TEXT NOT NULL, entry_id TEXT NOT NULL, check_index INTEGER NOT NULL, question TEXT NOT NULL,
+    params TEXT NOT NULL, response TEXT NOT NULL, expected TEXT NOT NULL, correct INTEGER NOT NULL,
+    attempt INTEGER NOT NULL, time REAL NOT NULL, content_version TEXT NOT NULL, hidden INTEGER NOT NULL DEFAULT 0,
+    delivered INTEGER)"""  # the first released schema: no refusal, no mistake
+
+
+def test_a_file_from_before_exercise_checks_stays_readable_and_gains_the_column(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute(OLD_SCHEMA)
+    db.execute("INSERT INTO attempts (key, learner, entry_id, check_index, question, params, response, expected, "
+               "correct, attempt, time, content_version, delivered) VALUES "
+               "('k1', 'ada', 'kv-cache', 0, 'q', '{}', '6', '6.0', 1, 1, 5.0, ?, 0)", ("ab" * 32,))
+    db.commit()
+    db.close()
+    with AnswerStore(path, readonly=True) as old:  # read-only: nothing changes, the missing columns read as NULL
+        assert [(a.key, a.mistake) for a in old.attempts()] == [("k1", None)] and old.refused() == []
+    assert "mistake" not in {r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(attempts)")}
+    store = AnswerStore(path)  # a writer adds the columns and keeps the row (and its place in the outbox)
+    check = make(entry_id="d-ring-buffer", question="ring", correct=False, mistake="window-plus-one", time=6.0)
+    store.add(check, outbox=True)
+    assert [(a.key, a.mistake) for a in store.pending()] == [("k1", None), (check.key, "window-plus-one")]
+    assert store.attempts()[1] == check
+    store.set_aside("k1", "refused")
+    assert [a.key for a, _ in store.refused()] == ["k1"]
+
+
+def test_an_attempt_written_before_mistakes_existed_still_parses_and_a_bad_mistake_is_one_line():
+    old = {k: v for k, v in make().to_json().items() if k != "mistake"}  # an old outbox or page storage row
+    assert Attempt.from_json(old).mistake is None
+    for bad in ("Window Plus One", "", 7, "x" * 65):
+        with pytest.raises(ValueError, match=r"^attempt\.mistake: expected null or a mistake id"):
+            Attempt.from_json({**old, "mistake": bad})

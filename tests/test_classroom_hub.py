@@ -178,7 +178,7 @@ def test_the_service_grades_numbers_and_words_every_attempt_itself(hub):
 
 def test_unknown_entries_checks_and_params_are_refused_whole(hub):
     before = len(stored(hub))
-    cases = [({"entry_id": "made-up-entry"}, "attempts[1].entry_id: expected an entry of this course"),
+    cases = [({"entry_id": "made-up-entry"}, "attempts[1].entry_id: expected an entry or exercise of this course"),
              ({"check_index": 99}, "attempts[1].check_index: expected 0 to"),
              ({"check_index": 0, "params": {"T": 1e300}}, "attempts[1].params.T: expected"),
              ({"check_index": 0, "params": {"tokens": 1.0}}, "attempts[1].params: expected some of"),
@@ -247,7 +247,8 @@ def test_summary_and_exports_match_the_records(hub):
     for path in (hub.db, hub.db.with_name(hub.db.name + "-wal")):  # no other OS account reads the answers
         assert path.stat().st_mode & 0o777 == 0o600, path
     assert summary["learner_count"] == len({learner for learner, _ in rows})
-    assert sum(q["attempts"] for q in summary["questions"]) == len(rows)
+    assert sum(q["attempts"] for q in summary["questions"]) + sum(x["checks"] for x in summary["exercises"]) == \
+        len(rows)
     status, body, headers = http("GET", hub.service_url + "/api/attempts?format=csv", hub.tokens["teacher"])
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
     assert len(body.decode().strip().splitlines()) == len(rows) + 1  # header + one line per attempt
@@ -289,6 +290,44 @@ def test_dashboard_counts_each_option_with_the_belief_it_embodies(hub):
     chosen = row["options"][wrong]
     assert chosen["first_choice"] == 2 and chosen["belief"] == belief(entry, index, wrong) != ""
     assert row["options"][check.answer]["first_choice"] == 1 and row["options"][check.answer]["correct"]
+
+
+def test_exercise_checks_are_recorded_as_the_kernels_claim_checked_against_the_catalogue(hub, tmp_path,
+                                                                                          monkeypatch):
+    from classroom.exercise_catalogue import CATALOGUE, VERSION
+    from widgets.exercises import Verdict
+    from widgets.exercises.record import ExerciseRecorder
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.tokens["carol"])  # carol's kernel, inside the class
+    monkeypatch.setenv("DANTINOX_CLASSROOM_URL", hub.service_url)
+    store = AnswerStore(tmp_path / "carol.sqlite")
+    recorder, before = ExerciseRecorder(store, learner="carol"), time.time()
+    recorder.record("d-ring-buffer", Verdict(False, "d-ring-buffer: case 2 of 8 (...)", "window-plus-one", 2), 11)
+    recorder.record("d-ring-buffer", Verdict(True, "d-ring-buffer: all 8 cases agree", None, 8), 12)
+    wait_until(lambda: store.pending() == [] and store.count() == 2, "the background sender delivered both")
+    rows = get_json(hub, "teacher", "/api/attempts?entry_id=d-ring-buffer")[1]
+    assert [(r["learner"], r["correct"], r["mistake"], r["attempt"], r["params"]["seed"]) for r in rows] == \
+        [("carol", False, "window-plus-one", 1, 11), ("carol", True, None, 2, 12)]
+    assert {(r["question"], r["content_version"]) for r in rows} == {(CATALOGUE["d-ring-buffer"].title, VERSION)}
+    assert all(r["time"] >= before - 1 for r in rows)  # the service's clock
+    claim = {**make_attempt("carol", 0), "entry_id": "d-ring-buffer", "check_index": 0, "params": {"seed": 3},
+             "response": "passed", "correct": True, "time": 1.0, "attempt": 9}
+    refusals = [({"mistake": "window-plus-one"}, "attempts[0].mistake: expected none for a check that passed"),
+                ({"correct": False, "mistake": "keys-only"}, "attempts[0].mistake: expected none or one of "
+                                                             "window-plus-one, slot-after-newest"),
+                ({"params": {"seed": 3, "answer": 1}}, "attempts[0].params: expected only seed and cases"),
+                ({"check_index": 1}, "attempts[0].check_index: expected 0 for an exercise"),
+                ({"entry_id": "kv-cache", "check_index": 0, "response": "6", "correct": False,
+                  "mistake": "keys-only"}, "attempts[0].mistake: expected null for a quiz answer")]
+    for change, message in refusals:
+        status, body, _ = post(hub, "carol", {**claim, **change})
+        assert status == 400 and json.loads(body)["error"].startswith(message), (change, body)
+    assert post(hub, "carol", claim)[0] == 200  # a pass is the kernel's word: kept, numbered and timed here
+    late = get_json(hub, "carol", "/api/attempts/mine?entry_id=d-ring-buffer")[1][-1]
+    assert (late["correct"], late["attempt"], late["time"] > 1.0) == (True, 3, True)
+    ring = next(x for x in get_json(hub, "teacher", "/api/summary")[1]["exercises"] if x["exercise"] == "d-ring-buffer")
+    assert (ring["passed_by"], ring["commonest_mistake"], ring["commonest_mistake_learners"]) == \
+        (["carol"], "window-plus-one", 1)
 
 
 def test_outbox_waits_for_a_restarted_service_and_counts_once(hub, tmp_path):

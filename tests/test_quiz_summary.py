@@ -101,3 +101,37 @@ def test_the_services_grading_agrees_with_the_quiz_on_every_numeric_check():
                 graded = grade(entry, "ef" * 32, a, now=2.0)
                 assert graded.correct == content.is_correct(entry, i, value), (entry.id, i, value)
                 assert graded.expected == repr(answer) and graded.time == 2.0
+
+
+def check_of(learner, exercise_id, passed, mistake, time):
+    from classroom.exercise_catalogue import EXPECTED, VERSION
+
+    return Attempt(key=new_key(), learner=learner, entry_id=exercise_id, check_index=0, question="t",
+                   params={"seed": 1}, response="a verdict line", expected=EXPECTED, correct=passed, attempt=1,
+                   time=time, content_version=VERSION, mistake=mistake)
+
+
+def test_per_exercise_who_passed_and_the_commonest_mistake_by_learners(entry):
+    from classroom.summary import exercise_rows
+
+    checks = [check_of("ann", "d-ring-buffer", False, "slot-after-newest", 1.0),
+              check_of("ann", "d-ring-buffer", False, "slot-after-newest", 2.0),  # one learner, counted once
+              check_of("ann", "d-ring-buffer", True, None, 3.0),
+              check_of("bo", "d-ring-buffer", False, "window-plus-one", 4.0),
+              check_of("cy", "d-ring-buffer", False, "window-plus-one", 5.0),
+              check_of("cy", "d-ring-buffer", False, None, 6.0),  # wrong in a way no known mistake explains
+              check_of("bo", "a-hybrid-bytes", True, None, 7.0)]
+    quiz = attempt("dee", 0, "6", True, 8.0)
+    rows = exercise_rows([*checks, quiz])
+    assert [r["exercise"] for r in rows] == ["a-hybrid-bytes", "d-ring-buffer"]  # catalogue order, tried only
+    ring = rows[1]
+    assert (ring["learners"], ring["checks"], ring["passed"], ring["passed_by"], ring["not_yet"]) == \
+        (3, 6, 1, ["ann"], ["bo", "cy"])
+    assert (ring["commonest_mistake"], ring["commonest_mistake_learners"]) == ("window-plus-one", 2)
+    assert rows[0]["commonest_mistake"] == "" and rows[0]["passed_by"] == ["bo"]
+    assert [(r["entry"], r["attempts"]) for r in question_rows([*checks, quiz])] == [("kv-cache", 1)]  # apart
+    assert [r["learner"] for r in learner_rows([*checks, quiz])] == ["dee"]
+    from classroom.dashboard import class_summary
+
+    summary = class_summary([*checks, quiz], {"kv-cache": entry})
+    assert summary["exercises"] == rows and summary["learner_count"] == 4 and summary["attempts"] == 8

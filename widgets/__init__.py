@@ -25,6 +25,7 @@ _MODULES = {  # public name -> the module that defines it
     "concept_map": ["ConceptMap", "learning_path"],
     "decode_runs": ["DecodeRun"],
     "diffusion_lab": ["DiffusionLab"],
+    "exercises.widget": ["DecodeCheck", "ExerciseCheck"],
     "formula_explorer": ["ExplorerReading", "FormulaExplorer", "read_formula"],
     "generate": ["GeneratePanel"],
     "memory_savers_lab": ["MemorySaversLab", "load_measurements"],

@@ -416,7 +416,44 @@ def _reopens_after_save(page, notebook: Path, jupyter, browser) -> None:
         jupyter.shut_down_kernels()
 
 
+RING_RIGHT = """import numpy as np
+
+def ring_view(window, slots, length):
+    s = np.arange(slots)
+    held = s + slots * ((length - 1 - s) // slots)
+    held = np.where(held >= 0, held, -1)
+    return (length - 1) % slots, held, (held >= 0) & (length - 1 - held < window)
+"""
+RING_WRONG = RING_RIGHT.replace("< window)", "<= window)")  # a window of W + 1 keys
+
+
+def _type_cell(page, marker: str, code: str) -> None:
+    """Replace the source of the code cell holding `marker` with `code`, as typed, and run it (Shift+Enter)."""
+    cell = page.locator(".jp-CodeCell").filter(has=page.locator(".cm-content", has_text=marker)).first
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(code)  # inserted as is: the editor's auto-indent would re-indent typed lines
+    page.keyboard.press("Shift+Enter")
+    _wait_for(lambda: re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip()), 30,
+              f"the cell holding {marker!r} did not run")
+
+
+def _exercise_typed_solution(page, name: str) -> None:
+    """Exercise (d): a wrong ring_view typed into its cell is named with its misconception; a right one passes."""
+    check = page.locator(".dx-exercise").filter(has_text="(d) A sliding-window ring buffer").first
+    for code, expect in ((RING_WRONG, r"Not yet: d-ring-buffer: case \d+ of 8 .*that is the belief"),
+                         (RING_RIGHT, r"Passed: d-ring-buffer: all 8 cases agree")):
+        _type_cell(page, "def ring_view(", code)
+        _button(check, "check my code").click()
+        _wait_for(lambda expect=expect: re.search(expect, _kernel_text(check), re.S), 30,
+                  f"{name}: after check my code, no verdict matching {expect!r}; shown: {_kernel_text(check)[:500]}")
+    _button(check, "hint 1 of 3").click()
+    _wait_for(lambda: "Hint 1:" in _kernel_text(check), 10, f"{name}: the hint button showed no hint")
+
+
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
+             "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
              "labels_clear": _labels_clear}
 
@@ -445,7 +482,11 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
         errors = [t for t in page.locator(STDERR).all_inner_texts() if re.search(r"Traceback|\w+Error\b", t)]
         assert not errors, f"{notebook.name}: error output after Run All:\n" + "\n".join(errors)[:3000]
         prompts = page.locator(".jp-NotebookPanel .jp-CodeCell .jp-InputPrompt").all_inner_texts()
-        unrun = [i for i, t in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", t.strip())]
+        code_cells = [c for c in json.loads(source)["cells"] if c["cell_type"] == "code"]
+        hidden = {i for i, c in enumerate(code_cells) if c["metadata"].get("jupyter", {}).get("source_hidden")}
+        # a collapsed input shows no prompt; a hidden cell that failed shows its traceback (above) and stops the rest
+        unrun = [i for i, t in enumerate(prompts)
+                 if i not in hidden and not re.fullmatch(r"\[\d+\]:", t.strip())]
         assert not unrun, f"{notebook.name}: code cells {unrun} did not run"
         widgets = page.locator(WIDGET_OUTPUT)
         expected = sum(WIDGET_MIME in output.get("data", {}) for cell in json.loads(source)["cells"]
@@ -463,7 +504,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
             assert page.locator(".js-plotly-plot .main-svg").count() > 0, f"{notebook.name}: no plot drawn"
 
         if spec.interactive:
-            slider_cell = _move_slider(page, notebook.name, spec)
+            slider_cell = _move_slider(page, notebook.name, spec) if spec.has_slider else None
             if spec.quiz:
                 _answer_quiz(page, notebook.name)
             for press in spec.presses:

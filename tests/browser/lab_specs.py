@@ -26,6 +26,7 @@ class Press:
 @dataclasses.dataclass(frozen=True)
 class LabSpec:
     slider: str | None = None  # a slider's description; None: the notebook's first slider
+    has_slider: bool = True  # False: a lab of typed code and buttons (the exercises); no slider is moved
     key: str = "ArrowRight"  # the key pressed on the focused slider handle, as a learner would
     presses: tuple[Press, ...] = ()  # in order; none: the quiz's "check" is the lab's button
     quiz: bool = True  # answer the first multiple-choice question and expect "Correct." or "Not quite."
@@ -77,6 +78,13 @@ SPECS: dict[str, LabSpec] = {
               expect=r"step 200 of 200.*measured = ledger.*at every step so far", timeout_s=120.0),),
         seconds=45),
     "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
+    # code typed into exercise (d)'s cell, wrong then right, each checked; the decode button drives the tiny run
+    "exercises": LabSpec(has_slider=False, quiz=False,
+                         # (d)'s check after its scenario: the verdict and the first hint (text only its output has)
+                         screenshot="Hint 1: Position p lives in slot p mod slots; the newest position is length - 1.",
+                         presses=(Press(label="run my cache in the model", expect=r"write_token, attend_one: not "
+                                        r"defined yet|decode: "),),
+                         scenarios=("exercise_typed_solution",), seconds=35),
 }
 
 
