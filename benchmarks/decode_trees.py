@@ -22,16 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import decode
+from common import ROOT, at_least_one, checked_out, commit_named, in_turns, short_head, side_by_side, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "decode_trees.json"
 
 # Runs inside each tree. An older config spelled GQA as attention="gqa" beside kv_heads (it refused kv_heads
@@ -98,45 +95,17 @@ def main() -> None:
     args = ap.parse_args()
     if args.smollm2 < 0:
         raise SystemExit(f"--smollm2: expected a whole number >= 0, got {args.smollm2}")
-    for name in ("rounds", "repeats"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name}: expected a whole number >= 1, got {getattr(args, name)}")
-    rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.commit}^{{commit}}"], cwd=ROOT,
-                         capture_output=True, text=True, check=False).stdout.strip()
-    if not rev:
-        raise SystemExit(f"commit: {args.commit!r} is not a commit of this repository")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    loads = []
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(old), rev], cwd=ROOT, check=True)
-        try:
-            for i in range(args.rounds):
-                loads.append(os.getloadavg()[0])
-                for side in ("before", "after")[::1 if i % 2 == 0 else -1]:  # each goes first every other round
-                    runs[side].append(time_tree(old if side == "before" else ROOT, args.repeats, args.smollm2))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
-    cells = list(runs["before"][0])
-    table = {}
+    at_least_one(args, "rounds", "repeats")
+    rev = commit_named(args.commit)
+    head = short_head()
+    with checked_out(rev) as old:
+        runs, loads = in_turns(args.rounds, lambda side: time_tree(old if side == "before" else ROOT, args.repeats,
+                                                                   args.smollm2))
     print(f"decode tok/s, {rev[:7]} (before) against the working tree at {head} (after), {args.rounds} rounds "
           f"taking turns, load average {min(loads):.1f}-{max(loads):.1f}:\n")
-    print("| variant / batch | before median | after median | after / before | before fastest | after fastest |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for cell in cells:
-        b, a = ([r[cell] for r in runs[side]] for side in ("before", "after"))
-        row = dict(before_median=statistics.median(b), after_median=statistics.median(a),
-                   before_best=max(b), after_best=max(a), before=b, after=a)
-        row["ratio"] = row["after_median"] / row["before_median"]
-        table[cell] = row
-        print(f"| {cell} | {row['before_median']:,.0f} | {row['after_median']:,.0f} | {row['ratio']:.2f}× "
-              f"| {row['before_best']:,.0f} | {row['after_best']:,.0f} |")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(dict(before=rev, after=head, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                   rounds=args.rounds, repeats=args.repeats, smollm2=args.smollm2, load=loads,
-                                   cells=table), indent=1))
+    table = side_by_side(runs, max, "variant / batch", 0)
+    write_results(OUT, before=rev, after=head, rounds=args.rounds, repeats=args.repeats, smollm2=args.smollm2,
+                  load=loads, cells=table)
 
 
 if __name__ == "__main__":
