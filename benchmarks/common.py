@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +17,42 @@ from pathlib import Path
 from dantinox.roofline import best_of  # noqa: F401  (fastest of n timed calls after a compiling one)
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# What each tree's process runs first: with `--one-core` (its first argument "1") it keeps to one core, set before
+# JAX starts (whose thread pool takes the cores the process may run on), and `clock` is its CPU time, which other
+# jobs on a shared machine disturb less than the wall clock; else `clock` is the wall clock. It imports os, sys
+# and time for the code after it.
+CLOCK = """
+import os, sys, time
+one_core = sys.argv.pop(1) == "1"
+if one_core:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+clock = time.process_time if one_core else time.perf_counter
+"""
+
+
+def trees_arguments(description: str, repeats: int) -> argparse.ArgumentParser:
+    """The options of a script that times an earlier commit against the working tree: the commit, --rounds,
+    --repeats (default `repeats`) and --one-core."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("commit", help="the earlier commit (any name git rev-parse takes)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--one-core", action="store_true",
+                    help="each process on one core, timed by its CPU time: what the code computes, less of what "
+                         "other jobs on the machine take from it")
+    return ap
+
+
+def run_in_tree(tree: Path, code: str, one_core: bool, *args: str) -> dict:
+    """`code` (after CLOCK) run by this venv's Python with `tree` first on its path: the JSON of its last line."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    done = subprocess.run([sys.executable, "-c", CLOCK + code, str(int(one_core)), *args], cwd=tree, env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def commit_named(name: str) -> str:
@@ -86,3 +124,19 @@ def write_results(path: Path, **fields) -> None:
     """`fields` and the time (UTC) as JSON at `path` (under benchmarks/results, which git ignores)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **fields), indent=1))
+
+
+def compare_trees(args: argparse.Namespace, code: str, child_args: list[str], unit: str, fastest: Callable,
+                  first_column: str, digits: int, out: Path, **fields) -> None:
+    """`args.commit` (before) against the working tree (after), `code` run in each with `child_args` (its JSON
+    line a dict of cells), `args.rounds` rounds taking turns: a table of `unit` (`side_by_side`), headed by the
+    commits and the load average, and the results with `fields` written to `out`."""
+    rev, head = commit_named(args.commit), short_head()
+    with checked_out(rev) as old:
+        runs, loads = in_turns(args.rounds, lambda side: run_in_tree(old if side == "before" else ROOT, code,
+                                                                     args.one_core, *child_args))
+    print(f"{unit}, {rev[:7]} (before) against the working tree at {head} (after), {args.rounds} rounds taking "
+          f"turns, load average {min(loads):.1f}-{max(loads):.1f}:\n")
+    table = side_by_side(runs, fastest, first_column, digits)
+    write_results(out, before=rev, after=head, rounds=args.rounds, repeats=args.repeats, one_core=args.one_core,
+                  load=loads, cells=table, **fields)

@@ -9,23 +9,18 @@ attention kernel (dantinox/backend/pool_kernel.py) at the reference model's and 
 keys and values per sequence, and the dense kernel (dense_kernel.py) at SmolLM2's MLP and tied head. What
 differs between the trees is what the kernels are built from: their sources and native.py's compiler flags.
 Each tree runs in a process of its own with this project's venv, the trees taking turns round by round (as in
-decode_trees.py). With `--one-core` each process runs on one core and is timed by its CPU time, which other
-jobs on a shared machine disturb less than the wall clock. Prints each case's median and fastest round per tree
+decode_trees.py). With `--one-core` each process runs on one core and is timed by its CPU time (common.CLOCK).
+Prints each case's median and fastest round per tree
 and the ratio of medians, with the load average; writes benchmarks/results/kernel_trees.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-from common import ROOT, at_least_one, checked_out, commit_named, in_turns, short_head, side_by_side, write_results
+import common
 
-OUT = ROOT / "benchmarks" / "results" / "kernel_trees.json"
+OUT = common.ROOT / "benchmarks" / "results" / "kernel_trees.json"
 
 # name: attention (batch, KV heads, query heads per KV head, head size, slots, slots seen, cache dtype) or
 # dense (rows, inputs, outputs, whether W is [outputs, inputs] as the tied head). The reference model decodes
@@ -47,10 +42,7 @@ DENSE = {
 # Runs inside each tree; before the speed layer moved into dantinox/backend the kernels' modules were dantinox's
 # (and that tree's import of dantinox.backend.* fails on a name of its own, not on the missing package).
 CHILD = """
-import importlib, json, os, sys, time
-one_core = sys.argv[5] == "1"
-if one_core:  # before JAX starts: its thread pool takes the cores this process may run on
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import importlib, json
 import jax, jax.numpy as jnp, numpy as np
 import dantinox
 
@@ -66,8 +58,6 @@ for kernel in (pool_kernel, dense_kernel):
         raise SystemExit(kernel.why_not())
 calls, repeats, attend, dense = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 rng, out = np.random.default_rng(0), {}
-
-clock = time.process_time if one_core else time.perf_counter
 
 def per_call(step, x, *operands):  # microseconds a call: the fastest of `repeats` loops of `calls` calls
     loop = jax.jit(lambda x, *a: jax.lax.fori_loop(0, calls, lambda i, x: step(x, *a), x))
@@ -93,37 +83,14 @@ print(json.dumps(out))
 """
 
 
-def time_tree(tree: Path, calls: int, repeats: int, one_core: bool) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    cases = [str(calls), str(repeats), json.dumps(ATTEND), json.dumps(DENSE), str(int(one_core))]
-    done = subprocess.run([sys.executable, "-c", CHILD, *cases], cwd=tree, env=env, capture_output=True, text=True,
-                          check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"kernel_trees: the cases failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("commit", help="the earlier commit (any name git rev-parse takes)")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = common.trees_arguments(__doc__.splitlines()[0], repeats=5)
     ap.add_argument("--calls", type=int, default=200, help="kernel calls in one timed loop")
-    ap.add_argument("--one-core", action="store_true",
-                    help="each process on one core, timed by its CPU time: what a call computes, less of what "
-                         "other jobs on the machine take from it")
     args = ap.parse_args()
-    at_least_one(args, "rounds", "repeats", "calls")
-    rev, head = commit_named(args.commit), short_head()
-    with checked_out(rev) as old:
-        runs, loads = in_turns(args.rounds, lambda side: time_tree(old if side == "before" else ROOT, args.calls,
-                                                                   args.repeats, args.one_core))
-    clock = "CPU µs per kernel call on one core" if args.one_core else "µs per kernel call"
-    print(f"{clock}, {rev[:7]} (before) against the working tree at {head} (after), {args.rounds} rounds taking "
-          f"turns, load average {min(loads):.1f}-{max(loads):.1f}:\n")
-    table = side_by_side(runs, min, "case", 1)
-    write_results(OUT, before=rev, after=head, rounds=args.rounds, repeats=args.repeats, calls=args.calls,
-                  one_core=args.one_core, load=loads, cells=table)
+    common.at_least_one(args, "rounds", "repeats", "calls")
+    unit = "CPU µs per kernel call on one core" if args.one_core else "µs per kernel call"
+    common.compare_trees(args, CHILD, [str(args.calls), str(args.repeats), json.dumps(ATTEND), json.dumps(DENSE)],
+                         unit, min, "case", 1, OUT, calls=args.calls)
 
 
 if __name__ == "__main__":
