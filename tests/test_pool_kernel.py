@@ -266,12 +266,12 @@ def test_a_store_into_a_wrong_shape_is_a_one_line_error(ffi_error):
 @pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here
-    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setattr(pool_kernel.KERNEL, "state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, None)
     why = pool_kernel.why_not()
     assert "no C++ compiler found" in why and "no-such-compiler" in why and "\n" not in why
-    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setattr(pool_kernel.KERNEL, "state", {})
     monkeypatch.setenv(pool_kernel.ENV, "0")
     assert not pool_kernel.available() and "DANTINOX_POOL_KERNEL=0" in pool_kernel.why_not()
 
@@ -328,7 +328,7 @@ def test_importing_dantinox_builds_and_loads_the_kernels_outside_any_trace():
 
     code = ("import dantinox\nfrom dantinox.backend import dense_kernel, pool_kernel\n"
             "from jax._src import xla_bridge\n"
-            "print(pool_kernel._state, dense_kernel._state, bool(xla_bridge._backends))")
+            "print(pool_kernel.KERNEL.state, dense_kernel.KERNEL.state, bool(xla_bridge._backends))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split("\n")[0] == "{'ok': True, 'why': ''} {'ok': True, 'why': ''} False"
