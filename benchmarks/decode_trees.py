@@ -3,14 +3,17 @@
     .venv/bin/python benchmarks/decode_trees.py e7e8e95              # that commit against this checkout
     .venv/bin/python benchmarks/decode_trees.py e7e8e95 --rounds 8
     .venv/bin/python benchmarks/decode_trees.py e7e8e95 --smollm2 64   # and SmolLM2-135M, bf16-stored weights
+    .venv/bin/python benchmarks/decode_trees.py e7e8e95 --one-core     # CPU time on one core
 
 decode.py's grid (MHA and GQA with K = 2, batch 1 and 8, a 32-token prompt, 256 new tokens, generate()
 best of `--repeats` after a compiling call; with `--smollm2 N` also SmolLM2-135M with bfloat16-stored weights
 and float32 compute, batch 1 and 8, N new tokens) is timed for each tree in a process of its own, both with this
 project's venv, the trees taking turns round by round, each going first every other round (the second
 process of a pair measured slower in one run here), so that the machine's drift reaches both alike. The commit is
-checked out into a temporary git worktree, removed at the end. Prints, per cell, each tree's median and
-fastest round and the median ratio, and writes benchmarks/results/decode_trees.json.
+checked out into a temporary git worktree, removed at the end. With `--one-core` each process runs on one core
+and is timed by its CPU time (common.CLOCK): tokens per CPU second, which other jobs on a shared machine move
+less than tokens per second. Prints, per cell, each tree's median and fastest round and the median ratio, and
+writes benchmarks/results/decode_trees.json.
 
 Machine speed here moves about 2x from day to day and does not move dantinox and the peer alike, so a change
 in decode.py --peer's ratios between two days says nothing by itself about the code; this run says what the
@@ -19,25 +22,17 @@ code did.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
+import common
 import decode
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "results" / "decode_trees.json"
+OUT = common.ROOT / "benchmarks" / "results" / "decode_trees.json"
 
 # Runs inside each tree. An older config spelled GQA as attention="gqa" beside kv_heads (it refused kv_heads
 # alone); the grid is the same either way.
 CHILD = """
-import json, sys, time
+import json
 import numpy as np
 from flax import nnx
 import dantinox
@@ -55,9 +50,9 @@ def tok_s(model, batch, new, vocab):  # generate()'s tokens per second, best of 
     np.asarray(dantinox.generate(model, prompt, new))
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         np.asarray(dantinox.generate(model, prompt, new))
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return batch * new / best
 
 for name, kw in grid["variants"].items():
@@ -65,8 +60,7 @@ for name, kw in grid["variants"].items():
     for batch in grid["batches"]:
         out[f"{name}/{batch}"] = tok_s(model, batch, grid["new"], 256)
 if grid["smollm2"]:
-    from dantinox.architectures.pretrained import load_pretrained
-    model = load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]
+    model = dantinox.load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]  # a public name in every tree
     for batch in grid["batches"]:
         out[f"SmolLM2 bf16-stored/{batch}"] = tok_s(model, batch, grid["smollm2"], 49_152)
 print(json.dumps(out))
@@ -80,63 +74,16 @@ def grid(smollm2: int) -> str:
                            smollm2=smollm2))
 
 
-def time_tree(tree: Path, repeats: int, smollm2: int = 0) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(repeats), grid(smollm2)], cwd=tree, env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"decode_trees: the grid failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("commit", help="the earlier commit (any name git rev-parse takes)")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = common.trees_arguments(__doc__.splitlines()[0], repeats=3)
     ap.add_argument("--smollm2", type=int, default=0, help="also SmolLM2-135M (bf16-stored), this many new tokens")
     args = ap.parse_args()
     if args.smollm2 < 0:
         raise SystemExit(f"--smollm2: expected a whole number >= 0, got {args.smollm2}")
-    for name in ("rounds", "repeats"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name}: expected a whole number >= 1, got {getattr(args, name)}")
-    rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.commit}^{{commit}}"], cwd=ROOT,
-                         capture_output=True, text=True, check=False).stdout.strip()
-    if not rev:
-        raise SystemExit(f"commit: {args.commit!r} is not a commit of this repository")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    loads = []
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(old), rev], cwd=ROOT, check=True)
-        try:
-            for i in range(args.rounds):
-                loads.append(os.getloadavg()[0])
-                for side in ("before", "after")[::1 if i % 2 == 0 else -1]:  # each goes first every other round
-                    runs[side].append(time_tree(old if side == "before" else ROOT, args.repeats, args.smollm2))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
-    cells = list(runs["before"][0])
-    table = {}
-    print(f"decode tok/s, {rev[:7]} (before) against the working tree at {head} (after), {args.rounds} rounds "
-          f"taking turns, load average {min(loads):.1f}-{max(loads):.1f}:\n")
-    print("| variant / batch | before median | after median | after / before | before fastest | after fastest |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for cell in cells:
-        b, a = ([r[cell] for r in runs[side]] for side in ("before", "after"))
-        row = dict(before_median=statistics.median(b), after_median=statistics.median(a),
-                   before_best=max(b), after_best=max(a), before=b, after=a)
-        row["ratio"] = row["after_median"] / row["before_median"]
-        table[cell] = row
-        print(f"| {cell} | {row['before_median']:,.0f} | {row['after_median']:,.0f} | {row['ratio']:.2f}× "
-              f"| {row['before_best']:,.0f} | {row['after_best']:,.0f} |")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(dict(before=rev, after=head, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                   rounds=args.rounds, repeats=args.repeats, smollm2=args.smollm2, load=loads,
-                                   cells=table), indent=1))
+    common.at_least_one(args, "rounds", "repeats")
+    rate = "decode tokens per CPU second on one core" if args.one_core else "decode tok/s"
+    common.compare_trees(args, CHILD, [str(args.repeats), grid(args.smollm2)], rate, max, "variant / batch", 0, OUT,
+                         smollm2=args.smollm2)
 
 
 if __name__ == "__main__":

@@ -124,13 +124,13 @@ def test_a_lookup_of_wrong_shapes_is_a_one_line_error(ffi_error):
 @pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("DANTINOX_KERNEL_CACHE", str(tmp_path))  # no built library here
-    monkeypatch.setattr(dense_kernel, "_state", {})
+    monkeypatch.setattr(dense_kernel.KERNEL, "state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     x, w = operands(1, 16, 16)
     assert not dense_kernel.available() and not dense_kernel.takes(x, w)
     why = dense_kernel.why_not()
     assert "no C++ compiler found" in why and "weight products go through XLA" in why and "\n" not in why
-    monkeypatch.setattr(dense_kernel, "_state", {})
+    monkeypatch.setattr(dense_kernel.KERNEL, "state", {})
     monkeypatch.setenv(dense_kernel.ENV, "0")
     assert not dense_kernel.available() and "DANTINOX_DENSE_KERNEL=0" in dense_kernel.why_not()
 

@@ -137,6 +137,39 @@ def test_only_the_masked_slots_count():
     assert not np.allclose(pool_kernel.attend(q, k, other, mask, scale)[0], same[0])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("B,K,S", [(4, 2, 150), (1, 3, 1100)], ids=["pairs", "parts"])
+def test_hidden_slots_holding_nan_or_inf_change_nothing(dtype, B, K, S):
+    """A hidden slot's key and value (or an int8 slot's scales) may hold anything, NaN and infinities included: a
+    pool's free pages are never cleared. Its weight is exactly 0, so the output is bit for bit the one with finite
+    numbers there, and the float64 reference's. 150 slots end inside a vector; 1,100 at batch 1 are cut into
+    parts."""
+    rng = np.random.default_rng(S)
+    q = rng.standard_normal((B, K, 3, 40)).astype(np.float32)
+    k, v = rng.standard_normal((B, K, 40, S)), rng.standard_normal((B, K, S, 40))
+    mask = rng.random((B, S)) < 0.5
+    mask[:, S - 1] = False  # a hidden slot past the last whole vector
+    ks = vs = None
+    if dtype == "int8":
+        k, v = (rng.integers(-127, 128, a.shape) for a in (k, v))
+        ks, vs = (rng.random((B, K, S)).astype(np.float32) / 64 for _ in range(2))
+    k, v = (np.asarray(jnp.asarray(a, dtype)) for a in (k, v))
+    clean = pool_kernel.attend(q, k, v, mask, 40 ** -0.5, ks, vs)
+    poison = np.resize(np.array([np.nan, np.inf, -np.inf], np.float32), (B, 1, S))  # [B, K = 1, S]
+    hidden = ~mask[:, None]
+    if dtype == "int8":
+        ks, vs = (np.where(hidden, poison, a) for a in (ks, vs))
+    else:
+        k = np.where(hidden[:, :, None], poison[:, :, None], k).astype(dtype)
+        v = np.where(hidden[..., None], poison[..., None], v).astype(dtype)
+    out = pool_kernel.attend(q, k, v, mask, 40 ** -0.5, ks, vs)
+    np.testing.assert_array_equal(out, clean)
+    assert np.isfinite(np.asarray(out)).all()
+    with np.errstate(invalid="ignore"):  # the reference scales every slot first: infinity times a code of 0
+        want = reference(q, k.astype(np.float32), v.astype(np.float32), mask, 40 ** -0.5, ks, vs)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+
+
 def test_rows_other_than_one_or_the_batch_are_refused():
     q, k, v, mask, scale = problem(R=2)
     with pytest.raises(ValueError, match="k_RKHS: expected 1 or 4 rows"):
@@ -235,12 +268,12 @@ def test_a_store_into_a_wrong_shape_is_a_one_line_error(ffi_error):
 @pytest.mark.unbuilt
 def test_without_a_compiler_or_when_turned_off_it_says_why_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(pool_kernel.CACHE_ENV, str(tmp_path))  # no built library here
-    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setattr(pool_kernel.KERNEL, "state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     assert not pool_kernel.available() and not pool_kernel.handles(jnp.float32, None)
     why = pool_kernel.why_not()
     assert "no C++ compiler found" in why and "no-such-compiler" in why and "\n" not in why
-    monkeypatch.setattr(pool_kernel, "_state", {})
+    monkeypatch.setattr(pool_kernel.KERNEL, "state", {})
     monkeypatch.setenv(pool_kernel.ENV, "0")
     assert not pool_kernel.available() and "DANTINOX_POOL_KERNEL=0" in pool_kernel.why_not()
 
@@ -297,7 +330,7 @@ def test_importing_dantinox_builds_and_loads_the_kernels_outside_any_trace():
 
     code = ("import dantinox\nfrom dantinox.backend import dense_kernel, pool_kernel\n"
             "from jax._src import xla_bridge\n"
-            "print(pool_kernel._state, dense_kernel._state, bool(xla_bridge._backends))")
+            "print(pool_kernel.KERNEL.state, dense_kernel.KERNEL.state, bool(xla_bridge._backends))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split("\n")[0] == "{'ok': True, 'why': ''} {'ok': True, 'why': ''} False"

@@ -36,28 +36,8 @@ SOURCE = "dense.cc"
 # MAX_ROWS).
 MAX_ROWS = 128
 _TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T", "dantinox_rows_bf16": "RowsBf16"}
-_state: dict[str, object] = {}
-
-
-_LOAD = (SOURCE, _TARGETS, ENV, "dense_kernel", "weight products go through XLA")
-
-
-def load() -> str:
-    """Build (where it is not built yet) and register the kernel, once per process: at import, outside any trace.
-    Why it cannot be used, in one line ('' when it loaded)."""
-    native.load_once(_state, *_LOAD)
-    return str(_state["why"])
-
-
-def available() -> bool:
-    """Whether `matmul` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, *_LOAD)
-
-
-def why_not() -> str:
-    """One line on why the kernel is not used ('' when it is)."""
-    available()
-    return str(_state["why"])
+KERNEL = native.Kernel(__name__, SOURCE, _TARGETS, ENV, "weight products go through XLA")
+load, available, why_not = KERNEL.load, KERNEL.available, KERNEL.why_not
 
 
 def takes(x: jax.Array, w: jax.Array) -> bool:

@@ -6,7 +6,8 @@ failing that, when dantinox is first imported: never inside a trace. A built lib
 `cache_dirs()`: the environment's own folder first, which the set-up fills and which a class server's accounts
 share read-only, then the user's cache folder, where an account that cannot write the first builds its own.
 dantinox/backend/pool_kernel.py (attention over cached slots, cache stores) and dense_kernel.py (bfloat16
-weights times a few rows) are built this way.
+weights times a few rows) are built this way, each through a `Kernel`: loaded once, whether it can run, and
+why not in one line.
 """
 
 from __future__ import annotations
@@ -113,35 +114,52 @@ def build(name: str) -> Path:
     return out
 
 
-def load(name: str, targets: dict[str, str], off_switch: str) -> None:
-    """Build `name` (or find it built) and register its handlers (custom-call target -> exported symbol) for the
-    CPU. Raises RuntimeError (or OSError) with the reason in one line: `off_switch`=0 in the environment, no
-    compiler, a failed build."""
-    if os.environ.get(off_switch, "1") == "0":
-        raise RuntimeError(f"turned off by {off_switch}=0")
-    lib = ctypes.CDLL(str(build(name)))
-    for target, symbol in targets.items():
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+class Kernel:
+    """One kernel library, dantinox/backend/kernels/`source`, and its handlers (custom-call target -> exported
+    symbol), loaded once per process. `off_switch`=0 in the environment turns it off; `module` (the Python module
+    that calls it) and `otherwise` (what runs instead) make why_not()'s line. `state` holds ok, why and, once
+    asked, the JAX platform."""
 
+    def __init__(self, module: str, source: str, targets: dict[str, str], off_switch: str, otherwise: str):
+        self.module, self.source, self.targets = module, source, targets
+        self.off_switch, self.otherwise = off_switch, otherwise
+        self.state: dict[str, object] = {}
 
-def load_once(state: dict, name: str, targets: dict[str, str], off_switch: str, module: str, otherwise: str) -> None:
-    """Load `name` once per process into `state`: ok, and why not in one line, "dantinox.backend.<module>: not
-    used (<reason>); <otherwise>"."""
-    if "ok" not in state:
-        try:
-            load(name, targets, off_switch)
-            state.update(ok=True, why="")
-        except (OSError, RuntimeError, AttributeError) as e:
-            state.update(ok=False, why=f"dantinox.backend.{module}: not used ({e}); {otherwise}")
+    def build(self) -> Path:
+        """Compile the library if it is not built yet (`build`); its path."""
+        return build(self.source)
 
+    def load(self) -> str:
+        """Build (where it is not built yet) and register the handlers for the CPU, once per process: at import,
+        outside any trace. Why the kernel cannot be used, in one line ('' when it loaded): `off_switch`=0, no
+        compiler, a failed build."""
+        if "ok" not in self.state:
+            try:
+                if os.environ.get(self.off_switch, "1") == "0":
+                    raise RuntimeError(f"turned off by {self.off_switch}=0")
+                lib = ctypes.CDLL(str(self.build()))
+                for target, symbol in self.targets.items():
+                    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+                self.state.update(ok=True, why="")
+            except (OSError, RuntimeError, AttributeError) as e:
+                self.state.update(ok=False, why=self._not_used(str(e)))
+        return str(self.state["why"])
 
-def loaded(state: dict, name: str, targets: dict[str, str], off_switch: str, module: str, otherwise: str) -> bool:
-    """Whether `name` is usable: loaded (`load_once`), and JAX's backend the CPU (asked here, not at import, so
-    that importing dantinox starts no JAX backend)."""
-    load_once(state, name, targets, off_switch, module, otherwise)
-    if state["ok"] and "platform" not in state:
-        state["platform"] = jax.default_backend()
-        if state["platform"] != "cpu":
-            state["why"] = (f"dantinox.backend.{module}: not used (the kernel is for the CPU; the backend is "
-                            f"{state['platform']!r}); {otherwise}")
-    return bool(state["ok"]) and state.get("platform") == "cpu"
+    def available(self) -> bool:
+        """Whether the kernel can run: loaded (`load`), and JAX's backend the CPU (asked here, not at import, so
+        that importing dantinox starts no JAX backend)."""
+        self.load()
+        if self.state["ok"] and "platform" not in self.state:
+            self.state["platform"] = jax.default_backend()
+            if self.state["platform"] != "cpu":
+                self.state["why"] = self._not_used(f"the kernel is for the CPU; the backend is "
+                                                   f"{self.state['platform']!r}")
+        return bool(self.state["ok"]) and self.state.get("platform") == "cpu"
+
+    def why_not(self) -> str:
+        """One line on why the kernel is not used ('' when it is)."""
+        self.available()
+        return str(self.state["why"])
+
+    def _not_used(self, reason: str) -> str:
+        return f"{self.module}: not used ({reason}); {self.otherwise}"

@@ -37,33 +37,10 @@ _TARGETS = {"float32": ("dantinox_pool_attend_float", "PoolAttendFloat"),
             "bfloat16": ("dantinox_pool_attend_bf16", "PoolAttendBf16"),
             "int8": ("dantinox_pool_attend_int8", "PoolAttendInt8")}
 _STORE = ("dantinox_cache_store", "CacheStore")  # tokens into a cache in place (`store`)
-_state: dict[str, object] = {}
 
 
-def build():
-    """Compile the kernel if it is not in the cache yet; the path of the shared library."""
-    return native.build(SOURCE)
-
-
-_LOAD = (SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "pool_kernel", "paged decode reads through XLA")
-
-
-def load() -> str:
-    """Build (where it is not built yet) and register the kernel, once per process: at import, outside any trace.
-    Why it cannot be used, in one line ('' when it loaded)."""
-    native.load_once(_state, *_LOAD)
-    return str(_state["why"])
-
-
-def available() -> bool:
-    """Whether `attend` can run: enabled, on the CPU backend, built and registered (once per process)."""
-    return native.loaded(_state, *_LOAD)
-
-
-def why_not() -> str:
-    """One line on why the kernel is not used ('' when it is)."""
-    available()
-    return str(_state["why"])
+KERNEL = native.Kernel(__name__, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "paged decode reads through XLA")
+build, load, available, why_not = KERNEL.build, KERNEL.load, KERNEL.available, KERNEL.why_not
 
 
 # The one scale layout the kernel reads: [R, K, S] float32, one scale per token and KV head (quant.quantize's,

@@ -138,6 +138,49 @@ int64_t values_from(const float* w, int64_t S, const Code* vals, int64_t H, int6
   return c;
 }
 
+// A run starts on a block, a whole number of vectors: only the run that ends at the last slot may end inside one.
+static_assert(kBlock % kLanes == 0);
+
+// The highest score of the seen slots in `runs`, at least -FLT_MAX: a vector of running highest scores, where a
+// hidden slot's lane keeps its value (the slot's score may be anything), folded once at the end. GCC 12 left the
+// plain loop (a running std::max over a bool mask) scalar, with GCC's fast-math or without it.
+inline float highest_seen(const float* s, const Runs& runs, const bool* mask) {
+  float top = -std::numeric_limits<float>::max();
+  VecF tops = splat(top);
+  for (const auto& [start, end] : runs) {
+    int64_t j = start;
+    for (; j + kLanes <= end; j += kLanes) {
+      const VecF x = load(s + j);
+      tops = (lanes_of(mask + j) & (x > tops)) ? x : tops;
+    }
+    for (; j < end; ++j) top = std::max(top, mask[j] ? s[j] : top);
+  }
+  return std::max(top, lane_max(tops));
+}
+
+// The softmax's weights in place: w (exponentials) kept at the seen slots of `runs` and 0 at the hidden ones
+// (whose exponentials may be anything), then times the value scales `vs` where there are any; the sum of the
+// kept exponentials, in kLanes partial sums (without reassociation the compiler adds them one at a time).
+inline float keep_seen(float* w, const Runs& runs, const bool* mask, const float* vs) {
+  float sum = 0.0f;
+  VecF sums{};
+  for (const auto& [start, end] : runs) {
+    int64_t j = start;
+    for (; j + kLanes <= end; j += kLanes) {
+      VecF x = lanes_of(mask + j) ? load(w + j) : VecF{};
+      sums += x;
+      if (vs) x *= load(vs + j);
+      store(w + j, x);
+    }
+    for (; j < end; ++j) {
+      w[j] = mask[j] ? w[j] : 0.0f;
+      sum += w[j];
+      if (vs) w[j] *= vs[j];
+    }
+  }
+  return lane_sum(sums) + sum;
+}
+
 // Query heads [g0, g0 + NG) of one (sequence, KV head) pair over the slots in `runs`: scores, softmax over
 // the seen slots (0 elsewhere), weighted sum of the values, out. With `tops` (one part of the pair's slots),
 // out keeps the sums unnormalized, and tops and totals get each head's highest score and its sum of
@@ -157,24 +200,18 @@ void some_heads(const Problem& p, const Runs& runs, const float* q, const Code* 
       }
   }
   float total[NG], highest[NG];
-  for (int g = 0; g < NG; ++g) {  // each loop plain, so that it is vectorized
+  for (int g = 0; g < NG; ++g) {  // plain loops, which the compiler vectorizes, and the reductions in vectors
     float* sg = s + g * S;
-    float top = -std::numeric_limits<float>::max(), sum = 0.0f;
     for (const auto& [start, end] : runs) {
       if (ks)
         for (int64_t j = start; j < end; ++j) sg[j] *= p.scale * ks[j];
       else
         for (int64_t j = start; j < end; ++j) sg[j] *= p.scale;
-      for (int64_t j = start; j < end; ++j) top = std::max(top, mask[j] ? sg[j] : top);
     }
-    for (const auto& [start, end] : runs) {
+    const float top = highest_seen(sg, runs, mask);
+    for (const auto& [start, end] : runs)
       for (int64_t j = start; j < end; ++j) sg[j] = std::exp(sg[j] - top);
-      for (int64_t j = start; j < end; ++j) sg[j] = mask[j] ? sg[j] : 0.0f;
-      for (int64_t j = start; j < end; ++j) sum += sg[j];
-      if (vs)
-        for (int64_t j = start; j < end; ++j) sg[j] *= vs[j];
-    }
-    total[g] = sum;
+    total[g] = keep_seen(sg, runs, mask, vs);
     highest[g] = top;
   }
   int64_t c = values_from<NG, kWidth<NG>>(s, S, vals, H, 0, runs, mask, out);

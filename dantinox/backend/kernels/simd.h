@@ -24,6 +24,7 @@ constexpr int kLanes = 8;
 
 typedef float VecF __attribute__((vector_size(4 * kLanes)));
 typedef uint32_t VecU __attribute__((vector_size(4 * kLanes)));
+typedef int32_t VecI __attribute__((vector_size(4 * kLanes)));  // a comparison's lanes: -1 (true) or 0
 typedef uint16_t VecH __attribute__((vector_size(2 * kLanes)));
 typedef int8_t VecC __attribute__((vector_size(kLanes)));
 
@@ -84,20 +85,37 @@ inline VecF widen_vec(const int8_t* p) {
   return __builtin_convertvector(c, VecF);
 }
 
-// The lanes summed in halves (lane i plus lane i + n, for n = kLanes / 2, ..., 1): a few vector adds, in an order
-// written here rather than one the compiler may choose (the kernels are built without reassociation).
-inline float lane_sum(VecF v) {
+// kLanes bools (one byte each) as a lane mask, for `mask ? a : b` on vectors.
+inline VecI lanes_of(const bool* p) {
+  VecC c;
+  std::memcpy(&c, p, sizeof c);
+  return __builtin_convertvector(c, VecI) != 0;
+}
+
+// The lanes folded in halves (lane i with lane i + n, for n = kLanes / 2, ..., 1): a few vector operations, in an
+// order written here rather than one the compiler may choose (the kernels are built without reassociation).
+template <typename Op>
+inline float lane_fold(VecF v, Op op) {
 #if defined(__AVX512F__)
-  v += __builtin_shuffle(v, VecU{8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15});
-  v += __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3});
-  v += __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  v = op(v, __builtin_shuffle(v, VecU{8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15}));
+  v = op(v, __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7}));
+  v = op(v, __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3}));
+  v = op(v, __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
 #else
-  v += __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3});
-  v += __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1});
+  v = op(v, __builtin_shuffle(v, VecU{4, 5, 6, 7, 4, 5, 6, 7}));
+  v = op(v, __builtin_shuffle(v, VecU{2, 3, 2, 3, 2, 3, 2, 3}));
+  v = op(v, __builtin_shuffle(v, VecU{1, 1, 1, 1, 1, 1, 1, 1}));
 #endif
   return v[0];
+}
+
+inline float lane_sum(VecF v) {
+  return lane_fold(v, [](VecF a, VecF b) { return a + b; });
+}
+
+// The highest lane, of lanes that hold no NaN.
+inline float lane_max(VecF v) {
+  return lane_fold(v, [](VecF a, VecF b) { return b > a ? b : a; });
 }
 
 }  // namespace dantinox
