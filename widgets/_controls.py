@@ -13,6 +13,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from widgets._a11y import LIVE, Aria
 from widgets._html import error_box
 from widgets.number_input import NumberInput
 
@@ -58,7 +59,8 @@ class Lab(widgets.VBox):
 
     def __init__(self, children: list[widgets.Widget], status: widgets.HTML):
         self.status_html = status
-        super().__init__(children)
+        status.add_class(LIVE)  # an error or a refusal is read out when it appears
+        super().__init__([*children, Aria()])  # names the plain sliders (NumberInputs name their own)
 
     @contextlib.contextmanager
     def batched(self):

@@ -24,6 +24,7 @@ import traitlets
 
 from content.schema import LEVELS
 from dantinox_labs import shipped
+from widgets._a11y import Aria
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc
 from widgets.card import ConceptCard
@@ -127,7 +128,7 @@ class ConceptMap(widgets.VBox):
         self.path_html = widgets.HTML(self._path_html())
         self.header_html = widgets.HTML()
         self.tabs = widgets.Tab()
-        super().__init__([self.figure, self.path_html, self.picker, self.header_html, self.tabs])
+        super().__init__([self.figure, self.path_html, self.picker, self.header_html, self.tabs, Aria()])
         self.select(selected or self.path[0])
 
     # Map -----------------------------------------------------------------------------------------

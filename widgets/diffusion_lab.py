@@ -178,7 +178,8 @@ class DiffusionLab(Lab):
                                       grid=sorted(block_sizes), description="block size", unit="tokens",
                                       check=self._check_block, continuous_update=False, style=style, layout=wide)
         self.threshold = NumberInput(value=threshold, min=0.05, max=1.0, step=0.05, integer=False,
-                                     description="threshold", continuous_update=False, style=style, layout=wide)
+                                     description="threshold", unit="probability", continuous_update=False,
+                                     style=style, layout=wide)
         self.gen_length = NumberInput(value=gen_length, min=min(gen_lengths), max=max(gen_lengths),
                                       grid=sorted(gen_lengths), description="gen length", unit="tokens",
                                       check=self._check_gen_length, continuous_update=False, style=style,

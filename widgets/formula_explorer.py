@@ -28,6 +28,7 @@ import traitlets
 import content
 from content import expr, ranges
 from content.units import format_value, number_text, param_text
+from widgets._a11y import LIVE, Aria
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc
 from widgets.number_input import NumberInput
@@ -157,7 +158,8 @@ class FormulaExplorer(widgets.VBox):
                                 go.Scatter(mode="markers", name="current values",
                                            marker=dict(size=13, color="crimson"))])
         super().__init__([self.science, self.specs_box, self.controls_box, self.status_html, self.formula_html,
-                          self.x_axis, self.figure])
+                          self.x_axis, self.figure, Aria()])
+        self.status_html.add_class(LIVE)
         self.science.observe(lambda _: self._on_science(), names="value")
         self.x_axis.observe(lambda _: self._on_change(), names="value")
         self.select(science)

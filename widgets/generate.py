@@ -35,6 +35,7 @@ from dantinox.architectures import pretrained, tokenizer
 from dantinox.cache import cache_length
 from dantinox.generation.generate import bucket_for
 from dantinox_labs import shipped
+from widgets._a11y import LIVE, Aria
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import CacheLab
@@ -119,7 +120,8 @@ class GeneratePanel(widgets.VBox):
         self.stop_button.on_click(lambda _: self._stop.set())
         buttons = widgets.HBox([self.cached_button, self.uncached_button, self.stop_button])
         super().__init__([self.preset, self.prompt, self.new_tokens, buttons, self.progress, self.status, self.stats,
-                          self.text, self.figure])
+                          self.text, self.figure, Aria()])
+        self.status.add_class(LIVE)  # "decoding…", "done", a refusal: read out
         lab.observe(self._fit_to_lab, names="reading")
         self.preset.observe(self._fit_to_lab, names="value")
         self.prompt.observe(self._fit_to_lab, names="value")

@@ -208,9 +208,10 @@ class MemorySaversLab(Lab):
         self.written = NumberInput(value=13, min=0, max=48, description="tokens decoded", unit="tokens",
                                    style=style, layout=layout)
         K, T, _ = self.keys_KTH.shape
-        self.head = NumberInput(value=0, min=0, max=K - 1, description="KV head", style=style, layout=layout)
-        self.token = NumberInput(value=40, min=0, max=T - 1, description="token position", style=style,
-                                 layout=layout)
+        self.head = NumberInput(value=0, min=0, max=K - 1, description="KV head", unit="(index)", style=style,
+                                layout=layout)
+        self.token = NumberInput(value=40, min=0, max=T - 1, description="token position", unit="(index)",
+                                 style=style, layout=layout)
         self.figure = FigureWidget(frontier_figure(self.data))
         for trace in self.figure.data[:-1]:  # clicking a point selects it, as the dropdown does
             trace.on_click(self._on_point)

@@ -25,6 +25,7 @@ import ipywidgets as widgets
 import traitlets
 
 from content.units import number_text, parse_number
+from widgets._a11y import LIVE
 from widgets._html import esc
 
 MAX_STOPS = 200  # slider positions over a wide range; every whole number when the range is narrower
@@ -87,6 +88,8 @@ class NumberInput(widgets.HBox):
                                               layout=layout or widgets.Layout(width="480px"))
         self.box = widgets.Text(continuous_update=False, layout=widgets.Layout(width=box_width))
         self.note = widgets.HTML()
+        self.note.add_class(LIVE)  # "taken" or "refused, the range is ..." is read out
+        self.box.tooltip = self.box_name()  # a screen reader's name for the box (widgets._a11y.Aria applies it)
         super().__init__([self.slider, self.box, self.note],  # a long line wraps below, never off screen
                          layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         with self.hold_trait_notifications():
@@ -128,6 +131,15 @@ class NumberInput(widgets.HBox):
         where = "" if stop == number else f"; the slider shows the nearest stop, {text(stop)}"
         self.message = f"{self.name} = {text(number)} {self.unit}".rstrip() + f", as typed{where}"
         return True
+
+    # What a screen reader says ------------------------------------------------------------------
+    def handle_name(self) -> str:
+        """The slider handle's accessible name: 'tokens T, 512 tokens'."""
+        return f"{self.name}, {text(self.value)} {self.unit}".rstrip()
+
+    def box_name(self) -> str:
+        """The text box's accessible name: 'tokens T in tokens, typed'."""
+        return f"{self.name}" + (f" in {self.unit}" if self.unit else "") + ", typed"
 
     # Checking -----------------------------------------------------------------------------------
     def range_text(self) -> str:
@@ -188,6 +200,7 @@ class NumberInput(widgets.HBox):
         try:
             self.slider.value = self.nearest_stop(self.value)
             self.box.value = text(self.value)
+            self.slider.tooltip = self.handle_name()  # the handle's name, with the value and unit; shown on hover
         finally:
             self._syncing = False
 

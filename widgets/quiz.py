@@ -30,6 +30,7 @@ import content
 from classroom.grading import parse_number
 from classroom.store import AnswerStore, Attempt, current_learner, new_key
 from classroom.summary import question_rows
+from widgets._a11y import LIVE, QUESTION, Aria
 from widgets._html import error_box, esc
 from widgets.answer_text import DESKTOP_EXPORT_HINT, RIGHT, WRONG, accepted_text, answers_table, number_text
 
@@ -63,6 +64,7 @@ class Quiz(widgets.VBox):
         self.learner = learner or current_learner()
         self.content_version = _content_version(entry)
         self.status = widgets.HTML()  # where store and delivery problems show; the quiz keeps working
+        self.status.add_class(LIVE)
         self._unsaved: str | None = None  # why the last answer is in no store, while that is so
         self.store = store
         if store is None and sys.platform == "emscripten":  # the browser site: the page's own storage
@@ -88,9 +90,11 @@ class Quiz(widgets.VBox):
         self.inputs: list[widgets.Widget] = []
         self.feedback: list[widgets.HTML] = []
         self.score_html = widgets.HTML()
+        self.score_html.add_class(LIVE)
         boxes = []
         for i, check in enumerate(entry.checks):
             self.questions.append(widgets.HTML())
+            self.questions[-1].add_class(QUESTION)  # names the choices or the answer box below it
             if check.kind == "choice":
                 field = widgets.RadioButtons(options=[(text, j) for j, text in enumerate(check.options)],
                                              value=None, layout=widgets.Layout(width="auto"))
@@ -101,6 +105,7 @@ class Quiz(widgets.VBox):
             button.on_click(lambda _, i=i: self._submit(i))
             self.inputs.append(field)
             self.feedback.append(widgets.HTML())
+            self.feedback[-1].add_class(LIVE)  # "Correct." / "Not quite." is read out when it appears
             boxes.append(widgets.VBox([self.questions[i], widgets.HBox([field, button]), self.feedback[i]],
                                       layout=widgets.Layout(border_bottom="1px solid #eee", padding="4px 0")))
         extra = []
@@ -119,7 +124,7 @@ class Quiz(widgets.VBox):
         self.use_params(None)
         self._resume()
         super().__init__([*boxes, self.score_html, widgets.HBox([*extra, self.export_button, self.reset_button]),
-                          self.export_area, self.status, widgets.HTML(WRAP_OPTIONS_CSS)])
+                          self.export_area, self.status, widgets.HTML(WRAP_OPTIONS_CSS), Aria()])
         self.add_class("dx-quiz")
 
     # Questions -------------------------------------------------------------------------------------

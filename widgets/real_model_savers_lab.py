@@ -220,7 +220,7 @@ class RealModelSaversLab(Lab):
             raise ValueError(f"{measurements}: no window was measured, so the StreamingLLM panel has nothing to show")
         self.window = widgets.Dropdown(options=windows, description="window W", style=style, layout=layout)
         self.position = NumberInput(value=self.data["tokens"] - 1, min=0, max=self.data["tokens"] - 1,
-                                    description="position", style=style, layout=layout)
+                                    description="position", unit="(index)", style=style, layout=layout)
         self.bits = widgets.Dropdown(options=[2, 4], value=2, description="KIVI bits", style=style, layout=layout)
         self.block = widgets.Dropdown(options=list(BLOCKS), description="block", style=style, layout=layout)
         self.figure = FigureWidget(frontier_figure(self.data, "perplexity", tiny))

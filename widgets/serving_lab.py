@@ -139,7 +139,7 @@ class ServingLab(Lab):
         self.budget_mib = NumberInput(value=8, min=2, max=32, description="KV memory budget (MiB)", unit="MiB",
                                       style=style, layout=layout)
         self.rate = NumberInput(value=0.5, min=0.1, max=2.0, step=0.1, integer=False,
-                                description="requests per step", style=style, layout=layout)
+                                description="requests per step", unit="requests", style=style, layout=layout)
         self.lengths = widgets.Dropdown(options=list(LENGTHS), description="length distribution", style=style,
                                         layout=layout)
         self.n = NumberInput(value=1, min=1, max=4, description="samples per request n", unit="samples",
