@@ -26,6 +26,7 @@ import secrets
 import time
 from pathlib import Path
 
+import axe
 from lab_specs import Press, shares, spec_for
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -502,6 +503,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
             assert not broken, f"{notebook.name}: {broken[0][:300]}"
         if "plotly" in source:
             assert page.locator(".js-plotly-plot .main-svg").count() > 0, f"{notebook.name}: no plot drawn"
+        inaccessible = axe.project_violations(page, f"{notebook.name} after Run All")
 
         if spec.interactive:
             slider_cell = _move_slider(page, notebook.name, spec) if spec.has_slider else None
@@ -511,6 +513,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
                 _press(page, notebook.name, press)
             for scenario in spec.scenarios:
                 SCENARIOS[scenario](page, notebook.name)
+            inaccessible += axe.project_violations(page, f"{notebook.name} after its presses and scenarios")
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 
@@ -519,6 +522,8 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
                     else slider_cell)
             _save_screenshot(shot, notebook.stem, SCREENSHOTS)
         assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
+        assert not inaccessible, (f"{notebook.name}: axe-core finds serious or critical accessibility problems in "
+                                  f"the outputs:\n" + "\n".join(inaccessible)[:4000])
         if spec.reopen:
             _reopens_after_save(page, notebook, jupyter, browser)
         assert notebook.read_bytes() == shipped, f"{notebook.name}: the tracked lab was rewritten"

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import axe
 import pytest
 from lab_run import SCENARIOS, _move_slider, _press, _wait_for, run_all_cells
 from lab_specs import spec_for
@@ -136,6 +137,7 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
         check_text = code.nth(3).locator(".jp-OutputArea-output").inner_text()
         for line in _reference_numbers():
             assert line in check_text, f"the explorer's check printed\n{check_text}\nnot {line!r}"
+        inaccessible = axe.project_violations(page, f"{NAME} after Run All")
 
         # The explorer: one keyboard step on a slider changes the plot's data (the kernel recomputed it).
         explorer = code.nth(2)
@@ -166,6 +168,9 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
             _press(page, NAME, press)
         for scenario in spec.scenarios:
             SCENARIOS[scenario](page, NAME)
+        inaccessible += axe.project_violations(page, f"{NAME} after its presses and scenarios")
+        assert not inaccessible, ("axe-core finds serious or critical accessibility problems in the outputs:\n"
+                                  + "\n".join(inaccessible)[:4000])
 
         # A reload is a new kernel: the stored answer comes back from the page's storage.
         first_visit = sum(fetched)
