@@ -453,10 +453,117 @@ def _exercise_typed_solution(page, name: str) -> None:
     _wait_for(lambda: "Hint 1:" in _kernel_text(check), 10, f"{name}: the hint button showed no hint")
 
 
+TABBABLE = """() => {
+  // per output, what a keyboard can reach in it, in page order; one entry per named radio group (Tab enters a
+  // group once, the arrows move inside it); ipywidgets' radios have no name: each is a Tab stop of its own
+  const controls = '.noUi-handle, input, select, button, textarea, summary, a[href], [tabindex]';
+  const outputs = [];
+  for (const e of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')) {
+    const seen = new Set(), found = [];
+    for (const c of e.querySelectorAll(controls)) {
+      if (c.disabled || c.tabIndex < 0 || c.offsetParent === null || c.closest('.modebar')) continue;
+      if (c.type === 'radio' && c.name) { if (seen.has(c.name)) continue; seen.add(c.name); }
+      found.push(c);
+    }
+    if (found.length) outputs.push(found);
+  }
+  return outputs;
+}"""
+KEY = ("e => e.type === 'radio' && e.name ? 'radio:' + e.name "
+       ": (e.closest('label') ? e.closest('label').textContent.slice(0, 80) : '') + e.outerHTML.slice(0, 160)")
+FOCUSED = f"""output => {{ const e = document.activeElement;
+  return e && output.contains(e) && e !== output ? ({KEY})(e) : null; }}"""
+
+
+def _keyboard_only(page, name: str) -> None:
+    """A learner with a keyboard only: in each output, Tab from its first control reaches every control in page
+    order (plotly's modebar aside: each plot says what it shows under it; between cells JupyterLab's own keys
+    move); each slider moves with an arrow key and its name, which a screen reader reads, then says the new
+    value; each dropdown changes with an arrow key; the first quiz question is answered with Space and Enter
+    and its verdict appears in a live region."""
+    outputs = page.evaluate_handle(TABBABLE)
+    for k in range(page.evaluate("os => os.length", outputs)):
+        controls = page.evaluate_handle(f"os => os[{k}]", outputs)
+        output = page.evaluate_handle("cs => cs[0].closest('.jp-OutputArea-output')", controls)
+        keys = page.evaluate(f"cs => cs.map({KEY})", controls)
+        page.evaluate("cs => cs[0].focus()", controls)
+        reached = [page.evaluate(FOCUSED, output)]
+        for _ in range(len(keys) * 3):  # room for what else may take focus between controls (a plot's parts)
+            page.keyboard.press("Tab")
+            now = page.evaluate(FOCUSED, output)
+            if now is None:  # left the output
+                break
+            if now != reached[-1]:
+                reached.append(now)
+        order = [key for key in reached if key in keys]
+        missed = [key for key in keys if key not in reached]
+        assert not missed, (f"{name}: in output {k}, Tab does not reach {len(missed)} of {len(keys)} controls, "
+                            f"first: {missed[0]}")
+        assert order == keys, f"{name}: in output {k}, Tab reaches the controls out of page order:\n{order}\n{keys}"
+
+    names = "hs => hs.map(h => h.getAttribute('aria-label') || '')"
+    handles = page.locator(".jp-OutputArea-output .noUi-handle").filter(visible=True)
+    for i in range(handles.count()):
+        handle = handles.nth(i)
+        if handle.is_disabled() or handle.get_attribute("aria-disabled") == "true":
+            continue
+        before, label = handle.get_attribute("aria-valuenow"), handle.get_attribute("aria-label") or ""
+        assert label, f"{name}: slider handle {i} has no name a screen reader can read"
+        key = "ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight"
+        handle.focus()
+        page.keyboard.press(key)
+        _wait_for(lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b, 10,
+                  f"{name}: {label!r} did not move with {key}")
+        _wait_for(lambda h=handle, t=label: (h.get_attribute("aria-label") or t) != t, 30,
+                  f"{name}: {label!r} moved, but its name still says the old value")
+    assert all(page.evaluate(names, handles.element_handles()))
+
+    selects, i = page.locator(".jp-OutputArea-output select").filter(visible=True), -1
+    while (i := i + 1) < selects.count():  # counted again each time: a dropdown may rebuild the ones after it
+        select = selects.nth(i)
+        if select.is_disabled() or select.locator("option").count() < 2:
+            continue
+        # twice at most: the kernel may just be replacing this dropdown after the one before it changed (the
+        # concept map's entry rebuilds its explorer), and a key pressed on the old one is lost
+        for attempt in range(2):
+            options, before = select.locator("option").count(), select.input_value()
+            index = select.evaluate("s => s.selectedIndex")
+            select.focus()
+            page.keyboard.press("ArrowUp" if index == options - 1 else "ArrowDown")
+            try:
+                _wait_for(lambda s=select, b=before: s.input_value() != b, 10, "")
+                break
+            except AssertionError:
+                if attempt:
+                    raise AssertionError(f"{name}: dropdown {i} did not change with an arrow key: " + select.evaluate(
+                        "s => `${s.closest('.widget-dropdown').textContent.slice(0, 80)} ${s.outerHTML.slice(0, 200)}`"
+                    )) from None
+
+    questions = page.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)").filter(visible=True)
+    if questions.count():
+        question = questions.first
+        group = question.locator(".widget-radio-box")
+        assert group.get_attribute("role") == "radiogroup" and group.get_attribute("aria-labelledby"), \
+            f"{name}: the quiz's choices are not a named group"
+        question.locator(".widget-radio-box input").first.focus()
+        page.keyboard.press("Space")  # choose the focused option
+        options = question.locator(".widget-radio-box input").count()
+        for _ in range(options):  # past the other options (each its own Tab stop) to "check"
+            page.keyboard.press("Tab")
+            if page.evaluate("() => document.activeElement.textContent.trim()") == "check":
+                break
+        assert page.evaluate("() => document.activeElement.textContent.trim()") == "check", \
+            f"{name}: Tab from the quiz's options does not reach its check button"
+        page.keyboard.press("Enter")
+        live = question.locator("[role=status][aria-live=polite]")
+        _wait_for(lambda: re.search(r"Correct|Not quite", " ".join(live.all_inner_texts())), 30,
+                  f"{name}: the keyboard's answer got no verdict in a live region")
+
+
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
-             "labels_clear": _labels_clear}
+             "labels_clear": _labels_clear, "keyboard_only": _keyboard_only}
 
 
 def notebooks(share: int) -> list[Path]:

@@ -49,7 +49,8 @@ SPECS: dict[str, LabSpec] = {
                         presses=(Press(label="decode with KV cache", expect=r"cache per token.*23,040 B.*tokens/s",
                                        typed=(("new tokens", "16"),),
                                        timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
-                        scenarios=("decode_ratio_needs_equal_settings",), screenshot="decode with KV cache",
+                        scenarios=("decode_ratio_needs_equal_settings", "keyboard_only"),
+                        screenshot="decode with KV cache",
                         seconds=44),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),), reopen=True,
                    seconds=43),
@@ -61,7 +62,7 @@ SPECS: dict[str, LabSpec] = {
     # run in the course site, where a learner without the install meets it
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
-                        scenarios=("explorer_after_switching_entry",), in_site=True),
+                        scenarios=("explorer_after_switching_entry", "keyboard_only"), in_site=True),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
     "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
     # "time this model here" is not pressed: with the lab's settings unchanged it times again the sweep Run All has
