@@ -79,9 +79,16 @@ export default {
     const start = () => {
       const container = el.parentElement;
       if (!container) { timer = setTimeout(start, 50); return; }  // a child is put on the page after it renders
-      const again = () => name(container);
+      let queued = false;
+      const again = () => { queued = false; name(container); };
       again();
-      observer = new MutationObserver(again);
+      observer = new MutationObserver((records) => {
+        // a plot redraws its own SVG often: nothing there to name, and naming at most once a frame keeps the
+        // page free for what it is drawing
+        if (queued || records.every(r => r.target.closest && r.target.closest(".js-plotly-plot"))) return;
+        queued = true;
+        requestAnimationFrame(again);
+      });
       observer.observe(container, {subtree: true, childList: true, attributes: true,
                                    attributeFilter: ["aria-valuenow", "aria-valuetext", "title"]});
     };
