@@ -75,6 +75,7 @@ function name(container) {
 
 export default {
   render({ el }) {
+    el.dataset.dantinoxStarted = "";  // the model has started (anywidget renders only then)
     let observer = null, timer = null;
     const start = () => {
       const container = el.parentElement;
@@ -106,3 +107,4 @@ class Aria(anywidget.AnyWidget):
 
     def __init__(self, **kwargs):
         super().__init__(layout=widgets.Layout(display="none"), **kwargs)
+        self.add_class("dantinox-aria")

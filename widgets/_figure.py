@@ -7,10 +7,11 @@ afresh for every figure, from the figure's own `_esm`: about 1 s of the page's o
 headless Chromium here, and anywidget gives every model 2 s from its creation to start ("[anywidget] Failed to
 initialize model."). A lab with six plots blocked the page for 6 s and the models that started in those
 seconds (plots and the Aria of widgets._a11y alike) failed under load. Here `_esm` is a small wrapper and the
-bundle travels as a trait: the first figure of a page imports it, the others reuse that import, and none waits
-for it inside anywidget's 2 s: `initialize` returns at once and keeps plotly's messages that arrive before the
-bundle has loaded, to hand them to plotly's model in order once it exists (a new snapshot of the figure, sent
-when it is displayed, makes the earlier ones moot).
+bundle travels as a trait: the first figure of a page imports it once the page is idle (the widgets that
+arrived with it have started by then), the others reuse that import, and none waits for it inside anywidget's
+2 s: `initialize` returns at once and keeps plotly's messages that arrive before the bundle has loaded, to hand
+them to plotly's model in order once it exists (a new snapshot of the figure, sent when it is displayed, makes
+the earlier ones moot).
 
 Listeners of removed views. plotly's views subscribe to the model's update messages through the model it got
 at `initialize`, and its view clean-up (`Plotly.purge`) never unsubscribes. A view is removed whenever its
@@ -41,8 +42,12 @@ const SNAPSHOTS = ["change:_widget_data", "change:_widget_layout"];  // the whol
 function plotlyBundle(model) {
   const loaded = (globalThis.__dantinoxPlotly ??= new Map());
   if (!loaded.has(BUNDLE)) {
+    // imported once the page has nothing queued: the models that arrived with this one have started by then, and
+    // the bundle's 1-3 s of evaluation cannot eat into their 2 s (models that come during it start after it)
+    const idle = globalThis.requestIdleCallback ?? ((resolve) => setTimeout(resolve, 200));
     const url = URL.createObjectURL(new Blob([model.get("_plotly_bundle")], { type: "text/javascript" }));
-    loaded.set(BUNDLE, import(url).finally(() => URL.revokeObjectURL(url)));
+    loaded.set(BUNDLE, new Promise((resolve) => idle(resolve)).then(() => import(url))
+      .finally(() => URL.revokeObjectURL(url)));
   }
   return loaded.get(BUNDLE);
 }
@@ -117,6 +122,7 @@ export default () => {
       subscribing = [];
       let cleanup, mine;
       try { cleanup = inner.render({ ...context, el: plot }); } finally { mine = subscribing; subscribing = null; }
+      el.dataset.dantinoxStarted = "";  // started and drawn (what a test waits for before it holds the page)
       return () => {
         model.off("change:text_summary", show);
         model.off("change:text_tables", show);
@@ -165,6 +171,7 @@ class FigureWidget(go.FigureWidget):
             self.layout.modebar.orientation = "v"
         self._described = True
         self._describe()
+        self.add_class("dantinox-plot")
 
     def _describe(self) -> None:
         if self._described:

@@ -47,8 +47,22 @@ def serious(result: dict) -> list[str]:
             for v in result["violations"] if v["impact"] in BLOCKING for n in v["nodes"]]
 
 
+STARTING = """() => [...document.querySelectorAll('.dantinox-aria, .dantinox-plot')]
+  .filter(e => !('dantinoxStarted' in e.dataset)).length"""
+
+
+def wait_until_started(page, timeout_s: float = 30.0) -> None:
+    """Until every widget of the project drawn with anywidget has started (an Aria) or drawn (a plot): axe holds
+    the page's only thread for 1-3 s, and anywidget fails a model that has not started within 2 s of arriving."""
+    deadline = time.monotonic() + timeout_s
+    while (waiting := page.evaluate(STARTING)) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert not waiting, f"{waiting} plot or Aria widget(s) on the page never started or drew in {timeout_s:.0f} s"
+
+
 def project_violations(page, when: str) -> list[str]:
     """The serious and critical violations inside the open notebook's outputs (the project's own HTML)."""
+    wait_until_started(page)
     start = time.monotonic()
     found = serious(run(page, {"include": [[OUTPUTS]]}))
     if os.environ.get("DANTINOX_AXE_REPORT") == "1":

@@ -608,6 +608,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
                 assert box and box["height"] > 10, f"{notebook.name}: widget output {i} is empty on screen"
             broken = [t for t in widgets.all_inner_texts() if "Error displaying widget" in t]
             assert not broken, f"{notebook.name}: {broken[0][:300]}"
+        axe.wait_until_started(page)  # every plot drawn: its bundle loads once the page is idle
         if "plotly" in source:
             assert page.locator(".js-plotly-plot .main-svg").count() > 0, f"{notebook.name}: no plot drawn"
         inaccessible = axe.project_violations(page, f"{notebook.name} after Run All")
