@@ -10,7 +10,8 @@ element a keyboard focuses) no name, so a screen reader says "slider, 3". `Aria`
 slider handle and text box in the box (nested boxes too) once they are on the page, and again whenever a value
 or a tooltip changes: a handle by its slider's tooltip when the kernel set one (a NumberInput's says quantity,
 value and unit, "tokens T, 512 tokens", and shows on hover), else by its description and readout; a text box by
-its tooltip ("tokens T in tokens, typed"). It names a Play widget's icon buttons (play, pause, stop, repeat),
+its tooltip ("tokens T in tokens, typed"). It says which of a row of toggle buttons is chosen (aria-pressed; on
+screen only its shade does), names a Play widget's icon buttons (play, pause, stop, repeat),
 keeps a dropdown's arrow keys from JupyterLab (which would move the notebook's cell selection instead of
 choosing an option), makes every element with the LIVE class a polite live region, and names every radio group
 or text box that follows a QUESTION element in their box by that question. It draws nothing itself; one per
@@ -26,6 +27,9 @@ LIVE = "dantinox-live"
 QUESTION = "dantinox-question"
 
 _ESM = """
+// ipywidgets writes a label's title from the tooltip even when there is none: the string "null"
+const tooltip = (label) => (label && label.title !== "null" ? label.title : "");
+
 function name(container) {
   for (const slider of container.querySelectorAll(".widget-slider")) {
     const handle = slider.querySelector(".noUi-handle"), label = slider.querySelector(".widget-label");
@@ -35,7 +39,7 @@ function name(container) {
     const readout = slider.querySelector(".widget-readout");
     const value = readout && readout.offsetParent !== null ? readout.textContent.trim()
                                                             : handle.getAttribute("aria-valuetext");
-    const text = label.title || `${label.textContent.trim() || "value"}, ${value}`;
+    const text = tooltip(label) || `${label.textContent.trim() || "value"}, ${value}`;
     if (handle.getAttribute("aria-label") !== text) handle.setAttribute("aria-label", text);
     if (readout && readout.getAttribute("aria-label") !== `${label.textContent.trim()}, typed`) {
       readout.setAttribute("aria-label", `${label.textContent.trim()}, typed`);
@@ -44,9 +48,13 @@ function name(container) {
   }
   for (const text of container.querySelectorAll(".widget-text")) {  // a box named by its (hidden) label's tooltip
     const label = text.querySelector(".widget-label"), box = text.querySelector("input");
-    if (label && box && label.title && box.getAttribute("aria-label") !== label.title) {
-      box.setAttribute("aria-label", label.title);
+    if (box && tooltip(label) && box.getAttribute("aria-label") !== tooltip(label)) {
+      box.setAttribute("aria-label", tooltip(label));
     }
+  }
+  for (const button of container.querySelectorAll(".widget-toggle-button")) {  // which is chosen, not by shade only
+    const pressed = String(button.classList.contains("mod-active"));
+    if (button.getAttribute("aria-pressed") !== pressed) button.setAttribute("aria-pressed", pressed);
   }
   for (const play of container.querySelectorAll(".widget-play")) {  // four icon-only buttons, in this order
     play.querySelectorAll(":scope > button").forEach((button, i) => {
@@ -91,7 +99,7 @@ export default {
         requestAnimationFrame(again);
       });
       observer.observe(container, {subtree: true, childList: true, attributes: true,
-                                   attributeFilter: ["aria-valuenow", "aria-valuetext", "title"]});
+                                   attributeFilter: ["aria-valuenow", "aria-valuetext", "title", "class"]});
     };
     start();
     return () => { clearTimeout(timer); if (observer) observer.disconnect(); };
