@@ -7,7 +7,8 @@ shares run at once, each on its worker's own JupyterLab and Chromium.
 
 For each lab: Run All from the menu, then no error output, no browser console error, every widget and
 plot on screen, one slider that changes a readout the kernel writes, one button that does what it says,
-and one quiz answer that gets feedback. What to touch in each lab is data, in lab_specs.py.
+and one quiz answer that gets feedback; then a keyboard-only walk of every control, and axe-core after Run
+All and at the end (docs/accessibility.md). What to touch in each lab is data, in lab_specs.py.
 
     .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider
     .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider -k mla           # one lab
@@ -190,7 +191,8 @@ def _press(page, name: str, press) -> None:
     cell = _cell_with(page, button)
     before = _kernel_text(cell)
     handle = button.element_handle()  # the same element when its text changes while it works
-    button.click()
+    button.focus()
+    page.keyboard.press("Enter")  # as a learner with a keyboard only does (Tab reaches it: _keyboard_only)
     if press.busy:
         _wait_for(lambda: re.search(press.busy, handle.inner_text()) and handle.is_disabled(), 5,
                   f"{name}: {what} showed no sign of working (text {press.busy!r}, disabled) while it ran")
@@ -454,69 +456,146 @@ def _exercise_typed_solution(page, name: str) -> None:
 
 
 TABBABLE = """() => {
-  // per output, what a keyboard can reach in it, in page order; one entry per named radio group (Tab enters a
-  // group once, the arrows move inside it); ipywidgets' radios have no name: each is a Tab stop of its own
+  // per output, what a keyboard can reach in it, in page order, each marked with its place (data-kb); a named
+  // radio group is one place (Tab enters a group once, the arrows move inside it); ipywidgets' radios have no
+  // name: each is a Tab stop of its own
   const controls = '.noUi-handle, input, select, button, textarea, summary, a[href], [tabindex]';
   const outputs = [];
+  let place = 0;
   for (const e of document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')) {
-    const seen = new Set(), found = [];
+    const groups = new Map(), found = [];
     for (const c of e.querySelectorAll(controls)) {
       if (c.disabled || c.tabIndex < 0 || c.offsetParent === null || c.closest('.modebar')) continue;
-      if (c.type === 'radio' && c.name) { if (seen.has(c.name)) continue; seen.add(c.name); }
-      found.push(c);
+      if (c.type === 'radio' && c.name && groups.has(c.name)) { c.dataset.kb = groups.get(c.name); continue; }
+      c.dataset.kb = String(place++);
+      if (c.type === 'radio' && c.name) groups.set(c.name, c.dataset.kb);
+      found.push(c.dataset.kb);
     }
-    if (found.length) outputs.push(found);
+    // every Tab stop in it, ours or not (plotly's modebar has a dozen per plot): how many presses may cross it
+    const stops = [...e.querySelectorAll(controls + ', [contenteditable=true]')].filter(c => c.tabIndex >= 0).length;
+    if (found.length) outputs.push({index: outputs.length, first: found[0], places: found, stops});
   }
   return outputs;
 }"""
-KEY = ("e => e.type === 'radio' && e.name ? 'radio:' + e.name "
-       ": (e.closest('label') ? e.closest('label').textContent.slice(0, 80) : '') + e.outerHTML.slice(0, 160)")
-FOCUSED = f"""output => {{ const e = document.activeElement;
-  return e && output.contains(e) && e !== output ? ({KEY})(e) : null; }}"""
+LISTEN = """() => {  // the place (data-kb) of each element focused from now on, null once outside the outputs
+  window.dantinoxFocus = [];
+  window.dantinoxWalking = true;
+  if (window.dantinoxListening) return;
+  window.dantinoxListening = true;
+  document.addEventListener('focusin', (event) => {
+    const e = event.target;
+    if (window.dantinoxWalking)
+      window.dantinoxFocus.push(e.closest('.jp-OutputArea-output') ? (e.dataset.kb ?? '') : null);
+  });
+  // once out of the output, the presses left do nothing: in a cell's editor, Tab would indent its code
+  window.addEventListener('keydown', (event) => {
+    if (window.dantinoxWalking && event.key === 'Tab' && window.dantinoxFocus.includes(null)) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+}"""
+DESCRIBE = "e => `${e.closest('.jp-OutputArea-output') ? '' : '(outside) '}${e.outerHTML.slice(0, 160)}`"
+NUMBER_INPUTS = ".jp-NotebookPanel:not(.lm-mod-hidden) .widget-hbox:has(> .widget-slider + .widget-text)"
 
 
-def _keyboard_only(page, name: str) -> None:
-    """A learner with a keyboard only: in each output, Tab from its first control reaches every control in page
-    order (plotly's modebar aside: each plot says what it shows under it; between cells JupyterLab's own keys
-    move); each slider moves with an arrow key and its name, which a screen reader reads, then says the new
-    value; each dropdown changes with an arrow key; the first quiz question is answered with Space and Enter
-    and its verdict appears in a live region."""
-    outputs = page.evaluate_handle(TABBABLE)
-    for k in range(page.evaluate("os => os.length", outputs)):
-        controls = page.evaluate_handle(f"os => os[{k}]", outputs)
-        output = page.evaluate_handle("cs => cs[0].closest('.jp-OutputArea-output')", controls)
-        keys = page.evaluate(f"cs => cs.map({KEY})", controls)
-        page.evaluate("cs => cs[0].focus()", controls)
-        reached = [page.evaluate(FOCUSED, output)]
-        for _ in range(len(keys) * 3):  # room for what else may take focus between controls (a plot's parts)
+def _when_enabled(locator, what: str, timeout_s: float = 120.0) -> None:
+    """Until a control takes keys again: a lab disables its controls while it recomputes."""
+    _wait_for(lambda: not locator.is_disabled() and locator.get_attribute("aria-disabled") != "true", timeout_s,
+              f"{what} stayed disabled")
+
+
+def _tab_order(page, name: str) -> None:
+    """In each output, Tab from its first control reaches every control in page order (between outputs
+    JupyterLab's own keys move, and plotly's modebar is left out: each plot says what it shows under it)."""
+    for output in page.evaluate(TABBABLE):
+        page.locator(f"[data-kb='{output['first']}']").first.focus()
+        page.evaluate(LISTEN)
+        for _ in range(output["stops"] + 5):
             page.keyboard.press("Tab")
-            now = page.evaluate(FOCUSED, output)
+        reached = [output["first"]]
+        for now in page.evaluate("() => { window.dantinoxWalking = false; return window.dantinoxFocus; }"):
             if now is None:  # left the output
                 break
-            if now != reached[-1]:
+            if now and now != reached[-1]:
                 reached.append(now)
-        order = [key for key in reached if key in keys]
-        missed = [key for key in keys if key not in reached]
-        assert not missed, (f"{name}: in output {k}, Tab does not reach {len(missed)} of {len(keys)} controls, "
-                            f"first: {missed[0]}")
-        assert order == keys, f"{name}: in output {k}, Tab reaches the controls out of page order:\n{order}\n{keys}"
+        missed = [p for p in output["places"] if p not in reached]
+        assert not missed, (f"{name}: in output {output['index']}, Tab does not reach {len(missed)} of "
+                            f"{len(output['places'])} controls, first: "
+                            + page.locator(f"[data-kb='{missed[0]}']").first.evaluate(DESCRIBE)
+                            + f"; Tab reached {reached}")
+        order = [p for p in reached if p in output["places"]]
+        assert order == output["places"], (f"{name}: in output {output['index']}, Tab reaches the controls out of "
+                                           f"page order: {order} for {output['places']}")
 
-    names = "hs => hs.map(h => h.getAttribute('aria-label') || '')"
-    handles = page.locator(".jp-OutputArea-output .noUi-handle").filter(visible=True)
+
+def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
+    """A learner with a keyboard only, in every output of the lab: Tab reaches every control in page order; each
+    slider moves with an arrow key, its name (what a screen reader reads) then saying the new value (with
+    `there_and_back`, a lab that runs a slider's value once it settles, the key that moves it back follows at
+    once: the walk costs that lab no run);
+    each number box takes typing, and a value out of its range is refused in its line, a live region; each row of
+    toggle buttons changes with Space and says which is chosen; each dropdown changes with an arrow key; a plot's
+    data opens with Enter; the first quiz question is answered with Space and Enter and its verdict appears in a
+    live region. (The lab's buttons are pressed with Enter by _press.)"""
+    _tab_order(page, name)
+
+    handles = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .noUi-handle")
     for i in range(handles.count()):
         handle = handles.nth(i)
-        if handle.is_disabled() or handle.get_attribute("aria-disabled") == "true":
+        if not handle.is_visible():
             continue
+        _when_enabled(handle, f"{name}: slider {i}")
         before, label = handle.get_attribute("aria-valuenow"), handle.get_attribute("aria-label") or ""
-        assert label, f"{name}: slider handle {i} has no name a screen reader can read"
-        key = "ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight"
+        assert label and "null" not in label, f"{name}: slider handle {i} has no name a screen reader can read"
+        there = "ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight"
+        back = "ArrowRight" if there == "ArrowLeft" else "ArrowLeft"
         handle.focus()
-        page.keyboard.press(key)
+        page.keyboard.press(there)
         _wait_for(lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b, 10,
-                  f"{name}: {label!r} did not move with {key}")
+                  f"{name}: {label!r} did not move with {there}")
         _wait_for(lambda h=handle, t=label: (h.get_attribute("aria-label") or t) != t, 30,
                   f"{name}: {label!r} moved, but its name still says the old value")
-    assert all(page.evaluate(names, handles.element_handles()))
+        if there_and_back:
+            there, there_label = handle.get_attribute("aria-valuenow"), handle.get_attribute("aria-label")
+            for attempt in range(2):
+                handle.focus()
+                page.keyboard.press(back)
+                try:
+                    _wait_for(lambda h=handle, t=there: h.get_attribute("aria-valuenow") != t, 3, "")
+                    break
+                except AssertionError:  # the run it meant to avoid began first and holds the slider: after it
+                    if attempt:
+                        raise AssertionError(f"{name}: {there_label!r} did not move back with {back}") from None
+                    _when_enabled(handle, f"{name}: {there_label!r}")
+            _wait_for(lambda h=handle, t=there_label: (h.get_attribute("aria-label") or t) != t, 30,
+                      f"{name}: {there_label!r} moved back with {back}, but its name still says the old value")
+
+    numbers = page.locator(NUMBER_INPUTS).filter(visible=True)
+    for i in range(numbers.count()):
+        number = numbers.nth(i)
+        box, line = number.locator(".widget-text input"), number.locator("[role=status]")
+        _when_enabled(box, f"{name}: number box {i}")
+        kept = box.input_value()
+        box.focus()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("-5")
+        page.keyboard.press("Enter")
+        _wait_for(lambda ln=line: "expected" in " ".join(ln.all_inner_texts()), 30,
+                  f"{name}: number box {i} ({box.get_attribute('aria-label')}) said nothing of a typed -5")
+        _wait_for(lambda b=box, k=kept: b.input_value() == k, 10, f"{name}: number box {i} did not keep {kept}")
+
+    rows = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-toggle-buttons").filter(visible=True)
+    for i in range(rows.count()):
+        buttons = rows.nth(i).locator("button.widget-toggle-button")
+        chosen = next(k for k in range(buttons.count()) if buttons.nth(k).get_attribute("aria-pressed") == "true")
+        for k in ((chosen + 1) % buttons.count(), chosen):  # another, then back
+            _when_enabled(buttons.nth(k), f"{name}: toggle row {i}")
+            buttons.nth(k).focus()
+            page.keyboard.press("Space")
+            button = buttons.nth(k)
+            _wait_for(lambda b=button: b.get_attribute("aria-pressed") == "true", 30,
+                      f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
 
     selects, i = page.locator(".jp-OutputArea-output select").filter(visible=True), -1
     while (i := i + 1) < selects.count():  # counted again each time: a dropdown may rebuild the ones after it
@@ -538,6 +617,14 @@ def _keyboard_only(page, name: str) -> None:
                     raise AssertionError(f"{name}: dropdown {i} did not change with an arrow key: " + select.evaluate(
                         "s => `${s.closest('.widget-dropdown').textContent.slice(0, 80)} ${s.outerHTML.slice(0, 200)}`"
                     )) from None
+
+    data = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .dantinox-plot details").filter(visible=True)
+    if data.count():
+        data.first.locator("summary").focus()
+        page.keyboard.press("Enter")
+        _wait_for(lambda: data.first.locator(".dantinox-plot-data table").count() > 0, 10,
+                  f"{name}: Enter on a plot's 'show data' showed no table")
+        page.keyboard.press("Enter")
 
     questions = page.locator(".widget-vbox:has(> .widget-hbox .widget-radio-box)").filter(visible=True)
     if questions.count():
@@ -563,7 +650,7 @@ def _keyboard_only(page, name: str) -> None:
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
-             "labels_clear": _labels_clear, "keyboard_only": _keyboard_only}
+             "labels_clear": _labels_clear}
 
 
 def notebooks(share: int) -> list[Path]:
@@ -621,6 +708,7 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
                 _press(page, notebook.name, press)
             for scenario in spec.scenarios:
                 SCENARIOS[scenario](page, notebook.name)
+            _keyboard_only(page, notebook.name, spec.settles)
             inaccessible += axe.project_violations(page, f"{notebook.name} after its presses and scenarios")
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)

@@ -34,6 +34,9 @@ class LabSpec:
     interactive: bool = True  # False: a notebook of static plots and tables; it must run clean and draw them
     scenarios: tuple[str, ...] = ()  # names in test_labs.SCENARIOS: longer walks, run after the presses
     reopen: bool = False  # day two: save the run lab, close it, reopen it twice; no widget may show broken
+    # True: a slider's value runs once the slider settles (the diffusion lab compiles for a new size); the
+    # keyboard walk moves each slider there and back before it does
+    settles: bool = False
     seconds: float = 30.0  # about how long its JupyterLab browser test takes here: the shares are balanced by it
     # True: a lab the course site also serves runs in a browser there (tests/browser/test_site.py, JupyterLite on
     # Pyodide) with its slider, press, quiz and scenarios, and not a second time in JupyterLab
@@ -49,7 +52,7 @@ SPECS: dict[str, LabSpec] = {
                         presses=(Press(label="decode with KV cache", expect=r"cache per token.*23,040 B.*tokens/s",
                                        typed=(("new tokens", "16"),),
                                        timeout_s=240.0),),  # loads and compiles SmolLM2-135M first
-                        scenarios=("decode_ratio_needs_equal_settings", "keyboard_only"),
+                        scenarios=("decode_ratio_needs_equal_settings",),
                         screenshot="decode with KV cache",
                         seconds=44),
     "mla": LabSpec(slider="latent width C", presses=(Press(label="numbers from my lab settings"),), reopen=True,
@@ -57,12 +60,13 @@ SPECS: dict[str, LabSpec] = {
     "instructor": LabSpec(interactive=False, seconds=11),  # the class dashboard: plotly figures over stored answers
     "mesh": LabSpec(slider="batch B", seconds=17),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
-                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),), seconds=33),
+                         presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),),
+                         settles=True, seconds=33),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders;
     # run in the course site, where a learner without the install meets it
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
-                        scenarios=("explorer_after_switching_entry", "keyboard_only"), in_site=True),
+                        scenarios=("explorer_after_switching_entry",), in_site=True),
     # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
     "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
     # "time this model here" is not pressed: with the lab's settings unchanged it times again the sweep Run All has

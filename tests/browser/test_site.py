@@ -22,7 +22,7 @@ from pathlib import Path
 
 import axe
 import pytest
-from lab_run import SCENARIOS, _move_slider, _press, _wait_for, run_all_cells
+from lab_run import SCENARIOS, _keyboard_only, _move_slider, _press, _wait_for, run_all_cells
 from lab_specs import spec_for
 
 import content
@@ -168,6 +168,7 @@ def test_concept_map_course_runs_in_the_browser_from_the_site_alone(served, isol
             _press(page, NAME, press)
         for scenario in spec.scenarios:
             SCENARIOS[scenario](page, NAME)
+        _keyboard_only(page, NAME)
         inaccessible += axe.project_violations(page, f"{NAME} after its presses and scenarios")
         assert not inaccessible, ("axe-core finds serious or critical accessibility problems in the outputs:\n"
                                   + "\n".join(inaccessible)[:4000])
