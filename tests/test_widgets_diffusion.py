@@ -3,6 +3,7 @@
 import asyncio
 import concurrent.futures
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -129,7 +130,62 @@ def test_browser_moves_run_once_at_the_value_they_settle_on(lab, monkeypatch):
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # an event loop of its own, as a kernel has one
         pool.submit(asyncio.run, three_arrow_presses()).result()
+    lab.wait()  # a run the browser starts works in a thread (the kernel still hears its stop button)
     assert ran == [0.35] and lab.runs["dual"].result.threshold == pytest.approx(0.35)
+
+
+def test_stop_ends_a_browser_run_before_its_next_compile_and_puts_the_settings_back(lab, monkeypatch):
+    shown = lab.update(threshold=0.9, gen_length=16, block_size=8)
+    table = lab.table.value
+    calls = []
+    real = diffusion.diffusion_generate
+
+    def pressed_during_the_first(*args):
+        calls.append(args[5])
+        assert not lab.stop_button.disabled and lab.block_size.disabled  # stop is offered, the rest held
+        lab.stop_button.click()  # as the learner does while the first mode compiles or decodes
+        return real(*args)
+
+    monkeypatch.setattr("widgets.diffusion_lab.diffusion_generate", pressed_during_the_first)
+    with lab.batched():  # what the browser's moves leave before the slider settles
+        lab.gen_length.value, lab.block_size.value, lab.threshold.value = 32, 8, 0.65
+    lab._settled()
+    lab.wait(60)
+    assert calls == ["none"]  # the call under way finished; nothing after it began
+    assert "Stopped before decoding gen length 32, block 8, threshold 0.65" in lab.message.value
+    assert (lab.gen_length.value, lab.block_size.value, lab.threshold.value) == (16, 8, 0.9)
+    assert lab.runs is shown and lab.table.value == table and lab.error == ""  # the runs on screen, unmarked
+    assert lab.stop_button.disabled and not any(c.disabled for c in (lab.block_size, lab.gen_length, lab.play))
+
+
+def test_a_move_that_races_a_browser_run_stops_it_and_runs_next(lab, monkeypatch):
+    """A move sent before the controls were disabled reaches the kernel while a run works: that run stops, the
+    controls keep the move, and the move's value runs once the stopped run has ended."""
+    lab.update(threshold=0.9, gen_length=16, block_size=8)
+    real, started, release = diffusion.diffusion_generate, threading.Event(), threading.Event()
+
+    def held(*args):
+        started.set()
+        release.wait(30)  # the run is under way while the second move arrives
+        return real(*args)
+
+    monkeypatch.setattr("widgets.diffusion_lab.diffusion_generate", held)
+    stops = [v for _, v in lab.threshold.slider.options]
+
+    async def two_moves():
+        lab.threshold.slider.set_state({"index": stops.index(0.45)})  # what a message from the front end does
+        await asyncio.sleep(SETTLE_S + 0.2)
+        assert await asyncio.to_thread(started.wait, 30)
+        lab.threshold.slider.set_state({"index": stops.index(0.5)})
+        await asyncio.sleep(SETTLE_S + 0.3)  # the second move has settled while the first run still works
+        release.set()
+        while lab._running() or lab._pending is not None:
+            await asyncio.sleep(0.1)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # an event loop of its own, as a kernel has one
+        pool.submit(asyncio.run, two_moves()).result()
+    assert lab.threshold.value == 0.5 and lab.runs["dual"].result.threshold == pytest.approx(0.5)
+    assert "Stopped" not in lab.message.value and "previous settings" not in lab.table.value
 
 
 def test_typed_sizes_are_taken_or_refused_in_one_line(lab):

@@ -18,6 +18,10 @@ from widgets._html import error_box
 from widgets.number_input import NumberInput
 
 
+class Stopped(Exception):  # noqa: N818 - a learner's stop, not an error
+    """A long run stopped by the learner's stop button: not an error, `Lab.refresh` lets the lab handle it."""
+
+
 def describe(err: Exception) -> str:
     """One line for the learner: a ValueError's own message (it names the field), else the type too."""
     return str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
@@ -103,6 +107,8 @@ class Lab(widgets.VBox):
         """Recompute and redraw; an error is shown in the lab and kept in `.error`, never hidden."""
         try:
             result = self._read()
+        except Stopped:
+            raise
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
             self.error = describe(err)
             self.status_html.value = error_box(self.error)

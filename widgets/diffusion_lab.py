@@ -15,13 +15,16 @@ A new gen length or block size compiles three programs (seconds each); everythin
 lab says what a change will cost before it runs (an estimate from the compiles it has already timed),
 reports each mode as it finishes, disables its controls while it works, runs only the value a slider
 settles on (moves arriving from the browser within SETTLE_S are one move), and reuses the runs of settings
-it has already decoded.
+it has already decoded. A run the browser starts works in a thread, so its stop button is heard: it stops
+before the next compile or decode (one that has begun finishes), keeps what has compiled, and puts the
+controls back to the settings whose runs are on screen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -32,7 +35,7 @@ import traitlets
 import dantinox
 from dantinox.architectures import tokenizer
 from dantinox.generation.diffusion import CACHE_MODES, DiffusionResult, diffusion_generate
-from widgets._controls import Lab
+from widgets._controls import Lab, Stopped
 from widgets._figure import FigureWidget
 from widgets._html import badge, esc, note_box
 from widgets.number_input import NumberInput
@@ -60,22 +63,31 @@ class ModeRun:
 
 def run_modes(model: dantinox.Transformer, prompt_ids: np.ndarray, gen_length: int, block_size: int,
               threshold: float, compiled: set | None = None,
-              progress: Callable[[str, float, float | None], None] | None = None) -> dict[str, ModeRun]:
+              progress: Callable[[str, float, float | None], None] | None = None,
+              stop: threading.Event | None = None) -> dict[str, ModeRun]:
     """Decode the prompt in every cache mode with the same settings; each timed after its compilation.
 
     `compiled` holds the (gen_length, block_size, mode) programs known to be compiled: those run once, not
     twice, and the ones compiled here are added. `progress(mode, seconds, compile_seconds)` is called as each
-    mode finishes (compile_seconds None when it was already compiled).
+    mode finishes (compile_seconds None when it was already compiled). Once `stop` is set, `Stopped` is raised
+    before the next compile or decode.
     """
+
+    def check() -> None:
+        if stop is not None and stop.is_set():
+            raise Stopped
+
     results, seconds = {}, {}
     for mode in CACHE_MODES:
         key, compile_s = (gen_length, block_size, mode), None
         if compiled is None or key not in compiled:
+            check()
             start = time.perf_counter()
             diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)  # compile once per shape
             compile_s = time.perf_counter() - start
             if compiled is not None:
                 compiled.add(key)
+        check()
         start = time.perf_counter()
         results[mode] = diffusion_generate(model, prompt_ids, gen_length, block_size, threshold, mode)
         seconds[mode] = time.perf_counter() - start
@@ -165,6 +177,9 @@ class DiffusionLab(Lab):
         self._compile_s: dict[str, float] = {}  # mode -> seconds its last new shape took to compile, measured
         self._memo: dict[tuple[int, int, float], dict[str, ModeRun]] = {}  # settings -> their runs
         self._pending: asyncio.TimerHandle | None = None  # the run a settling slider will start
+        self._stop = threading.Event()  # set by the stop button; read between compiles and decodes
+        self._worker: threading.Thread | None = None  # the run the browser started, in the background
+        self._superseded = False  # a browser move arrived while that run worked: it stops and the move runs
         self.prompt_ids = np.array([tokenizer.encode(prompt)], np.int32)
         room = model.cfg.max_context - self.prompt_ids.shape[1]
         for g in gen_lengths:
@@ -191,6 +206,9 @@ class DiffusionLab(Lab):
         widgets.jslink((self.play, "value"), (self.step, "value"))
         widgets.jslink((self.play, "max"), (self.step, "max"))
         self.message = widgets.HTML()  # the lab's status line: running, or an error
+        self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True, tooltip=(
+            "stop the run of new settings before its next compile or decode; the settings on screen come back"))
+        self.stop_button.on_click(lambda _: self._stop.set())
         self.caption = widgets.HTML()
         self.sequence = widgets.HTML()
         self.table = widgets.HTML()
@@ -206,7 +224,8 @@ class DiffusionLab(Lab):
                                 name="static buffers allocated (measured: shapes)")
         self.show.observe(lambda _: self.guard(self._redraw), names="value")
         self.step.observe(lambda _: self.guard(self._draw_step), names="value")
-        super().__init__([self.block_size, self.threshold, self.gen_length, self.message, self.table, self.show,
+        super().__init__([self.block_size, self.threshold, self.gen_length, self.stop_button, self.message,
+                          self.table, self.show,
                           widgets.HBox([self.play, self.step]), self.caption, self.sequence, self.figure],
                          self.message)
         self.observe_controls(self.block_size, self.threshold, self.gen_length)
@@ -244,20 +263,45 @@ class DiffusionLab(Lab):
                 f"({', '.join(new)}), then decoding: {estimate}. The controls are disabled until it is done.")
 
     def refresh(self) -> dict[str, ModeRun] | None:
-        """Run (or reuse) the three modes at the current settings; the controls are disabled while it works."""
+        """Run (or reuse) the three modes at the current settings; the controls are disabled while it works.
+        Stopped, the controls go back to the settings whose runs are on screen."""
         if self._settings() in self._memo:
             return super().refresh()
         busy = (self.block_size, self.threshold, self.gen_length, self.show, self.step, self.play)
         for control in busy:
             control.disabled = True  # sent at once: a move made while decoding would otherwise queue a run
+        old_table = self.table.value
         if self.runs:  # the old table stays readable but says it is the old one until the new runs replace it
             self.table.value = (f"<div style='color:#8d6e63'><b>previous settings</b> (decoding the new ones, see "
-                                f"above)</div><div style='opacity:0.45'>{self.table.value}</div>")
+                                f"above)</div><div style='opacity:0.45'>{old_table}</div>")
         try:
             return super().refresh()
+        except Stopped:
+            if self._superseded:  # newer settings run next: the controls stay as the learner left them
+                self.table.value = old_table
+            else:
+                self._put_back(old_table)
+            return None
         finally:
             for control in busy:
                 control.disabled = False
+
+    def _put_back(self, table: str) -> None:
+        """After a stop: the controls at the settings of the runs on screen, and the line says what happened."""
+        stopped = self._settings()
+        if self.runs:
+            r = self.runs["dual"].result
+            # both checked once both are set: each one's rule reads the other (a block divides the length)
+            with self.batched(), self.gen_length.hold_trait_notifications(), \
+                    self.block_size.hold_trait_notifications():
+                self.gen_length.value, self.block_size.value = r.gen_length, r.block_size
+                self.threshold.value = round(float(r.threshold), 6)
+        self.table.value = table
+        compiled = [m for m in CACHE_MODES if (stopped[0], stopped[1], m) in self._compiled]
+        kept = f" (compiled and kept for a second try: {', '.join(compiled)})" if compiled else ""
+        self.message.value = note_box(f"Stopped before decoding gen length {stopped[0]}, block {stopped[1]}, "
+                                      f"threshold {stopped[2]:.2f}{kept}; the settings of the table below are "
+                                      f"back.")
 
     def _on_change(self, change=None) -> None:
         """A move from the browser runs once the slider settles; a change made in code runs now."""
@@ -269,12 +313,40 @@ class DiffusionLab(Lab):
             return
         if self._pending is not None:
             self._pending.cancel()
+        if self._running():  # a move that reached the kernel before the controls were disabled: it wins
+            self._superseded = True
+            self._stop.set()
         self.message.value = "" if self._settings() in self._memo else note_box(self._plan())
         self._pending = loop.call_later(SETTLE_S, self._settled)
 
+    def _running(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
     def _settled(self) -> None:
+        """The slider has settled: run in a thread, so the kernel still hears the stop button."""
+        if self._running():  # a superseded run is still ending: after it
+            self._pending = asyncio.get_running_loop().call_later(SETTLE_S, self._settled)
+            return
         self._pending = None
-        self.refresh()
+        if self._settings() in self._memo:
+            self.refresh()
+            return
+        self._stop.clear()
+        self._superseded = False
+        self.stop_button.disabled = False
+        self._worker = threading.Thread(target=self._run_in_background, daemon=True)
+        self._worker.start()
+
+    def _run_in_background(self) -> None:
+        try:
+            self.refresh()  # shows its own errors
+        finally:
+            self.stop_button.disabled = True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until a run the browser started has ended (for tests and scripts)."""
+        if self._worker is not None:
+            self._worker.join(timeout)
 
     def _read(self) -> dict[str, ModeRun]:
         key = self._settings()
@@ -291,7 +363,9 @@ class DiffusionLab(Lab):
             self.message.value = note_box(f"{plan}<br>{' &middot; '.join(done)}")
 
         self.message.value = note_box(plan)  # a run takes seconds: say so, or the old table reads as the new one
-        runs = run_modes(self.model, self.prompt_ids, key[0], key[1], key[2], self._compiled, progress)
+        # only a run in the background hears the stop button (one in the kernel's thread holds the kernel)
+        stop = self._stop if threading.current_thread() is self._worker else None
+        runs = run_modes(self.model, self.prompt_ids, key[0], key[1], key[2], self._compiled, progress, stop)
         self._memo[key] = runs
         return runs
 

@@ -326,6 +326,37 @@ def _decode_ratio_needs_equal_settings(page, name: str) -> None:
     assert "as long" not in stats, f"{name}: a ratio between B=1 and B=2 runs is shown:\n{stats[:1500]}"
 
 
+def _stop_by_keyboard(page, name: str, control, start, stopped: str) -> None:
+    """`start()`, a key on `control`, begins a long run; its stop button, pressed with Enter once offered, ends it
+    with `stopped` said in the lab, and `control` takes keys again."""
+    stop = _button(page, "stop").filter(visible=True).first
+    cell = _cell_with(page, stop)
+    start()
+    _wait_for(stop.is_enabled, 30, f"{name}: the long run offered no stop button")
+    stop.focus()
+    page.keyboard.press("Enter")
+    _wait_for(lambda: re.search(stopped, _kernel_text(cell)), 60,
+              f"{name}: after stop, no text matching {stopped!r}; shown:\n{_kernel_text(cell)[:1500]}")
+    _wait_for(stop.is_disabled, 30, f"{name}: the stop button stayed offered after the run ended")
+    _when_enabled(control, f"{name}: after stop, {control}")
+
+
+def _stop_new_sizes(page, name: str) -> None:
+    """The diffusion lab: a new block size (a compile of seconds) moved to with the keyboard and stopped; the
+    table's settings come back."""
+    handle = _slider(page, "block size").locator(".noUi-handle")
+    label = handle.get_attribute("aria-label")
+
+    def move() -> None:
+        handle.focus()
+        at_end = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+        page.keyboard.press("ArrowLeft" if at_end else "ArrowRight")
+
+    _stop_by_keyboard(page, name, handle, move, r"Stopped before decoding gen length \d+, block \d+")
+    _wait_for(lambda: handle.get_attribute("aria-label") == label, 10,
+              f"{name}: after stop, the block size did not come back to {label!r}")
+
+
 LABEL_PROBLEMS = """() => {
   const problems = [];
   const texts = '.xtick text, .ytick text, .y2tick text, .legendtext, .gtitle, .g-xtitle, .g-ytitle, .g-y2title, '
@@ -650,7 +681,7 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
-             "labels_clear": _labels_clear}
+             "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes}
 
 
 def notebooks(share: int) -> list[Path]:

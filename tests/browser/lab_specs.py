@@ -61,7 +61,7 @@ SPECS: dict[str, LabSpec] = {
     "mesh": LabSpec(slider="batch B", seconds=17),  # the device grid and table follow; the quiz is the GQA entry's
     "diffusion": LabSpec(slider="threshold", key="ArrowLeft",
                          presses=(Press(selector=".widget-play button >> nth=0", timeout_s=20.0),),
-                         settles=True, seconds=33),
+                         scenarios=("stop_new_sizes",), settles=True, seconds=33),
     # the concept map's explorer (kv-cache): a variable's slider, then one published spec loaded into the sliders;
     # run in the course site, where a learner without the install meets it
     "concepts": LabSpec(slider="T [tokens]",
