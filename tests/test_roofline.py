@@ -177,6 +177,7 @@ def test_lab_renders_and_responds(entry):
     assert "time this model here" in lab.status_html.value
     lab.context.value = 64  # loops of 4 and 20 steps: at 16 slots the two lengths were too close to time on a busy CPU
     lab.measure_button.click()  # the button, as a learner presses it (the browser test does not: tests/browser)
+    lab.wait()  # the button's timing runs in a thread (the kernel hears its stop button meanwhile)
     assert lab.error == "" and [p.x for p in lab.reading.decode_points] == [1, 2]
     assert [p.x for p in lab.reading.prefill_points] == [8]
     busy = []  # while a measurement runs, neither button takes a second click
@@ -190,6 +191,31 @@ def test_lab_renders_and_responds(entry):
     assert lab.context.type("37") and lab.reading.context == 37  # typed, used exactly
     with pytest.raises(ValueError, match=r"context: expected an integer in \[1, 64\], got 65"):
         lab.update(context=65)
+
+
+def test_stop_ends_the_timing_before_its_next_point_and_keeps_what_was_timed(entry, monkeypatch):
+    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=24, batches=(1, 2), prompts=(8,), repeats=1)
+    timed = []
+    real = read_decode
+
+    def stop_after_the_first(cfg, context, batches, repeats):
+        timed.append(batches)
+        if len(timed) == 1:
+            assert not lab.stop_button.disabled and lab.measure_button.disabled  # offered while it times
+            lab.stop_button.click()
+        return real(cfg, context, batches, repeats)
+
+    monkeypatch.setattr("widgets.roofline_lab.read_decode", stop_after_the_first)
+    lab.measure_button.click()
+    lab.wait(120)
+    assert timed == [(1,)] and "Stopped after 1 of 3 timings" in lab.status_html.value
+    assert lab.reading.decode_points == () and lab.error == ""  # a part of a sweep is not drawn as a sweep
+    assert lab.stop_button.disabled and not lab.measure_button.disabled
+    hits = read_decode.cache_info().hits
+    lab.measure_button.click()  # again: the kept timing is not repeated (read_decode is cached per point)
+    lab.wait(120)
+    assert [p.x for p in lab.reading.decode_points] == [1, 2] and "Stopped" not in lab.status_html.value
+    assert timed == [(1,), (1,), (2,)] and read_decode.cache_info().hits == hits + 1  # B=1 from the cache
 
 
 def test_profile_sorts_a_decode_step_into_categories_that_cover_it():

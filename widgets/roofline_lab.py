@@ -7,11 +7,14 @@
     lab.reading.devices[1].bound                   # "memory" on an A100 at this batch
 
 Sliders change only derived curves (instant); one button times the current model on this machine, the
-other profiles one of its decode steps at the current batch and context (where the time goes).
+other profiles one of its decode steps at the current batch and context (where the time goes). Pressed in the
+page, the timing runs in a thread so that its stop button is heard: it stops before the next batch or prompt
+length, and the ones timed are kept for the next press. The profile is one run and cannot be stopped.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import ipywidgets as widgets
@@ -24,7 +27,7 @@ import dantinox
 from dantinox.accounting import roofline
 from dantinox.accounting.profile import CATEGORIES, StepProfile
 from dantinox.architectures.config import DTYPES, heads_fields
-from widgets._controls import Lab, describe
+from widgets._controls import Lab, Stopped, describe
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
@@ -32,6 +35,7 @@ from widgets.number_input import NumberInput
 from widgets.roofline_reading import (
     RooflineReading,
     Sweep,
+    joined,
     read_decode,
     read_prefill,
     read_step_profile,
@@ -78,19 +82,24 @@ class RooflineLab(Lab):
                                              layout=widgets.Layout(width="220px"))
         self.profile_button = widgets.Button(description="where does a step's time go?", icon="search",
                                              layout=widgets.Layout(width="260px"))
+        self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True, tooltip=(
+            "stop the timing before its next batch or prompt length; what was timed is kept"))
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None  # a timing the button started, in the background
         self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.profile: StepProfile | None = None
         self.figure = FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
-        buttons = widgets.HBox([self.measure_button, self.profile_button])
+        buttons = widgets.HBox([self.measure_button, self.profile_button, self.stop_button])
         controls = [self.batch, self.context, self.attention, self.kv_heads, self.cache_dtype, buttons]
         super().__init__([*controls, status := widgets.HTML(), self.figure, self.readout_html, self.profile_html,
                           self.devices_html], status)
         self.attention.observe(self._on_attention, names="value")
         self.observe_controls(self.batch, self.context, self.kv_heads, self.cache_dtype)
-        self.measure_button.on_click(lambda _: self.measure())
+        self.measure_button.on_click(lambda _: self._in_background())
         self.profile_button.on_click(lambda _: self.profile_step())
+        self.stop_button.on_click(lambda _: self._stop.set())
         with self.batched():
             self._fit_kv_heads()
         self.update(batch=batch, context=context, attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
@@ -116,16 +125,44 @@ class RooflineLab(Lab):
         else:
             self._prefill[sweep.cfg] = sweep
 
-    def measure(self) -> RooflineReading | None:
-        """Time the current model here: decode at the lab's batches, prefill at its prompt lengths."""
+    def measure(self, stop: threading.Event | None = None) -> RooflineReading | None:
+        """Time the current model here: decode at the lab's batches, prefill at its prompt lengths, one at a time
+        (each timing is kept); once `stop` is set, it stops before the next one and shows what it has."""
         cfg, context = self.config(), self.context.value
+        prompts = tuple(p for p in self.prompts if p <= cfg.max_context)
+        done = []
+
+        def timed(read, *args) -> Sweep:
+            if stop is not None and stop.is_set():
+                raise Stopped
+            sweep = read(*args)
+            done.append(sweep)
+            return sweep
 
         def time_it() -> None:
-            self._keep(read_decode(cfg, context, self.batches, self.repeats))
-            self._keep(read_prefill(cfg, tuple(p for p in self.prompts if p <= cfg.max_context), 1, self.repeats))
+            decode = [timed(read_decode, cfg, context, (b,), self.repeats) for b in self.batches]
+            prefill = [timed(read_prefill, cfg, (p,), 1, self.repeats) for p in prompts]
+            self._keep(joined(decode))
+            self._keep(joined(prefill))
 
-        return self._measure(f"Timing decode at B = {esc(self.batches)} and prefill at {esc(self.prompts)} tokens "
-                             "on this machine (compiles first) …", time_it)
+        def stopped() -> str:
+            return (f"Stopped after {len(done)} of {len(self.batches) + len(prompts)} timings; they are kept, so "
+                    f"pressing <b>time this model here</b> again times only the rest.")
+
+        return self._measure(f"Timing decode at B = {esc(self.batches)} and prefill at {esc(prompts)} tokens on "
+                             "this machine (compiles first); <b>stop</b> ends it before the next one …", time_it,
+                             stop=stop, stopped=stopped)
+
+    def _in_background(self) -> None:
+        """The timing button: measure in a thread, so the kernel hears the stop button meanwhile."""
+        self._stop.clear()
+        self._worker = threading.Thread(target=self.measure, args=(self._stop,), daemon=True)
+        self._worker.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until a timing the button started has ended (for tests and scripts)."""
+        if self._worker is not None:
+            self._worker.join(timeout)
 
     def profile_step(self) -> StepProfile | None:
         """Profile one decode step of the current model at the current batch and context (XLA's profiler)."""
@@ -135,12 +172,14 @@ class RooflineLab(Lab):
             self.profile = read_step_profile(cfg, batch, context)
 
         reading = self._measure(f"Profiling decode steps at B = {batch}, {context} cache slots on this machine "
-                                "(compiles first) …", profile_it)
+                                "(compiles first; one profiled run, it cannot be stopped) …", profile_it)
         return None if reading is None else self.profile
 
-    def _measure(self, note: str, work) -> RooflineReading | None:
+    def _measure(self, note: str, work, stop: threading.Event | None = None,
+                 stopped=None) -> RooflineReading | None:
         """Run a measurement with `note` on screen, the buttons saying they are working and every control
-        disabled (a click or a move would queue behind it), then redraw; an error is shown, never raised."""
+        disabled (a click or a move would queue behind it), the stop button offered when `stop` can end it,
+        then redraw; an error is shown, never raised; a stop redraws what there is and says `stopped()`."""
         self.status_html.value = note_box(note)
         busy = (self.measure_button, self.profile_button, self.batch, self.context, self.attention, self.kv_heads,
                 self.cache_dtype)
@@ -150,13 +189,19 @@ class RooflineLab(Lab):
             control.disabled = True
         for button, _, _ in labels:
             button.description, button.icon = "working… (see the note below)", "hourglass-half"
+        self.stop_button.disabled = stop is None
         try:
             work()
+        except Stopped:
+            reading = self.refresh()
+            self.status_html.value = note_box(stopped())
+            return reading
         except Exception as err:  # noqa: BLE001 - shown on screen; the lab must survive any setting
             self.error = describe(err)
             self.status_html.value = error_box(self.error)
             return None
         finally:
+            self.stop_button.disabled = True
             for control, disabled in zip(busy, was, strict=True):
                 control.disabled = disabled
             for button, description, icon in labels:

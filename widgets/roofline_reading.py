@@ -98,7 +98,7 @@ def _model(cfg: dantinox.ModelConfig) -> dantinox.Transformer:
     return dantinox.Transformer(cfg, rngs=nnx.Rngs(0))  # random weights: the timing does not depend on them
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def read_decode(cfg: dantinox.ModelConfig, context: int, batches: tuple[int, ...], repeats: int = 3) -> Sweep:
     """Measured seconds per decode step at each batch, with a cache of `context` slots."""
     model = _model(cfg)
@@ -106,12 +106,22 @@ def read_decode(cfg: dantinox.ModelConfig, context: int, batches: tuple[int, ...
     return Sweep("decode", cfg, context, tuple(batches), times, repeats)
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def read_prefill(cfg: dantinox.ModelConfig, prompts: tuple[int, ...], batch: int = 1, repeats: int = 3) -> Sweep:
     """Measured seconds of one prefill at each prompt length."""
     model = _model(cfg)
     times = tuple(roofline.prefill_seconds(model, batch, p, repeats=repeats) for p in prompts)
     return Sweep("prefill", cfg, batch, tuple(prompts), times, repeats)
+
+
+def joined(sweeps: list[Sweep]) -> Sweep:
+    """One sweep of several timed one point at a time (same phase, model, fixed size and repeats)."""
+    first = sweeps[0]
+    if any((s.phase, s.cfg, s.fixed, s.repeats) != (first.phase, first.cfg, first.fixed, first.repeats)
+           for s in sweeps):
+        raise ValueError("sweeps: expected the same phase, model, fixed size and repeats in each")
+    return Sweep(first.phase, first.cfg, first.fixed, tuple(x for s in sweeps for x in s.xs),
+                 tuple(t for s in sweeps for t in s.seconds), first.repeats)
 
 
 @functools.lru_cache(maxsize=16)

@@ -357,6 +357,17 @@ def _stop_new_sizes(page, name: str) -> None:
               f"{name}: after stop, the block size did not come back to {label!r}")
 
 
+def _stop_the_timing(page, name: str) -> None:
+    """The roofline lab: 'time this model here' pressed with Enter and stopped before its next timing."""
+    button = _button(page, "time this model here").first
+
+    def press() -> None:
+        button.focus()
+        page.keyboard.press("Enter")
+
+    _stop_by_keyboard(page, name, button, press, r"Stopped after \d+ of \d+ timings")
+
+
 LABEL_PROBLEMS = """() => {
   const problems = [];
   const texts = '.xtick text, .ytick text, .y2tick text, .legendtext, .gtitle, .g-xtitle, .g-ytitle, .g-y2title, '
@@ -681,7 +692,7 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
-             "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes}
+             "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes, "stop_the_timing": _stop_the_timing}
 
 
 def notebooks(share: int) -> list[Path]:
