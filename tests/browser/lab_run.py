@@ -368,6 +368,45 @@ def _stop_the_timing(page, name: str) -> None:
     _stop_by_keyboard(page, name, button, press, r"Stopped after \d+ of \d+ timings")
 
 
+FRONTIER_POINTS = """cell => {  // each point of the memory-savers frontier but the selection ring: label, centre
+  const gd = [...cell.querySelectorAll('.js-plotly-plot')]
+    .find(g => ((g.layout.title || {}).text || '').startsWith('Cache bytes vs quality'));
+  gd.scrollIntoView({block: 'center'});
+  const points = [];
+  for (const el of gd.querySelectorAll('.scatterlayer .trace')) {
+    const trace = el.__data__[0].trace;
+    if (trace.index === gd.data.length - 1) continue;
+    for (const p of el.querySelectorAll('path.point')) {
+      const r = p.getBoundingClientRect();
+      points.push({label: trace.text[p.__data__.i], x: r.x + r.width / 2, y: r.y + r.height / 2});
+    }
+  }
+  return points;
+}"""
+
+
+def _point_click_selects(page, name: str) -> None:
+    """The memory-savers frontier: clicking a point (one no other point is near) selects its configuration, as
+    the dropdown does: the dropdown, the red ring and the readout follow."""
+    picker = _dropdown(page, "configuration").first  # the tiny model's; the SmolLM2 section has its own below
+    cell = _cell_with(page, picker)
+    points = cell.evaluate(FRONTIER_POINTS)
+    alone = [p for p in points if p["label"] != picker.input_value() and not any(
+        q is not p and abs(q["x"] - p["x"]) < 15 and abs(q["y"] - p["y"]) < 15 for q in points)]
+    assert alone, f"{name}: no point of the frontier stands clear of the others to be clicked"
+    target = alone[0]
+    page.mouse.move(target["x"], target["y"])  # plotly clicks the point it hovers: its label shows first
+    _wait_for(lambda: cell.locator(".hoverlayer .hovertext").count() > 0, 10,
+              f"{name}: hovering the point of {target['label']!r} showed no label")
+    page.mouse.down()
+    page.mouse.up()
+    _wait_for(lambda: picker.input_value() == target["label"], 30,
+              f"{name}: clicking the point of {target['label']!r} did not select it (selected: "
+              f"{picker.input_value()!r})")
+    _wait_for(lambda: target["label"] in _kernel_text(cell), 30,
+              f"{name}: the readout does not name the clicked configuration {target['label']!r}")
+
+
 LABEL_PROBLEMS = """() => {
   const problems = [];
   const texts = '.xtick text, .ytick text, .y2tick text, .legendtext, .gtitle, .g-xtitle, .g-ytitle, .g-y2title, '
@@ -692,7 +731,8 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
 SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
-             "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes, "stop_the_timing": _stop_the_timing}
+             "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes, "stop_the_timing": _stop_the_timing,
+             "point_click_selects": _point_click_selects}
 
 
 def notebooks(share: int) -> list[Path]:

@@ -67,8 +67,9 @@ SPECS: dict[str, LabSpec] = {
     "concepts": LabSpec(slider="T [tokens]",
                         presses=(Press(label="load: dantinox reference model, one sequence, bf16 cache"),),
                         scenarios=("explorer_after_switching_entry",), in_site=True),
-    # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable
-    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear",), seconds=39),
+    # the ring-buffer view: which slots a local layer holds; the frontier's labels must be readable, and a click
+    # on one of its points selects that configuration
+    "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear", "point_click_selects"), seconds=39),
     # "time this model here" is pressed only to be stopped (its whole sweep took 16 s of a 70 s test here);
     # tests/test_roofline.py presses it and checks its readings
     "roofline": LabSpec(slider="batch B", presses=(
