@@ -580,6 +580,20 @@ DESCRIBE = "e => `${e.closest('.jp-OutputArea-output') ? '' : '(outside) '}${e.o
 NUMBER_INPUTS = ".jp-NotebookPanel:not(.lm-mod-hidden) .widget-hbox:has(> .widget-slider + .widget-text)"
 
 
+KERNEL_STATUS = "() => document.querySelector('.jp-Notebook-ExecutionIndicator')?.dataset.status"
+
+
+def _kernel_settled(page, timeout_s: float = 60.0) -> None:
+    """Until the kernel has been idle for three polls in a row: what the last key changed has been applied
+    there, and whatever it rebuilds or disables (a toggle that disables the next dropdown) is on the page."""
+    deadline, idle = time.monotonic() + timeout_s, 0
+    while idle < 3:
+        idle = idle + 1 if page.evaluate(KERNEL_STATUS) == "idle" else 0
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:.0f} s: the kernel stayed busy")
+        page.wait_for_timeout(100)
+
+
 def _when_enabled(locator, what: str, timeout_s: float = 120.0) -> None:
     """Until a control takes keys again: a lab disables its controls while it recomputes."""
     _wait_for(lambda: not locator.is_disabled() and locator.get_attribute("aria-disabled") != "true", timeout_s,
@@ -678,14 +692,15 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
             _wait_for(lambda b=button: b.get_attribute("aria-pressed") == "true", 30,
                       f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
 
+    _kernel_settled(page)  # a toggle may have disabled a dropdown (MQA: one KV head) and enabled it again
     selects, i = page.locator(".jp-OutputArea-output select").filter(visible=True), -1
     while (i := i + 1) < selects.count():  # counted again each time: a dropdown may rebuild the ones after it
         select = selects.nth(i)
-        if select.is_disabled() or select.locator("option").count() < 2:
-            continue
         # twice at most: the kernel may just be replacing this dropdown after the one before it changed (the
         # concept map's entry rebuilds its explorer), and a key pressed on the old one is lost
         for attempt in range(2):
+            if select.is_disabled() or select.locator("option").count() < 2:
+                break  # nothing to choose in the lab's present state
             options, before = select.locator("option").count(), select.input_value()
             index = select.evaluate("s => s.selectedIndex")
             select.focus()
@@ -698,6 +713,7 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
                     raise AssertionError(f"{name}: dropdown {i} did not change with an arrow key: " + select.evaluate(
                         "s => `${s.closest('.widget-dropdown').textContent.slice(0, 80)} ${s.outerHTML.slice(0, 200)}`"
                     )) from None
+                _kernel_settled(page)
 
     data = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .dantinox-plot details").filter(visible=True)
     if data.count():
@@ -790,15 +806,16 @@ def run_lab(notebook: Path, jupyter, browser, tmp_path: Path) -> None:
                 _press(page, notebook.name, press)
             for scenario in spec.scenarios:
                 SCENARIOS[scenario](page, notebook.name)
-            _keyboard_only(page, notebook.name, spec.settles)
-            inaccessible += axe.project_violations(page, f"{notebook.name} after its presses and scenarios")
         else:
             slider_cell = _cell_with(page, page.locator(".js-plotly-plot").first)
 
         if os.environ.get("DANTINOX_SCREENSHOTS") == "1":  # about 1 s a lab: only when the docs' are rewritten
             shot = (_cell_with(page, page.get_by_text(spec.screenshot, exact=True).first) if spec.screenshot
                     else slider_cell)
-            _save_screenshot(shot, notebook.stem, SCREENSHOTS)
+            _save_screenshot(shot, notebook.stem, SCREENSHOTS)  # before the keyboard walk leaves its marks
+        if spec.interactive:
+            _keyboard_only(page, notebook.name, spec.settles)
+            inaccessible += axe.project_violations(page, f"{notebook.name} after its presses, scenarios and keys")
         assert not problems, f"{notebook.name}: browser console errors:\n" + "\n".join(problems)[:3000]
         assert not inaccessible, (f"{notebook.name}: axe-core finds serious or critical accessibility problems in "
                                   f"the outputs:\n" + "\n".join(inaccessible)[:4000])
