@@ -43,8 +43,10 @@ function plotlyBundle(model) {
   const loaded = (globalThis.__dantinoxPlotly ??= new Map());
   if (!loaded.has(BUNDLE)) {
     // imported once the page has nothing queued: the models that arrived with this one have started by then, and
-    // the bundle's 1-3 s of evaluation cannot eat into their 2 s (models that come during it start after it)
-    const idle = globalThis.requestIdleCallback ?? ((resolve) => setTimeout(resolve, 200));
+    // the bundle's 1-3 s of evaluation cannot eat into their 2 s (models that come during it start after it); on a
+    // page never idle, after 2 s, when every model that came before has had its 2 s
+    const idle = globalThis.requestIdleCallback ? (resolve) => requestIdleCallback(resolve, { timeout: 2000 })
+                                                : (resolve) => setTimeout(resolve, 200);
     const url = URL.createObjectURL(new Blob([model.get("_plotly_bundle")], { type: "text/javascript" }));
     loaded.set(BUNDLE, new Promise((resolve) => idle(resolve)).then(() => import(url))
       .finally(() => URL.revokeObjectURL(url)));
