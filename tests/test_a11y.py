@@ -68,3 +68,20 @@ def test_every_number_input_in_the_widgets_says_its_unit():
                 if "unit" not in {k.arg for k in node.keywords}:
                     missing.append(f"{path.name}:{node.lineno}")
     assert not missing, f"NumberInput without a unit: {missing}"
+
+
+def test_every_box_of_the_widgets_that_holds_a_slider_holds_an_aria():
+    """A slider's handle is named by an Aria in its box (or a box around it): each widget module that builds an
+    IntSlider or FloatSlider, or a NumberInput outside a Lab (which adds its own), places an Aria."""
+    missing = []
+    for path in sorted(WIDGETS.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        sliders = any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) in ("IntSlider", "FloatSlider")
+                      for n in ast.walk(tree))
+        bases = {getattr(b, "id", getattr(b, "attr", "")) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                 for b in n.bases}
+        if sliders and "Lab" not in bases and "Aria()" not in text:
+            missing.append(path.name)
+    assert not missing, f"sliders with no Aria to name them: {missing}"
+

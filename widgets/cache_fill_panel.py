@@ -21,6 +21,7 @@ import dantinox
 from dantinox.accounting.kv_ledger import CACHE_DTYPES
 from dantinox.accounting.working_model import BUILT_KINDS
 from dantinox.architectures.catalogue import Architecture, catalogue, load_architecture
+from widgets._a11y import LIVE, Aria
 from widgets._controls import describe
 from widgets._figure import FigureWidget
 from widgets._html import badge, error_box, esc, note_box, readout_table
@@ -62,6 +63,7 @@ class CacheFillPanel(widgets.VBox):
         self.step = widgets.IntSlider(value=1, min=1, max=1, description="decoded step", disabled=True, style=style,
                                       layout=layout, continuous_update=True)
         self.progress, self.status, self.readout = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.status.add_class(LIVE)  # a refusal or an error is read out (the progress line, 4 times a second, is not)
         margin = dict(t=60, b=40, l=70, r=20)
         self.layers_fig = FigureWidget(layout=dict(height=320, margin=margin, xaxis_title="layer",
                                                    yaxis_title="bytes held", legend=dict(orientation="h", y=-0.2)))
@@ -79,7 +81,8 @@ class CacheFillPanel(widgets.VBox):
         self.step.observe(lambda _: self._show(), names="value")
         super().__init__([self.model, self.tokens, self.cache_dtype,
                           widgets.HBox([self.decode_button, self.stop_button]), self.progress, self.status,
-                          self.step, self.readout, self.layers_fig, self.heat_fig])
+                          self.step, self.readout, self.layers_fig, self.heat_fig,
+                          Aria()])  # names the step slider (its description and readout) for a screen reader
 
     # Running --------------------------------------------------------------------------------------
     def run(self, wait: bool = False) -> None:
