@@ -61,11 +61,12 @@ class Payload:
     def scale_layout(self) -> str | None:
         """How this payload's scales are laid out (SCALE_LAYOUT), what a kernel must know to read them; None:
         float storage, no scales (the last field)."""
-        return None if self[-1] is None else self.SCALE_LAYOUT
+        return None if not self.SEQ_AXES or self[-1] is None else self.SCALE_LAYOUT
 
     @property
     def slots(self) -> int:
-        return self[0].shape[self.SEQ_AXES[0]]
+        """Token slots per row; 0 for a payload with no slot axis (a shared layer's, a recurrent state)."""
+        return self[0].shape[self.SEQ_AXES[0]] if self.SEQ_AXES else 0
 
     def fit_slots(self, cfg, n: int, fit) -> Any:
         """The same payload with `n` slots, every field cut or padded by `fit(array, axis, n)` (KIVI's payload,

@@ -30,15 +30,7 @@ class SharedCache(Payload, _NoFields):
     """The payload of a shared layer: nothing. Every per-slot operation maps over its (no) fields."""
 
     __slots__ = ()
-    SEQ_AXES = ()
-
-    @property
-    def slots(self) -> int:
-        return 0
-
-    @property
-    def scale_layout(self) -> None:
-        return None
+    SEQ_AXES = ()  # no slot, no scale
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> SharedCache:

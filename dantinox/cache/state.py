@@ -41,15 +41,7 @@ class StateCache(Payload, _StateFields):
     """The payload of a 'state' layer: no slot axis; a write replaces both arrays (the model computes them)."""
 
     __slots__ = ()
-    SEQ_AXES = ()  # nothing grows with the tokens
-
-    @property
-    def slots(self) -> int:
-        return 0
-
-    @property
-    def scale_layout(self) -> None:
-        return None
+    SEQ_AXES = ()  # nothing grows with the tokens: no slot, no scale
 
     def fit_slots(self, cfg, n: int, fit) -> StateCache:
         return self  # constant in the number of tokens
