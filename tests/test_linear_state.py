@@ -78,8 +78,7 @@ def test_the_state_carries_across_calls_and_ragged_rows():
     both = dantinox.generate(model, prompts, 8)
     for row, prompt in zip(both, prompts, strict=True):
         np.testing.assert_array_equal(np.asarray(row), np.asarray(dantinox.generate(model, prompt[None], 8))[0])
-    greedy = np.asarray(dantinox.generate(model, x[:, :4], 16))
-    np.testing.assert_array_equal(greedy, np.asarray(dantinox.generate(model, x[:, :4], 16, use_cache=False)))
+    greedy = np.asarray(dantinox.generate(model, x[:, :4], 16))  # the chunks above checked it against no cache
     paged = dantinox.generate(model, x[:, :4], 16, cache_layout="paged", page_size=4)
     np.testing.assert_array_equal(greedy, np.asarray(paged))
 
