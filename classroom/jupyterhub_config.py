@@ -37,7 +37,10 @@ server runs as the hub's own OS account (with --allow-root when that is root): a
 file that account can (the answer database included) and kill the service. Use it only for a trial on a
 machine whose users all trust each other.
 
-Learners' servers start without nbgrader's extensions (LEARNER_JUPYTER_CONFIG, put on their
+Every user server loads the environment's JupyterLab extensions but the course site's JupyterLite kernel
+front end, which fails on every page of a server (a config folder of links made at each hub start, beside
+the answers' folder: DATA-lab for a database in DATA, readable by every account; classroom/lab_extensions.py).
+Learners' servers also start without nbgrader's extensions (LEARNER_JUPYTER_CONFIG, put on their
 $JUPYTER_CONFIG_PATH at each spawn); instructors and admins keep them.
 
 The hub starts the service (`python -m classroom.service`, the same as `dantinox classroom serve`) as a
@@ -54,6 +57,8 @@ import os
 import re
 import sys
 from pathlib import Path
+
+from classroom.lab_extensions import hub_lab_config
 
 SERVICE_NAME = "classroom"
 SERVICE_PORT = 10101  # the service's own port on localhost; the hub's proxy routes /services/classroom/ to it
@@ -153,7 +158,9 @@ def configure(c, *, hub_port: int | None = None, db_path: str | Path = "classroo
     c.JupyterHub.load_groups = {INSTRUCTORS_GROUP: {"users": list(instructors)}}
     admins = list(instructors if admins is None else admins)
     c.Authenticator.admin_users = set(admins)
-    c.Spawner.environment = {"DANTINOX_CLASSROOM_URL": service_public_url(domain, hub_port, service_name)}
+    lab = hub_lab_config(data.with_name(f"{data.name}-lab"))  # not in `data`: every account reads this one
+    c.Spawner.environment = {"DANTINOX_CLASSROOM_URL": service_public_url(domain, hub_port, service_name),
+                             "JUPYTER_CONFIG_PATH": str(lab)}
     c.Spawner.default_url = "/lab"
     c.Spawner.pre_spawn_hook = hide_nbgrader_from_learners
     c.Spawner.http_timeout = 120  # a server spawned while the machine is busy with a class takes its time

@@ -27,6 +27,7 @@ from pathlib import Path
 import platformdirs
 
 from classroom.jupyterhub_config import LEARNER_JUPYTER_CONFIG
+from classroom.lab_extensions import link_extensions
 from dantinox_labs import shipped
 
 ENV_VAR = "DANTINOX_LABS_DIR"
@@ -107,38 +108,8 @@ def prepare(folder: Path | None = None, source: Path = shipped.LABS) -> list[str
     return changes
 
 
-# The JupyterLite kernel's front end, installed for `dev.py site`: in a desktop JupyterLab it fails to load
-# ("Shared module @jupyterlite/services doesn't exist in shared scope default") on every page.
-SITE_ONLY_EXTENSIONS = ("@jupyterlite/",)
 # JupyterLab's "get notified about official Jupyter news?" toast, which covers the lower right of every lab
 LEARNER_DISABLED = {"@jupyterlab/apputils-extension:announcements": True}
-
-
-def learner_extensions(config: Path) -> Path:
-    """A labextensions folder of links to every installed JupyterLab extension but the site build's.
-
-    JupyterLab loads the code of every federated extension it finds, even one `disabledExtensions` names, so the
-    site-only ones are left out of the folders it searches rather than disabled. Rebuilt at each start (an
-    install may have added or removed one); the first copy found of an extension wins, as in JupyterLab.
-    """
-    from jupyter_core.paths import jupyter_path
-
-    target = config / "labextensions"
-    if target.exists():
-        shutil.rmtree(target)  # removes the links, never what they point to
-    target.mkdir(parents=True)
-    for base in map(Path, jupyter_path("labextensions")):
-        for package in sorted([*base.glob("[!@]*/package.json"), *base.glob("@*/*/package.json")]):
-            name = package.parent.relative_to(base).as_posix()
-            link = target / name
-            if name.startswith(SITE_ONLY_EXTENSIONS) or link.exists():
-                continue
-            link.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                link.symlink_to(package.parent, target_is_directory=True)
-            except OSError:  # no symlinks (Windows without developer mode): a copy
-                shutil.copytree(package.parent, link)
-    return target
 
 
 def learner_config(folder: Path) -> Path:
@@ -147,7 +118,7 @@ def learner_config(folder: Path) -> Path:
     config = folder / ".jupyter-config"
     config.mkdir(parents=True, exist_ok=True)
     server = {"ContentsManager": {"pre_save_hook": "dantinox_labs.workspace.pre_save_hook"},
-              "LabApp": {"labextensions_path": [str(learner_extensions(config))]}}
+              "LabApp": {"labextensions_path": [str(link_extensions(config / "labextensions"))]}}
     (config / "jupyter_server_config.json").write_text(json.dumps(server, indent=1) + "\n", encoding="utf-8")
     (config / "labconfig").mkdir(exist_ok=True)
     page = {"disabledExtensions": LEARNER_DISABLED}

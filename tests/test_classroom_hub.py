@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from classroom_hub import SERVICE, Hub, http, login_form, make_attempt, run_load, wait_until
@@ -610,6 +611,16 @@ def test_the_config_file_reads_a_class_from_the_environment(monkeypatch, tmp_pat
     assert c.Spawner.http_timeout == 120
     assert c.ConfigurableHTTPProxy.command[-2:] == ["-m", "classroom.proxy"]  # room for a class's requests
     assert c.Spawner.pre_spawn_hook.__name__ == "hide_nbgrader_from_learners"  # the file's own copy of it
+    # every server's JupyterLab: the environment's extensions but JupyterLite's (which fails on every page),
+    # from a folder beside the private one that every account can read
+    lab = tmp_path / "class-lab"
+    assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == str(lab) and lab.stat().st_mode & 0o777 == 0o755
+    server = json.loads((lab / "jupyter_server_config.json").read_text())
+    assert server == {"LabApp": {"labextensions_path": [str(lab / "labextensions")]}}
+    links = lab / "labextensions"
+    assert (links / "@jupyter-widgets" / "jupyterlab-manager" / "package.json").is_file()
+    assert (Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyterlite").is_dir()  # installed...
+    assert not (links / "@jupyterlite").exists()  # ...and left out
     monkeypatch.setenv("DANTINOX_HUB_AUTH", "ldap")
     with pytest.raises(SystemExit, match="DANTINOX_HUB_AUTH: expected pam or shared, got 'ldap'$"):
         load()
