@@ -3,10 +3,11 @@
     import dantinox
     cfg = dantinox.ModelConfig.preset("reference", kv_heads=2)
     model = dantinox.Transformer(cfg, rngs=flax.nnx.Rngs(0))
-    dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == dantinox.init_cache(cfg, batch_size=4, length=512).nbytes
-    cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct, see pretrained.py
-    mha = dantinox.convert_attention(model, to="mha")  # the same model with every KV head repeated, see convert.py
-    engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool, see dantinox/engine/
+    cache = dantinox.init_cache(cfg, batch_size=4, length=512)
+    dantinox.kv_cache_bytes(cfg, batch_size=4, tokens=512) == cache.nbytes
+    cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")  # SmolLM2-135M-Instruct (pretrained.py)
+    mha = dantinox.convert_attention(model, to="mha")  # every KV head repeated (convert.py)
+    engine = dantinox.Engine(model, num_pages=256)  # a serving engine over one paged pool (dantinox/engine/)
     dantinox.kv_ledger("gemma-3-27b", tokens=32_768, batch=4, device="H100 80GB")  # a published model's cache
 
 Importing dantinox changes no global JAX setting; the CLI, dev.py and the labs call
@@ -45,8 +46,8 @@ from dantinox.generation.generate import DecodeState, StreamEvent, generate, str
 from dantinox.rundir import Generator, load_run, save_run
 
 __all__ = [
-    "DEVICE_PRESETS", "PRESETS", "CacheConfig", "DecodeState", "DevicePreset", "KVCache", "LatentCache", "LayerCache",
-    "LayerSpec", "ModelConfig",
+    "DEVICE_PRESETS", "PRESETS", "CacheConfig", "DecodeState", "DevicePreset", "KVCache", "LatentCache",
+    "LayerCache", "LayerSpec", "ModelConfig",
     "StreamEvent", "Transformer", "cache_shapes", "enable_compilation_cache", "filled_slots", "format_bytes",
     "generate", "init_cache", "kv_cache_bytes", "max_batch_size", "param_bytes", "reference_tables", "stream",
     "tree_nbytes", "DiffusionResult", "DualCache", "diffusion_generate", "Generator", "load_run", "save_run",

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    """`value` as a Python int if it is an integer (Python or numpy, not bool) >= `minimum`, else ValueError."""
+    """`value` as a Python int if it is an integer (Python or numpy, not bool) >= `minimum`,
+    else ValueError."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ValueError(f"{name}: expected {what}, got {value!r}")
@@ -33,7 +34,8 @@ def check_ids(vocab_size: int, ids: Any, name: str = "ids") -> jax.Array:
     if not jnp.issubdtype(arr.dtype, jnp.integer):
         raise ValueError(f"{name}: expected integer token ids, got dtype {arr.dtype}")
     if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"{name}: expected at least one sequence of at least one token, got shape {arr.shape}")
+        raise ValueError(f"{name}: expected at least one sequence of at least one token, got shape "
+                         f"{arr.shape}")
     if not isinstance(arr, jax.core.Tracer):
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= vocab_size:
@@ -51,7 +53,8 @@ def concrete_index(cache_index: Any) -> int:
 
     if isinstance(cache_index, jax.core.Tracer):
         raise ValueError("cache_index: must be a concrete integer so the write can be bounds-checked; "
-                         "inside jax.jit use dantinox.generate or dantinox.stream, which check bounds up front")
+                         "inside jax.jit use dantinox.generate or dantinox.stream, "
+                         "which check bounds up front")
     arr = np.asarray(cache_index)
     if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"cache_index: expected an integer, got {cache_index!r}")

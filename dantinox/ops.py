@@ -8,8 +8,10 @@ is imported (`install`), unless DANTINOX_BACKEND=reference.
 
     attend          attention without sinks or returned weights (dantinox/architectures/attention.py)
     store           new tokens into a cache array (dantinox/cache/container.py)
-    reads_in_place  whether attend reads a paged pool where it lies, so no page is gathered (dantinox/cache/paged.py)
-    dot_general     a dense layer's product, and promote_dtype, its operands' dtypes (dantinox/architectures/model.py)
+    reads_in_place  whether attend reads a paged pool where it lies, so no page is gathered
+                    (dantinox/cache/paged.py)
+    dot_general     a dense layer's product, and promote_dtype, its operands' dtypes
+                    (dantinox/architectures/model.py)
     take_rows       the embedding lookup (dantinox/architectures/model.py)
     compiler_options  XLA options for a decode program (dantinox/generation/generate.py)
 """

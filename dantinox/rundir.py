@@ -82,7 +82,9 @@ def load_run(run_dir: str | Path) -> tuple[ModelConfig, Transformer]:
 
 def read_log(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / LOG
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class Generator:

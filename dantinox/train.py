@@ -1,4 +1,5 @@
-"""Train a small dantinox model with optax on a text corpus (the CLI passes the project's own concept entries)."""
+"""Train a small dantinox model with optax on a text corpus
+(the CLI passes the project's own concept entries)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def train(run_dir: str | Path, *, corpus: str, preset: str = "tiny", steps: int 
         if not math.isfinite(loss):
             raise ValueError(f"training diverged at step {step} (loss {loss}); try a lower learning rate")
         if step == 1 or step % 25 == 0 or step == steps:
-            log.append({"step": step, "loss": round(loss, 4), "seconds": round(time.perf_counter() - start, 2)})
+            log.append({"step": step, "loss": round(loss, 4),
+                        "seconds": round(time.perf_counter() - start, 2)})
             bar.set_postfix(loss=f"{loss:.3f}")
     return save_run(run_dir, model, log)

@@ -9,11 +9,12 @@ latent, no K/V pair), a shared layer nothing new, a linear-attention layer a con
 formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
 
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
-container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing; LayerCache or LatentCache
-payload), and their bytes are read from the shapes `jax.eval_shape` gives; `measured_bytes` must equal the
-formula's to the byte. `with_working_model` measures instead the cache a working model of the whole
-architecture (every layer, real cache geometry, narrow widths: dantinox/accounting/working_model.py) prefilled
-and decoded with, read from its arrays (`dantinox kv NAME --measure`).
+container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing;
+LayerCache or LatentCache payload), and their bytes are read from the shapes `jax.eval_shape` gives;
+`measured_bytes` must equal the formula's to the byte. `with_working_model` measures instead the cache a
+working model of the whole architecture (every layer, real cache geometry, narrow widths:
+dantinox/accounting/working_model.py) prefilled and decoded with, read from its arrays (`dantinox kv NAME
+--measure`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class DeviceFit:
     capacity_bytes: int  # what the device reports (DEVICE_PRESETS)
     weight_bytes: int | None  # None: unknown (a config.json names no weight count)
     weights_source: str
-    max_context: int | None  # largest T at the ledger's batch (None when the weights are unknown or do not fit)
+    # largest T at the ledger's batch (None when the weights are unknown or do not fit)
+    max_context: int | None
     max_batch: int | None  # largest B at the ledger's T
     weights_format: str | None = None  # the format the weights were sized in (None: bytes given or read)
 
@@ -82,13 +84,16 @@ class Ledger:
     gap_terms: tuple[str, ...]  # the ledger terms that explain naive − total
     notes: tuple[str, ...]
     fit: DeviceFit | None
-    # what `measured_bytes` were read from: "cache shapes" (one-layer caches under jax.eval_shape), or a working
-    # model's decode ("working model arrays", or "working model shapes" over the memory guard; with_working_model)
+    # what `measured_bytes` were read from: "cache shapes" (one-layer caches under jax.eval_shape), or a
+    # working model's decode ("working model arrays", or "working model shapes" over the memory guard;
+    # with_working_model)
     measured_from: str = "cache shapes"
 
     @property
     def naive_error_pct(self) -> float:
-        return 100.0 * (self.naive_bytes - self.total_bytes) / self.total_bytes if self.total_bytes else float("inf")
+        if not self.total_bytes:
+            return float("inf")
+        return 100.0 * (self.naive_bytes - self.total_bytes) / self.total_bytes
 
     @property
     def from_working_model(self) -> bool:
@@ -97,14 +102,17 @@ class Ledger:
     def to_json(self) -> dict[str, Any]:
         """The schema of `dantinox kv --json`; with a working model's measurement (`--measure`), each layer's
         `measured_bytes`, the `measured_total_bytes` and what they were `measured_from`."""
-        out = {"model": self.model, "tokens": self.tokens, "batch": self.batch, "cache_dtype": self.cache_dtype,
+        out = {"model": self.model, "tokens": self.tokens, "batch": self.batch,
+               "cache_dtype": self.cache_dtype,
                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
-               "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes} for r in self.rows]}
+               "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes}
+                          for r in self.rows]}
         if self.from_working_model:
-            out = {**{k: v for k, v in out.items() if k != "layers"}, "measured_total_bytes": self.measured_bytes,
+            out = {**{k: v for k, v in out.items() if k != "layers"},
+                   "measured_total_bytes": self.measured_bytes,
                    "measured_from": self.measured_from,
-                   "layers": [{**row, "measured_bytes": r.measured_bytes} for row, r in zip(out["layers"], self.rows,
-                                                                                          strict=True)]}
+                   "layers": [{**row, "measured_bytes": r.measured_bytes}
+                              for row, r in zip(out["layers"], self.rows, strict=True)]}
         return out
 
 
@@ -145,9 +153,9 @@ def _elements(layer: LayerGeometry) -> int:
 
 
 def state_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
-    """One sequence's constant state in a linear or Mamba-2 layer (0 for any other kind). A linear layer (Gated
-    DeltaNet) as transformers allocates it: its matrices in float32, its convolution's inputs in the activation
-    dtype; a Mamba-2 layer's elements in the activation dtype."""
+    """One sequence's constant state in a linear or Mamba-2 layer (0 for any other kind).
+    A linear layer (Gated DeltaNet) as transformers allocates it: its matrices in float32, its convolution's
+    inputs in the activation dtype; a Mamba-2 layer's elements in the activation dtype."""
     if layer.kind == "linear":
         conv_dim = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
         return (layer.value_heads * layer.head_size * layer.value_size * 4
@@ -162,9 +170,9 @@ def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
 
 
 def state_crossover_tokens(arch: Architecture, cache_dtype: str = "bfloat16") -> int | None:
-    """The smallest T at which a sequence's growing cache (its attention layers' slots) takes at least as many bytes
-    as its constant states (linear-attention and Mamba-2 layers): derived. None without both, or when the attention
-    layers are all windows too small to get there."""
+    """The smallest T at which a sequence's growing cache (its attention layers' slots) takes at least as many
+    bytes as its constant states (linear-attention and Mamba-2 layers): derived. None without both, or when
+    the attention layers are all windows too small to get there."""
     state = sum(state_bytes(layer, cache_dtype) for layer in arch.layers)
     if not state or not any(slot_bytes(layer, cache_dtype) for layer in arch.layers):
         return None
@@ -194,11 +202,13 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
         return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
-                         f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T", True)
+                         f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T",
+                         True)
     if layer.kind == "mlp":
         return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
-        return LedgerRow(layer.index, "shared", 0, 0, 0, 0, f"reads layer {layer.shares}'s cache: 0 new bytes")
+        return LedgerRow(layer.index, "shared", 0, 0, 0, 0,
+                         f"reads layer {layer.shares}'s cache: 0 new bytes")
     per_slot = slot_bytes(layer, cache_dtype)
     if layer.kind == "latent":
         what = f"(C + R) = ({layer.latent} + {layer.rope}) elements × {s} B{scale}"
@@ -212,16 +222,21 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
 
 
 def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:
-    """A one-layer dantinox config with this layer's cache geometry (its attention shapes are all that matter)."""
+    """A one-layer dantinox config with this layer's cache geometry
+    (its attention shapes are all that matter)."""
     window = dict(sliding_windows=(layer.window,)) if layer.kind == "sliding" else (
         dict(attention_chunks=(layer.window,)) if layer.kind == "chunked" else {})
     if layer.kind == "latent":
-        return ModelConfig(n_layers=1, attention="latent", kv_latent_dim=layer.latent, rope_head_dim=layer.rope,
+        return ModelConfig(n_layers=1, attention="latent", kv_latent_dim=layer.latent,
+                           rope_head_dim=layer.rope,
                            max_context=tokens, cache_dtype=cache_dtype)
-    if layer.kind == "linear":  # a Gated DeltaNet 'state' layer, its convolution inputs in the activation dtype
-        spec = LayerSpec("state", kv_heads=layer.kv_heads, head_size=layer.head_size, value_heads=layer.value_heads,
+    # a Gated DeltaNet 'state' layer, its convolution inputs in the activation dtype
+    if layer.kind == "linear":
+        spec = LayerSpec("state", kv_heads=layer.kv_heads, head_size=layer.head_size,
+                         value_heads=layer.value_heads,
                          conv=layer.conv)
-        return ModelConfig(n_layers=1, n_heads=layer.kv_heads, kv_heads=layer.kv_heads, head_size=layer.head_size,
+        return ModelConfig(n_layers=1, n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
+                           head_size=layer.head_size,
                            max_context=tokens, cache_dtype=cache_dtype, layer_specs=(spec,),
                            dtype=cache_dtype if cache_dtype in DTYPES else "bfloat16")
     return ModelConfig(n_layers=1, attention="heads", n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
@@ -229,7 +244,8 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
 
 
 @functools.lru_cache(maxsize=256)
-def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int, cache_dtype: str) -> tuple[int, ...]:
+def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int,
+              cache_dtype: str) -> tuple[int, ...]:
     """Per layer, the bytes of the cache dantinox's container allocates for it, from `jax.eval_shape`."""
     built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked", "latent")
              or layer.kind == "linear" and layer.value_size == layer.head_size]
@@ -251,7 +267,8 @@ def _naive(arch: Architecture, tokens: int, batch: int, cache_dtype: str) -> tup
     L, K, s = len(arch.layers), arch.config_kv_heads, _itemsize(cache_dtype)
     H = arch.d_model // arch.n_heads
     return (2 * L * K * H * tokens * batch * s,
-            f"2·L·K·(D/N)·T·B·s = 2·{L}·{K}·({arch.d_model}/{arch.n_heads})·{tokens:,}·{batch}·{s}")
+            f"2·L·K·(D/N)·T·B·s = "
+            f"2·{L}·{K}·({arch.d_model}/{arch.n_heads})·{tokens:,}·{batch}·{s}")
 
 
 def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, ...]:
@@ -260,30 +277,32 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
         n = arch.count(kind)
         if n:
             w = next(layer.window for layer in arch.layers if layer.kind == kind)
-            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): they hold "
-                         f"min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
+            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): "
+                         f"they hold min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
     heads = [layer for layer in arch.layers if layer.head_size is not None]
     if heads and heads[0].head_size != arch.d_model // arch.n_heads:
-        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads = "
-                     f"{arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
+        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads "
+                     f"= {arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
     if arch.count("latent"):
         layer = next(layer for layer in arch.layers if layer.kind == "latent")
         terms.append(f"MLA: each layer caches one latent of C + R = {layer.latent} + {layer.rope} = "
-                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = 2·{arch.config_kv_heads}·"
-                     f"{arch.d_model // arch.n_heads} = {2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
+                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = "
+                     f"2·{arch.config_kv_heads}·{arch.d_model // arch.n_heads} = "
+                     f"{2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
     if arch.count("linear"):
-        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a constant state "
-                     "per sequence, no K/V that grows with T")
+        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a "
+                     "constant state per sequence, no K/V that grows with T")
     if arch.count("mamba"):
-        terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, no K/V that "
-                     "grows with T")
+        terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, "
+                     "no K/V that grows with T")
     if arch.count("mlp"):
-        terms.append(f"{arch.count('mlp')} of {L} layers are MLP or MoE blocks with no attention: no cache at all")
+        terms.append(f"{arch.count('mlp')} of {L} layers are MLP or MoE blocks with no attention: "
+                     "no cache at all")
     if arch.count("shared"):
         terms.append(f"{arch.count('shared')} of {L} layers reuse an earlier layer's cache: 0 new bytes")
     if cache_dtype in QUANT_CACHE_DTYPES:
-        terms.append(f"{cache_dtype}: float32 scales ({SCALE_BYTES} B per token and KV head, per K and V; one per "
-                     "latent) come on top of the 1-byte codes")
+        terms.append(f"{cache_dtype}: float32 scales ({SCALE_BYTES} B per token and KV head, per K and V; "
+                     "one per latent) come on top of the 1-byte codes")
     return tuple(terms)
 
 
@@ -291,7 +310,8 @@ def weights_format_used(arch: Architecture, weights_format: str | None = None) -
     """(format, why): the one asked for, else the published checkpoint's, else bf16 (assumed)."""
     if weights_format is not None:
         if weights_format not in WEIGHT_FORMATS:
-            raise ValueError(f"weights_format: expected one of {', '.join(WEIGHT_FORMATS)}, got {weights_format!r}")
+            raise ValueError(f"weights_format: expected one of {', '.join(WEIGHT_FORMATS)}, got "
+                             f"{weights_format!r}")
         return weights_format, ("the published checkpoint's format" if weights_format == arch.weights_format
                                 else "as chosen")
     if arch.weights_format is not None:
@@ -311,8 +331,8 @@ def _fit(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: 
         weights, where = positive_int("weight_bytes", weight_bytes, minimum=0), "given"
     elif arch.weight_bytes is not None:
         if weights_format is not None:
-            raise ValueError(f"weights_format: {arch.name} is a GGUF file whose tensors give the weights' bytes; "
-                             "pass weight_bytes to size them otherwise")
+            raise ValueError(f"weights_format: {arch.name} is a GGUF file whose tensors give the weights' "
+                             "bytes; pass weight_bytes to size them otherwise")
         weights, where = arch.weight_bytes, "the GGUF file's tensor bytes"
     elif arch.parameters is not None:
         used, why = weights_format_used(arch, weights_format)
@@ -320,7 +340,8 @@ def _fit(arch: Architecture, tokens: int, batch: int, cache_dtype: str, device: 
         weights = math.ceil(arch.parameters * bits / 8)
         where = f"{arch.parameters:,} parameters × {bits:g} bits ({used}, {why})"
     else:
-        return DeviceFit(device, capacity, None, "unknown: the config names no weight count (pass weight_bytes)",
+        return DeviceFit(device, capacity, None,
+                         "unknown: the config names no weight count (pass weight_bytes)",
                          None, None)
     free = capacity - weights
     if free <= 0:
@@ -349,38 +370,43 @@ class _Fits:
 def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
               device: str | None = None, weight_bytes: int | None = None, measure: bool = True,
               weights_format: str | None = None) -> Ledger:
-    """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path, .gguf path or Architecture).
+    """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path,
+    .gguf path or Architecture).
 
-    The device fit sizes the weights from `weight_bytes`, else a GGUF's tensor bytes, else the parameter count in
-    `weights_format` (default: the published checkpoint's format the catalogue names, else bf16, and says which).
+    The device fit sizes the weights from `weight_bytes`, else a GGUF's tensor bytes, else the parameter count
+    in `weights_format` (default: the published checkpoint's format the catalogue names, else bf16, and says
+    which).
     """
     arch = model if isinstance(model, Architecture) else load_architecture(model)
     tokens, batch = positive_int("tokens", tokens), positive_int("batch", batch)
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype: expected one of {', '.join(CACHE_DTYPES)}, got {cache_dtype!r}")
     if tokens > arch.max_context:
-        raise ValueError(f"tokens: {arch.name} reads at most max_position_embeddings = {arch.max_context:,} tokens, "
-                         f"got {tokens:,}")
+        raise ValueError(f"tokens: {arch.name} reads at most max_position_embeddings = {arch.max_context:,} "
+                         f"tokens, got {tokens:,}")
     rows = [_row(layer, tokens, batch, cache_dtype) for layer in arch.layers]
     if measure:
         measured = _measured(arch.layers, tokens, batch, cache_dtype)
-        rows = [r if m < 0 else dataclasses.replace(r, measured_bytes=m) for r, m in zip(rows, measured, strict=True)]
+        rows = [r if m < 0 else dataclasses.replace(r, measured_bytes=m)
+                for r, m in zip(rows, measured, strict=True)]
     total = sum(r.bytes for r in rows)
     measured_total = sum(r.bytes if r.derived else (r.measured_bytes or 0) for r in rows)
     per_token = sequence_bytes(arch, tokens + 1, cache_dtype) - sequence_bytes(arch, tokens, cache_dtype)
     naive, naive_formula = _naive(arch, tokens, batch, cache_dtype)
-    fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes, weights_format)
+    fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes,
+                                           weights_format)
     return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
                   measured_total if measure else total, per_token, naive, naive_formula,
                   _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)
 
 
 def with_working_model(ledger: Ledger, model: str | Architecture, guard: int = MEMORY_GUARD) -> Ledger:
-    """The ledger with every row's `measured_bytes` read from the cache a working model of the architecture decoded
-    with (dantinox/accounting/working_model.py); ValueError in one line for a kind the working model does not
-    build (a recurrent state)."""
+    """The ledger with every row's `measured_bytes` read from the cache a working model of the architecture
+    decoded with (dantinox/accounting/working_model.py); ValueError in one line for a kind the working model
+    does not build (a recurrent state)."""
     arch = model if isinstance(model, Architecture) else load_architecture(model)
     run = measure_working_model(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, guard)
-    rows = tuple(dataclasses.replace(r, measured_bytes=m) for r, m in zip(ledger.rows, run.layer_bytes, strict=True))
+    rows = tuple(dataclasses.replace(r, measured_bytes=m)
+                 for r, m in zip(ledger.rows, run.layer_bytes, strict=True))
     return dataclasses.replace(ledger, rows=rows, measured_bytes=run.total_bytes,
                                measured_from=f"working model {run.source}")

@@ -29,16 +29,18 @@ class DevicePreset:
 
 
 def _host_ram() -> int:
-    """Physical memory in bytes: POSIX sysconf, or Windows' GlobalMemoryStatusEx (Windows has no os.sysconf)."""
+    """Physical memory in bytes: POSIX sysconf, or Windows' GlobalMemoryStatusEx
+    (Windows has no os.sysconf)."""
     if hasattr(os, "sysconf"):
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     import ctypes
 
+    sizes = ("ullTotalPhys", "ullAvailPhys", "ullTotalPageFile", "ullAvailPageFile", "ullTotalVirtual",
+             "ullAvailVirtual", "ullAvailExtendedVirtual")
+
     class MemoryStatus(ctypes.Structure):  # MEMORYSTATUSEX, as sysinfoapi.h declares it
         _fields_ = [("dwLength", ctypes.c_uint32), ("dwMemoryLoad", ctypes.c_uint32),
-                    *((name, ctypes.c_uint64) for name in ("ullTotalPhys", "ullAvailPhys", "ullTotalPageFile",
-                                                            "ullAvailPageFile", "ullTotalVirtual", "ullAvailVirtual",
-                                                            "ullAvailExtendedVirtual"))]
+                    *((name, ctypes.c_uint64) for name in sizes)]
 
     status = MemoryStatus(dwLength=ctypes.sizeof(MemoryStatus))
     if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
@@ -47,7 +49,8 @@ def _host_ram() -> int:
 
 
 # Capacities are what the device reports (nvidia-smi memory.total, in MiB), not the rated "80GB" or "141GB".
-# content/devices.yaml holds the same devices for concept entries; tests/test_content_devices.py keeps them equal.
+# content/devices.yaml holds the same devices for concept entries;
+# tests/test_content_devices.py keeps them equal.
 DEVICE_PRESETS: dict[str, DevicePreset] = {
     p.name: p
     for p in (
@@ -55,7 +58,8 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
                      "(public nvidia-smi logs; rated 40 GB)"),
         DevicePreset("A100 80GB", 81_920 * 2**20, "nvidia-smi memory.total of an A100-SXM4-80GB, 81,920 MiB "
                      "(public nvidia-smi logs; rated 80 GB)"),
-        DevicePreset("H100 80GB", 81_559 * 2**20, "nvidia-smi memory.total of an H100 80GB HBM3, 81,559 MiB, as "
+        DevicePreset("H100 80GB", 81_559 * 2**20,
+                     "nvidia-smi memory.total of an H100 80GB HBM3, 81,559 MiB, as "
                      "printed in https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"),
         DevicePreset("H200 141GB", 143_771 * 2**20, "nvidia-smi memory.total of an H200, 143,771 MiB "
                      "(public nvidia-smi logs; rated 141 GB)"),
@@ -72,7 +76,8 @@ class WeightFormat:
     about: str  # what the bits are, and where the format is defined
 
 
-# A published checkpoint's format is named in dantinox/data/real_models.json (weights_format, with its source).
+# A published checkpoint's format is named in dantinox/data/real_models.json (weights_format,
+# with its source).
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "fp32": WeightFormat(32, "32-bit floats, 4 bytes a parameter"),
     "bf16": WeightFormat(16, "bfloat16, 2 bytes a parameter"),
@@ -87,11 +92,10 @@ def kv_cache_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = N
 
     slots = T, or min(T, W + S) for a sliding-window layer's ring buffer and its S attention sinks (min(T, C)
     for a chunked one, 0 for a shared layer, which reads another layer's cache; a 'state' layer holds its
-    constant recurrent state, `state_bytes`); a KIVI cache (cache_dtype
-    kivi4 / kivi2) is counted by `kivi_cache_bytes`, an eviction cache (cache_budget N) by
-    `budget_cache_bytes` (min(T, N) slots, each with a score and a position); elements per token = 2 · K · H,
-    or C + R for MLA; a quantized cache adds one float32 scale per token, KV head and K/V (one per token for
-    MLA's latent).
+    constant recurrent state, `state_bytes`); a KIVI cache (cache_dtype kivi4 / kivi2) is counted by
+    `kivi_cache_bytes`, an eviction cache (cache_budget N) by `budget_cache_bytes` (min(T, N) slots, each
+    with a score and a position); elements per token = 2 · K · H, or C + R for MLA; a quantized cache adds
+    one float32 scale per token, KV head and K/V (one per token for MLA's latent).
     `tokens` defaults to `cfg.max_context`, the size `init_cache` allocates.
     """
     tokens = cfg.max_context if tokens is None else tokens
@@ -120,7 +124,8 @@ def layer_cache_bytes(cfg: ModelConfig, batch_size: int, tokens: int) -> list[in
         else:  # one scale per K/V head
             elements, scales = 2 * layer.kv_heads * layer.head_size, 2 * layer.kv_heads
         per_slot = elements * cfg.cache_itemsize + (scales * SCALE_BYTES if cfg.quantized_cache else 0)
-        ring = None if layer.kind == "full" else layer.window + (cfg.attention_sinks if layer.kind == "sliding" else 0)
+        ring = None if layer.kind == "full" else layer.window + (cfg.attention_sinks
+                                                                 if layer.kind == "sliding" else 0)
         per_layer.append(batch_size * (tokens if ring is None else min(tokens, ring)) * per_slot)
     return per_layer
 
@@ -132,11 +137,12 @@ def kv_read_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = No
     if not cfg.shared_layers:
         return kv_cache_bytes(cfg, batch_size, tokens)
     per_layer = layer_cache_bytes(cfg, int(batch_size), int(tokens))
-    return sum(per_layer[s.source] if s.kind == "shared" else b for s, b in zip(cfg.layers, per_layer, strict=True))
+    return sum(per_layer[s.source] if s.kind == "shared" else b
+               for s, b in zip(cfg.layers, per_layer, strict=True))
 
 
-# Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the code's.
-# B (sequences) and T (tokens held: the cache's filled slots S) are arguments, not config fields.
+# Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the
+# code's. B (sequences) and T (tokens held: the cache's filled slots S) are arguments, not config fields.
 CONTENT_SYMBOLS = {
     "L": ("L", "n_layers"),
     "N": ("N", "n_heads"),
@@ -150,7 +156,8 @@ CONTENT_SYMBOLS = {
 
 def formula_params(cfg: ModelConfig, batch: int | None = None, tokens: int | None = None,
                    **extra: float) -> dict[str, float]:
-    """A config's values under the content's symbols (L, N, H_kv, d_h, bytes; C, R for MLA), plus B, T, extra."""
+    """A config's values under the content's symbols (L, N, H_kv, d_h, bytes; C, R for MLA),
+    plus B, T, extra."""
     params = {symbol: getattr(cfg, field) for symbol, (_, field) in CONTENT_SYMBOLS.items()}
     params = {k: v for k, v in params.items() if v is not None}
     if batch is not None:
@@ -166,27 +173,32 @@ class CacheMeasurement:
 
     nbytes: int  # tree_nbytes of the arrays, or of their ShapeDtypeStructs
     source: str  # "arrays": allocated, measured, freed | "shapes": jax.eval_shape, nothing allocated
-    layer_shapes: dict[str, tuple[int, ...]]  # layer 0's arrays by field name, e.g. {"k": (B, K, H, S), "v": ...}
+    # layer 0's arrays by field name, e.g. {"k": (B, K, H, S), "v": ...}
+    layer_shapes: dict[str, tuple[int, ...]]
 
 
 @functools.lru_cache(maxsize=512)
 def _cache_shapes(cfg: ModelConfig, batch: int, tokens: int):
-    """cache_shapes, remembered: tracing init_cache is most of a small measurement, and its shapes never change."""
+    """cache_shapes, remembered: tracing init_cache is most of a small measurement,
+    and its shapes never change."""
     return cache_shapes(cfg, batch, tokens)
 
 
 def measure_cache(cfg: ModelConfig, batch: int, tokens: int, budget: int) -> CacheMeasurement:
-    """Bytes of `init_cache(cfg, batch, tokens)`: the real arrays if they fit in `budget`, else its eval_shape.
+    """Bytes of `init_cache(cfg, batch, tokens)`: the real arrays if they fit in `budget`,
+    else its eval_shape.
 
     Allocated arrays are measured with `tree_nbytes` and freed before returning; `budget=0` never allocates.
     """
     budget = positive_int("budget", budget, minimum=0)
     batch, tokens = positive_int("batch", batch), positive_int("tokens", tokens)
-    if tokens > cfg.max_context:  # checked here: raised inside eval_shape, JAX would append its traceback note
+    # checked here: raised inside eval_shape, JAX would append its traceback note
+    if tokens > cfg.max_context:
         raise ValueError(f"tokens: a cache holds at most max_context={cfg.max_context} tokens, got {tokens}")
     shapes = _cache_shapes(cfg, batch, tokens)
     first = shapes.layers[0]
-    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(first)._fields, first, strict=True) if a is not None}
+    layer_shapes = {name: tuple(a.shape) for name, a in zip(type(first)._fields, first, strict=True)
+                    if a is not None}
     if shapes.nbytes > budget:
         return CacheMeasurement(shapes.nbytes, "shapes", layer_shapes)
     cache = jax.block_until_ready(init_cache(cfg, batch, tokens))
@@ -232,14 +244,16 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-TABLE_VARIANTS = (("MHA", dict(kv_heads=None)), ("GQA ×4", dict(kv_heads=2)), ("GQA ×8 (= MQA)", dict(kv_heads=1)))
+TABLE_VARIANTS = (("MHA", dict(kv_heads=None)), ("GQA ×4", dict(kv_heads=2)),
+                  ("GQA ×8 (= MQA)", dict(kv_heads=1)))
 TABLE_TOKENS = (512, 1024, 4096)
 
 
 def reference_tables() -> str:
     """The README's reference tables (KV-cache size and max batch), generated from the formula."""
     base = ModelConfig.preset("reference", cache_dtype="bfloat16", dtype="bfloat16", max_context=4096)
-    lines = ["KV cache per sequence, reference model (12 layers, 8 query heads, head size 32, bf16 cache):", "",
+    lines = ["KV cache per sequence, reference model (12 layers, 8 query heads, head size 32, bf16 cache):",
+             "",
              "| variant | KV heads | " + " | ".join(f"{t} tokens" for t in TABLE_TOKENS) + " |",
              "|---|---|" + "---|" * len(TABLE_TOKENS)]
     configs = [(label, base.replace(**kw)) for label, kw in TABLE_VARIANTS]
@@ -249,8 +263,8 @@ def reference_tables() -> str:
     devices = [d for d in DEVICE_PRESETS.values() if not d.name.startswith("this machine")]
     weights = param_bytes(base)
     f32 = param_bytes(base.replace(dtype="float32"))
-    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)} in {base.dtype}, measured from the "
-              f"parameter arrays, subtracted first; the labs run this model in float32, "
+    lines += ["", f"Largest batch at 512 tokens (weights {format_bytes(weights)} in {base.dtype}, measured "
+              "from the parameter arrays, subtracted first; the labs run this model in float32, "
               f"{format_bytes(f32)} of weights):", "",
               "| variant | " + " | ".join(d.name for d in devices) + " |",
               "|---|" + "---|" * len(devices)]
@@ -259,12 +273,13 @@ def reference_tables() -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     mha, tokens = configs[0][1], TABLE_TOKENS[0]
     measured = cache_shapes(mha, 1, tokens).nbytes
-    terms = " · ".join(str(v) for v in (mha.n_layers, 2, tokens, mha.n_kv_heads, mha.head_size, mha.cache_itemsize))
-    lines += ["", f"A widely copied hand-made version of the first table gives {COPIED_MHA_512_MIB} MB for MHA at "
-              f"{tokens} tokens. The formula ({terms} bytes) and the shapes of the allocated arrays both give "
-              f"{format_bytes(measured)}, {measured / (COPIED_MHA_512_MIB * 2**20):g} times more (reading its MB as "
-              "MiB), and that table's max-batch column is off by a similar factor. The numbers above are the "
-              "correct ones."]
+    factors = (mha.n_layers, 2, tokens, mha.n_kv_heads, mha.head_size, mha.cache_itemsize)
+    terms = " · ".join(str(v) for v in factors)
+    lines += ["", f"A widely copied hand-made version of the first table gives {COPIED_MHA_512_MIB} MB for "
+              f"MHA at {tokens} tokens. The formula ({terms} bytes) and the shapes of the allocated arrays "
+              f"both give {format_bytes(measured)}, {measured / (COPIED_MHA_512_MIB * 2**20):g} times more "
+              "(reading its MB as MiB), and that table's max-batch column is off by a similar factor. The "
+              "numbers above are the correct ones."]
     return "\n".join(lines)
 
 

@@ -9,12 +9,12 @@ sdist); file:line below. Own code, own words: only the rules are carried over.
 
 vLLM
   page            16 tokens (vllm/config/cache.py:185, CacheConfig.DEFAULT_BLOCK_SIZE)
-  page bytes      16 · K · (H + H_v) · s per layer (vllm/v1/kv_cache_interface.py:586-600); MLA stores one latent
-                  of C + R with H_v = 0 and K = 1 (kv_cache_interface.py:743)
+  page bytes      16 · K · (H + H_v) · s per layer (vllm/v1/kv_cache_interface.py:586-600); MLA stores
+                  one latent of C + R with H_v = 0 and K = 1 (kv_cache_interface.py:743)
   full layer      ceil(T / 16) pages (kv_cache_interface.py:648)
-  sliding layer   with the hybrid allocator: ceil((W - 1) / 16) + 1 pages at decode, the + 1 because the window
-                  need not start at a page boundary (kv_cache_interface.py:944); without it, a sliding layer gets
-                  the pages of a full layer (kv_cache_interface.py:620-626)
+  sliding layer   with the hybrid allocator: ceil((W - 1) / 16) + 1 pages at decode, the + 1 because the
+                  window need not start at a page boundary (kv_cache_interface.py:944); without it, a sliding
+                  layer gets the pages of a full layer (kv_cache_interface.py:620-626)
   chunked layer   ceil(min(C, T) / 16) pages, the chunk in progress (kv_cache_interface.py:881)
   the log line    "GPU KV cache size: N tokens" is int(pages / pages per request at max_model_len ·
                   max_model_len) (vllm/v1/core/kv_cache_utils.py:1120-1128, 1061-1093), with pages (vLLM's
@@ -26,9 +26,9 @@ llama.cpp
   tensors         per layer K [n_embd_k_gqa, kv_size] and V [n_embd_v_gqa, kv_size] of type_k / type_v
                   (src/llama-kv-cache.cpp:233-234), f16 by default (src/llama-context.cpp:3780-3781); layers
                   without their own KV (shared) get none (src/llama-kv-cache.cpp:166)
-  SWA layers      a second cache of GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256) cells (src/llama-kv-cache-iswa.cpp
-                  :73), unless swa_full, which sizes it like the base cache (iswa.cpp:76-81); the library's default
-                  is swa_full = true (src/llama-context.cpp:3788)
+  SWA layers      a second cache of GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256) cells
+                  (src/llama-kv-cache-iswa.cpp:73), unless swa_full, which sizes it like the base cache
+                  (iswa.cpp:76-81); the library's default is swa_full = true (src/llama-context.cpp:3788)
   the log line    "llama_kv_cache: CPU KV buffer size = X MiB", one per cache (src/llama-kv-cache.cpp:291)
 """
 
@@ -50,8 +50,9 @@ def _ceil(a: int, b: int) -> int:
 
 def _float_size(cache_dtype: str, engine: str) -> int:
     if cache_dtype not in DTYPES:
-        raise ValueError(f"cache_dtype: the {engine} column is derived for float caches ({', '.join(DTYPES)}); "
-                         f"its quantized caches keep their scales differently, got {cache_dtype!r}")
+        raise ValueError(f"cache_dtype: the {engine} column is derived for float caches "
+                         f"({', '.join(DTYPES)}); its quantized caches keep their scales differently, got "
+                         f"{cache_dtype!r}")
     return {"float32": 4, "bfloat16": 2, "float16": 2}[cache_dtype]
 
 
@@ -66,7 +67,8 @@ class EngineColumn:
 
 def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = "bfloat16",
                 hybrid_allocator: bool = True, budget_bytes: int | None = None) -> EngineColumn:
-    """Pages vLLM holds for B sequences of T tokens (16-token pages), and its "GPU KV cache size" for a budget."""
+    """Pages vLLM holds for B sequences of T tokens (16-token pages),
+    and its "GPU KV cache size" for a budget."""
     s = _float_size(cache_dtype, "vLLM")
     pages, page_bytes, notes = [], [], []
     for layer in arch.layers:
@@ -88,8 +90,8 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
         page_bytes.append(page)
     per_layer = [batch * n * p for n, p in zip(pages, page_bytes, strict=True)]
     if arch.count("mamba"):
-        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); not "
-                     "counted in this column")
+        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); "
+                     "not counted in this column")
     if arch.count("linear"):
         notes.append("linear-attention layers: vLLM keeps each sequence's state in one page of its own "
                      "(vllm/v1/kv_cache_interface.py:1094, MambaSpec); not counted in this column")
@@ -102,7 +104,8 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
             per_request = _ceil(arch.max_context, VLLM_PAGE)
             log = f"GPU KV cache size: {int(n_pages / per_request * arch.max_context):,} tokens"
         else:
-            notes.append("the log line for a hybrid model depends on how vLLM groups its layers; not derived here")
+            notes.append("the log line for a hybrid model depends on how vLLM groups its layers; "
+                         "not derived here")
     return EngineColumn("vLLM", tuple(per_layer), sum(per_layer), log, tuple(notes))
 
 
@@ -111,8 +114,8 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
     """llama.cpp's KV buffers for one sequence at context n_ctx (padded), and its "KV buffer size" lines."""
     s = _float_size(cache_dtype, "llama.cpp")
     if arch.count("latent") or arch.count("linear") or arch.count("chunked") or arch.count("mamba"):
-        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers only "
-                         "(beside MLP blocks)")
+        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers "
+                         "only (beside MLP blocks)")
     size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
     windows = {layer.window for layer in arch.layers if layer.kind == "sliding"}
     swa = size if swa_full or not windows else _ceil(min(size, max(windows) + LLAMA_CPP_UBATCH),

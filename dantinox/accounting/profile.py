@@ -6,8 +6,8 @@
 
 generate's compiled decode loop (the one dantinox.accounting.roofline times) runs under
 `jax.profiler.trace`; the per-op events come back from the Perfetto trace and each op is sorted through
-the model's named scopes (`jax.named_scope` in dantinox/architectures/model.py) found in the compiled HLO's metadata.
-XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
+the model's named scopes (`jax.named_scope` in dantinox/architectures/model.py) found in the compiled HLO's
+metadata. XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
 profiler adds a little to every op, so the categories may sum to more than an unprofiled step.
 """
 
@@ -69,7 +69,8 @@ def _loop_bodies(hlo_text: str) -> str:
     """
     bodies = set(re.findall(r"body=%([\w.\-]+)", hlo_text))
     blocks = re.split(r"\n(?=\S)", hlo_text)  # a computation starts at a line with no indent
-    return "\n".join(b for b in blocks if (m := re.match(r"(?:ENTRY )?%([\w.\-]+) ", b)) and m.group(1) in bodies)
+    return "\n".join(b for b in blocks if (m := re.match(r"(?:ENTRY )?%([\w.\-]+) ", b))
+                     and m.group(1) in bodies)
 
 
 def categorize(hlo_text: str, slots: int) -> dict[str, str]:
@@ -113,11 +114,14 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
     batch, context = positive_int("batch", batch), check_fits(cfg, "context", context)
     steps = min(20, context) if steps is None else positive_int("steps", steps)
     if steps > context:
-        raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, got {steps}")
+        raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, "
+                         f"got {steps}")
     graphdef, params = nnx.split(model)
-    state = timing_state(cfg, batch, context, context - steps)  # the last `steps` slots; each reads all of them
+    # the last `steps` slots; each reads all of them
+    state = timing_state(cfg, batch, context, context - steps)
     loop = decode_program(batch, donate=False, cfg=cfg, slots=context)
-    compiled = loop.lower(graphdef, params, state, None, context, top_k=None, use_cache=True, bucket=context).compile()
+    compiled = loop.lower(graphdef, params, state, None, context, top_k=None, use_cache=True,
+                          bucket=context).compile()
     category = categorize(compiled.as_text(), context)
     jax.block_until_ready(compiled(params, state, None, context))  # warm before the profiled call
     with tempfile.TemporaryDirectory() as out:
@@ -128,7 +132,8 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
     micros: collections.Counter = collections.Counter()
     for event in events:
         info = event.get("args", {})
-        if event.get("ph") == "X" and info.get("hlo_op") in category and "jit__decode" in info.get("hlo_module", ""):
+        decode_op = info.get("hlo_op") in category and "jit__decode" in info.get("hlo_module", "")
+        if event.get("ph") == "X" and decode_op:
             micros[category[info["hlo_op"]]] += event["dur"]
     cost = decode_cost(cfg, batch, context)
     return StepProfile(cfg, batch, context, {c: micros[c] * 1e-6 / steps for c in CATEGORIES},

@@ -1,6 +1,7 @@
-"""The roofline of one decode or prefill step: bytes moved and FLOPs from a config, and the timings that test it.
+"""The roofline of one decode or prefill step: bytes moved and FLOPs from a config,
+and the timings that test it.
 
-    machine = measure_machine()                          # streaming read B/s and f32 matmul FLOP/s, timed here
+    machine = measure_machine()                          # streaming read B/s, f32 matmul FLOP/s: timed here
     cost = decode_cost(cfg, batch=8, context=128)        # bytes and FLOPs of one decode step
     cost.time(machine)                                   # the roofline: max(bytes / BW, FLOPs / peak)
     decode_step_seconds(model, batch=8, context=128)     # measured: compiled steps, fixed costs cancelled
@@ -53,13 +54,15 @@ class Machine:
     memory_bytes: int  # capacity, for the largest batch that fits
 
     def critical_batch(self, bytes_per_weight: int | None = None) -> float:
-        """Tokens per step at which the weight matmuls turn compute-bound (defaults to compute_dtype's size)."""
+        """Tokens per step at which the weight matmuls turn compute-bound
+        (defaults to compute_dtype's size)."""
         size = jnp.dtype(self.compute_dtype).itemsize if bytes_per_weight is None else bytes_per_weight
         return critical_batch(self.peak_flops, self.bandwidth, size)
 
 
 def critical_batch(peak_flops: float, bandwidth: float, bytes_per_weight: int = 2) -> float:
-    """F / BW · bytes / 2: a weight of `bytes_per_weight` bytes gives 2 FLOPs (one multiply-add) per token."""
+    """F / BW · bytes / 2: a weight of `bytes_per_weight` bytes gives 2 FLOPs
+    (one multiply-add) per token."""
     return peak_flops / bandwidth * bytes_per_weight / 2
 
 
@@ -109,7 +112,8 @@ def check_variant(cfg: ModelConfig) -> None:
     if cfg.attention == "latent":
         raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
     if not cfg.uniform_heads:
-        raise ValueError("layer_specs: the roofline counts one K and H for every layer; this config's layers differ")
+        raise ValueError("layer_specs: the roofline counts one K and H for every layer; "
+                         "this config's layers differ")
 
 
 def weight_count(cfg: ModelConfig) -> int:
@@ -121,7 +125,8 @@ def weight_count(cfg: ModelConfig) -> int:
 
 
 def matmul_weights_per_token(cfg: ModelConfig) -> int:
-    """Weights each token multiplies by: every block's matmuls and the output head (the embedding when tied)."""
+    """Weights each token multiplies by: every block's matmuls and the output head
+    (the embedding when tied)."""
     check_variant(cfg)
     D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
     return cfg.n_layers * (D * (N + 2 * K) * H + N * H * D + 3 * D * F) + D * V
@@ -154,8 +159,8 @@ def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, s
 
 def page_gather_bytes(cfg: ModelConfig, batch: int, context: int) -> int:
     """Bytes a paged step moves beyond reading its pages: where a paged layer gathers each sequence's pages
-    into a contiguous copy (dantinox/cache/paged.py, `Paged.reads_pool` False) the copy is written once and read
-    once by attention; a pool read whole or in place moves none."""
+    into a contiguous copy (dantinox/cache/paged.py, `Paged.reads_pool` False) the copy is written once and
+    read once by attention; a pool read whole or in place moves none."""
     layers, slots, read = _paged_read(cfg, batch, context)
     if read != "gathered":
         return 0
@@ -168,7 +173,9 @@ def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
     or, for a paged pool read whole, each query's scores over every sequence's pages)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
     layers, slots, read = _paged_read(cfg, batch, context)
-    pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size if read == "whole" else 0
+    pool_scores = 0
+    if read == "whole":
+        pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
@@ -196,9 +203,11 @@ def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
 
 def generate_seconds(cfg: ModelConfig, batch: int, prompt: int, new_tokens: int, machine: Machine) -> float:
     """The roofline of one generate() call: the prefill of `prompt` tokens, then `new_tokens` decode steps,
-    each over the slots it has filled (prompt + 1, ..., prompt + new_tokens), the least any cache layout reads."""
+    each over the slots it has filled (prompt + 1, ..., prompt + new_tokens),
+    the least any cache layout reads."""
     new_tokens = positive_int("new_tokens", new_tokens, minimum=0)
-    steps = sum(decode_cost(cfg, batch, filled).time(machine) for filled in range(prompt + 1, prompt + new_tokens + 1))
+    steps = sum(decode_cost(cfg, batch, filled).time(machine)
+                for filled in range(prompt + 1, prompt + new_tokens + 1))
     return prefill_cost(cfg, batch, prompt).time(machine) + steps
 
 
@@ -215,7 +224,8 @@ def crossover_batch(cfg: ModelConfig, context: int, machine: Machine, limit: int
 
 # Measuring -------------------------------------------------------------------------------------------------
 def best_of(fn: Callable[[], object], repeats: int, warmup: bool = True) -> float:
-    """Fastest of `repeats` timed calls in seconds, after one untimed call that compiles (unless warmup=False)."""
+    """Fastest of `repeats` timed calls in seconds, after one untimed call that compiles
+    (unless warmup=False)."""
     repeats = positive_int("repeats", repeats)
     if warmup:
         jax.block_until_ready(fn())
@@ -235,7 +245,8 @@ def measure_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = 5) -> float:
 
 
 def measure_matmul_flops(n: int = MATMUL_SIZE, repeats: int = 5) -> float:
-    """Dense float32 matmul throughput in FLOP/s: a jitted n×n by n×n product (2·n³ FLOPs), best of `repeats`."""
+    """Dense float32 matmul throughput in FLOP/s: a jitted n×n by n×n product (2·n³ FLOPs),
+    best of `repeats`."""
     a = jax.random.normal(jax.random.key(0), (positive_int("n", n), n), jnp.float32)
     product = jax.jit(jnp.matmul)
     return 2 * n**3 / best_of(lambda: product(a, a), repeats)
@@ -246,8 +257,8 @@ def measure_machine(repeats: int = 5) -> Machine:
     return Machine(
         name="this machine", bandwidth=measure_bandwidth(repeats=repeats),
         peak_flops=measure_matmul_flops(repeats=repeats), compute_dtype="float32", kind="measured",
-        source=f"jitted sum over {BANDWIDTH_BYTES // 2**20} MiB of f32 and a {MATMUL_SIZE}×{MATMUL_SIZE} f32 "
-               f"matmul on {jax.default_backend()}, best of {repeats} each",
+        source=f"jitted sum over {BANDWIDTH_BYTES // 2**20} MiB of f32 and a {MATMUL_SIZE}×{MATMUL_SIZE} "
+               f"f32 matmul on {jax.default_backend()}, best of {repeats} each",
         memory_bytes=DEVICE_PRESETS["this machine (RAM)"].memory_bytes)
 
 
@@ -278,7 +289,8 @@ def timing_state(cfg: ModelConfig, batch: int, context: int, filled: int) -> Dec
     cache = init_cache(cfg, batch, context)
     at = jnp.full((batch,), filled, jnp.int32)
     return DecodeState(jnp.zeros((batch, cfg.max_context), jnp.int32), cache._replace(lengths=at), at,
-                       jnp.full((batch,), context, jnp.int32), jnp.zeros((batch, cfg.vocab_size), jnp.float32),
+                       jnp.full((batch,), context, jnp.int32),
+                       jnp.zeros((batch, cfg.vocab_size), jnp.float32),
                        jax.random.key(0))
 
 
@@ -311,9 +323,9 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
     """Seconds per decode step with a cache of `context` slots: (t(long) - t(short)) / (long - short).
 
     Both loop lengths run generate's compiled decode loop (the same program: the start is an argument),
-    so compiling, dispatch and copying the input cache cancel out. The two lengths are timed in alternation and each
-    keeps its best of `repeats`; if a busy machine makes the difference non-positive, the long loop is
-    doubled and timed again, up to `attempts` times. The loop writes one slot per step, so neither length
+    so compiling, dispatch and copying the input cache cancel out. The two lengths are timed in alternation
+    and each keeps its best of `repeats`; if a busy machine makes the difference non-positive, the long loop
+    is doubled and timed again, up to `attempts` times. The loop writes one slot per step, so neither length
     exceeds `context`.
     """
     cfg = model.cfg
@@ -322,7 +334,8 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
     if not 0 <= short < long:
         raise ValueError(f"short, long: expected 0 <= short < long, got {short}, {long}")
     repeats, attempts = positive_int("repeats", repeats), positive_int("attempts", attempts)
-    long = min(long, context)  # a loop writes one slot per step, so a cache of `context` slots holds that many
+    # a loop writes one slot per step, so a cache of `context` slots holds that many
+    long = min(long, context)
     short = min(short, long - 1)
     graphdef, params = nnx.split(model)
     states = {}
@@ -347,7 +360,8 @@ def decode_step_seconds(model: nnx.Module, batch: int, context: int, short: int 
 
 
 def prefill_seconds(model: nnx.Module, batch: int, prompt: int, repeats: int = 3) -> float:
-    """Seconds of one compiled prefill of B prompts of `prompt` tokens into a fresh cache, best of `repeats`."""
+    """Seconds of one compiled prefill of B prompts of `prompt` tokens into a fresh cache,
+    best of `repeats`."""
     cfg = model.cfg
     check_variant(cfg)
     batch, prompt = positive_int("batch", batch), check_fits(cfg, "prompt", prompt)

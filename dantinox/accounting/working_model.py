@@ -1,22 +1,23 @@
-"""A working dantinox model with a published model's cache geometry, and the bytes of the cache it decodes with.
+"""A working dantinox model with a published model's cache geometry,
+and the bytes of the cache it decodes with.
 
     arch = dantinox.architectures.catalogue.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
     run = measure_working_model(arch, tokens=4096, batch=1, cache_dtype="bfloat16")
     run.layer_bytes, run.source, run.lengths        # per layer, from the arrays; "arrays"; [5]
 
-What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring of
-C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache does
-not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set the
-weights, not the cache; the query heads are the least common multiple of the layers' K (each query head reads one
-KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the latent
-C plus the RoPE key R whatever the heads). The weights are random. Features that shape the logits but store
-nothing (QK-norm, per-layer RoPE bases, Llama 4's NoPE layers, gpt-oss's learned sink logits) are left out:
-the model runs the same cache without them.
+What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring
+of C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache
+does not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set
+the weights, not the cache; the query heads are the least common multiple of the layers' K (each query head
+reads one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache
+is the latent C plus the RoPE key R whatever the heads). The weights are random. Features that shape the
+logits but store nothing (QK-norm, per-layer RoPE bases, Llama 4's NoPE layers, gpt-oss's learned sink logits)
+are left out: the model runs the same cache without them.
 
-The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the model
-prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the arrays it
-returns. Above the memory guard nothing is allocated: the same run is traced with `jax.eval_shape` and the bytes
-are those of the shapes it returns (source "shapes").
+The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
+model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
+arrays it returns. Above the memory guard nothing is allocated: the same run is traced with `jax.eval_shape`
+and the bytes are those of the shapes it returns (source "shapes").
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from dantinox.architectures.model import Transformer
 from dantinox.cache import cache_shapes, init_cache, tree_nbytes
 from dantinox.checks import positive_int
 
-MEMORY_GUARD = 256 * 2**20  # bytes: the labs' allocation budget (widgets/readings.py); larger caches are traced
+# bytes: the labs' allocation budget (widgets/readings.py); larger caches are traced
+MEMORY_GUARD = 256 * 2**20
 D_MODEL, MLP_WIDTH, VOCAB = 64, 64, 256  # the scaled-down widths: they size the weights, never the cache
 MLA_QUERY_HEADS, MLA_HEAD_SIZE = 2, 16
 PROMPT, DECODE = 3, 2  # tokens prefilled in one call, then decoded one at a time
@@ -48,7 +50,8 @@ class WorkingRun:
 
     config: ModelConfig
     layer_bytes: tuple[int, ...]  # per layer, bytes of its payload's arrays (or shapes) after the decode
-    source: str  # "arrays" (allocated and decoded) | "shapes" (jax.eval_shape of the same run, over the guard)
+    # "arrays" (allocated and decoded) | "shapes" (jax.eval_shape of the same run, over the guard)
+    source: str
     lengths: tuple[int, ...]  # tokens each sequence holds after the run (the cache's own fill)
     prompt: int  # tokens prefilled in one call
     decoded: int  # tokens decoded one at a time after it
@@ -59,7 +62,8 @@ class WorkingRun:
 
 
 def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16") -> ModelConfig:
-    """A dantinox config with `arch`'s per-layer cache geometry and a cache of `tokens` slots (see the module)."""
+    """A dantinox config with `arch`'s per-layer cache geometry and a cache of `tokens` slots
+    (see the module)."""
     tokens = positive_int("tokens", tokens)
     if cache_dtype not in (*DTYPES, *QUANT_CACHE_DTYPES):
         raise ValueError(f"cache_dtype: expected one of {', '.join((*DTYPES, *QUANT_CACHE_DTYPES))}, "
@@ -67,11 +71,12 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
     for layer in arch.layers:
         if layer.kind not in BUILT_KINDS:
             what = "an MLP block without attention" if layer.kind == "mlp" else "a Mamba-2 state"
-            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the working "
-                             f"model does not build; its ledger row is derived from the formula")
+            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the "
+                             "working model does not build; its ledger row is derived from the formula")
         if layer.kind == "linear" and layer.value_size != layer.head_size:
             raise ValueError(f"{arch.name}: layer {layer.index} has keys of {layer.head_size} and values of "
-                             f"{layer.value_size} channels; the working model's Gated DeltaNet builds equal ones")
+                             f"{layer.value_size} channels; the working model's Gated DeltaNet builds "
+                             "equal ones")
     activations = cache_dtype if cache_dtype in DTYPES else "bfloat16"  # a state layer's convolution inputs
     common = dict(vocab_size=VOCAB, d_model=D_MODEL, n_layers=len(arch.layers), mlp_width=MLP_WIDTH,
                   max_context=tokens, cache_dtype=cache_dtype, dtype=activations)
@@ -80,8 +85,8 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
     if latent:
         widths = {(layer.latent, layer.rope) for layer in latent}
         if len(widths) > 1 or len(latent) != sum(layer.kind != "shared" for layer in arch.layers):
-            raise ValueError(f"{arch.name}: the working model builds one MLA width for every layer, got {widths} "
-                             "beside other kinds")
+            raise ValueError(f"{arch.name}: the working model builds one MLA width for every layer, got "
+                             f"{widths} beside other kinds")
         (c, r), = widths
         return ModelConfig(**common, n_heads=MLA_QUERY_HEADS, head_size=MLA_HEAD_SIZE, attention="latent",
                            kv_latent_dim=c, rope_head_dim=r, layer_specs=specs)
@@ -103,7 +108,8 @@ def _spec(layer) -> LayerSpec:
 
 def measure_working_model(arch: Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
                           guard: int = MEMORY_GUARD, seed: int = 0) -> WorkingRun:
-    """Build `arch`'s working model, prefill and decode with a cache of `tokens` slots, and measure each layer."""
+    """Build `arch`'s working model, prefill and decode with a cache of `tokens` slots,
+    and measure each layer."""
     cfg = working_config(arch, tokens, cache_dtype)
     batch = positive_int("batch", batch)
     guard = positive_int("guard", guard, minimum=0)
