@@ -3,7 +3,8 @@
 `attend` scores grouped queries against K/V heads (never repeated) in one einsum, with int8 scales folded into
 the contractions, attention sinks, and a shared pool read whole (a paged pool: one row of keys broadcast over
 the batch). A backend may compute the same numbers its own way (dantinox/ops.py, `takes_over`); the CPU one
-(dantinox/backend) hands one new token per sequence to a native kernel or to an arrangement XLA:CPU runs faster.
+(dantinox/backend) hands one new token per sequence to a native kernel or to an arrangement XLA:CPU runs
+faster.
 """
 
 from __future__ import annotations

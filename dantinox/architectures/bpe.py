@@ -1,4 +1,5 @@
-"""The tokenizer of a published model: byte-level BPE (Hugging Face `tokenizers`) and its Jinja2 chat template.
+"""The tokenizer of a published model: byte-level BPE
+(Hugging Face `tokenizers`) and its Jinja2 chat template.
 
 Built from a GGUF file's metadata (vocabulary, merges, token types, chat template) or from a Hugging Face
 checkpoint's tokenizer.json. The template is data from the file, so it is rendered in Jinja2's immutable
@@ -17,7 +18,8 @@ CONTROL = 3  # llama.cpp's token type of special tokens such as <|im_start|>
 
 
 class BPETokenizer:
-    """encode(text) -> ids, decode(ids) -> text, chat(messages) -> ids; no special tokens are added to text."""
+    """encode(text) -> ids, decode(ids) -> text, chat(messages) -> ids;
+    no special tokens are added to text."""
 
     def __init__(self, backend: Tokenizer, chat_template: str | None = None, eos_id: int | None = None,
                  bos_token: str = "", eos_token: str = ""):
@@ -35,19 +37,21 @@ class BPETokenizer:
         pairs = [tuple(m.split(" ", 1)) for m in merges]
         backend = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
         level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        # llama.cpp's "smollm" pre-tokenizer cuts digits apart before the GPT-2 split, as SmolLM's tokenizer.json does
-        backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), level])
-                                 if pre == "smollm" else level)
+        # llama.cpp's "smollm" pre-tokenizer cuts digits apart before the GPT-2 split,
+        # as SmolLM's tokenizer.json does
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        backend.pre_tokenizer = pre_tokenizers.Sequence([digits, level]) if pre == "smollm" else level
         backend.decoder = decoders.ByteLevel()
         backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                     for t, kind in zip(tokens, token_types, strict=True) if kind == CONTROL])
         name = {i: t for i, t in enumerate(tokens)}
-        return cls(backend, chat_template, eos_id, bos_token=name.get(bos_id, ""), eos_token=name.get(eos_id, ""))
+        return cls(backend, chat_template, eos_id, bos_token=name.get(bos_id, ""),
+                   eos_token=name.get(eos_id, ""))
 
     def to_json(self) -> str:
         """Everything needed to rebuild this tokenizer (what the weight cache stores beside the tensors)."""
-        return json.dumps(dict(backend=self.backend.to_str(), chat_template=self.chat_template, eos_id=self.eos_id,
-                               **self._special))
+        return json.dumps(dict(backend=self.backend.to_str(), chat_template=self.chat_template,
+                               eos_id=self.eos_id, **self._special))
 
     @classmethod
     def from_json(cls, text: str) -> BPETokenizer:
@@ -74,12 +78,14 @@ class BPETokenizer:
         if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
             raise ValueError("messages: expected a non-empty list of {'role': ..., 'content': ...} dicts")
         for i, m in enumerate(messages):
-            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                raise ValueError(f"messages[{i}]: expected a dict with string 'role' and 'content', got {m!r}")
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str)):
+                raise ValueError(f"messages[{i}]: expected a dict with string 'role' and 'content', "
+                                 f"got {m!r}")
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as Hugging Face renders them
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as Hugging Face does
 
         def raise_exception(message: str) -> None:
             raise ValueError(f"chat template: {message}")

@@ -1,4 +1,5 @@
-"""Published architectures as per-layer cache geometry: a strict reader of config.json, GGUF metadata and the catalogue.
+"""Published architectures as per-layer cache geometry: a strict reader of config.json,
+GGUF metadata and the catalogue.
 
     arch = dantinox.architectures.catalogue.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
     arch.layers[5]  # LayerGeometry(index=5, kind='full', kv_heads=16, head_size=128, ...)
@@ -10,11 +11,12 @@ A layer is one of eight kinds, each decided by named config fields:
   latent    MLA: one latent of C + R elements per token, no K/V pair    kv_lora_rank, qk_rope_head_dim
   shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n)
   linear    a recurrent state whose size does not grow with T           linear_* (Qwen3-Next's Gated DeltaNet)
-  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M' (Nemotron-H)
+  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M'
+                                                                        (Nemotron-H)
   mlp       an MLP or MoE block with no token mixer: no cache           hybrid_override_pattern '-', 'E'
-Fields a config leaves out take the default of the model's Hugging Face transformers configuration class (named
-where it is applied). A field that changes the cache in a way this reader does not model is refused in one line,
-never guessed.
+Fields a config leaves out take the default of the model's Hugging Face transformers configuration class
+(named where it is applied). A field that changes the cache in a way this reader does not model is refused in
+one line, never guessed.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.j
 # Fields that change a model's cache. A config that sets one its model_type does not read is refused.
 CACHE_FIELDS = frozenset({
     "sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern", "layer_types",
-    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers", "kv_sharing_modes",
-    "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
-    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "global_head_dim",
-    "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern", "layers_block_type",
-    "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "cross_attention_layers", "sliding_window_size",
-    "interleaved_sliding_window", "swa_layers", "num_nextn_predict_layers_kv",
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers",
+    "kv_sharing_modes", "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern",
+    "layers_block_type", "attn_layer_indices", "attn_layer_period", "attn_layer_offset",
+    "cross_attention_layers", "sliding_window_size", "interleaved_sliding_window", "swa_layers",
+    "num_nextn_predict_layers_kv",
 })
 
 
@@ -56,7 +59,8 @@ class LayerGeometry:
     rope: int | None = None  # R, MLA's decoupled RoPE key width
     shares: int | None = None  # the layer whose cache a shared layer reads
     state_elements: int | None = None  # a linear or mamba layer's constant state, elements per sequence
-    value_heads: int | None = None  # a linear layer's V value heads (its K key heads are kv_heads, of head_size)
+    # a linear layer's V value heads (its K key heads are kv_heads, of head_size)
+    value_heads: int | None = None
     value_size: int | None = None  # a linear layer's value head size
     conv: int | None = None  # a linear layer's convolution width (inputs it keeps)
     state_formula: str | None = None  # how state_elements follows from the config
@@ -126,7 +130,8 @@ class _Reader:
                              else f"a list of {len(value)}")
         for i, item in enumerate(value):
             if item not in allowed:
-                raise ValueError(f"{self.where}: {key}[{i}]: expected one of {', '.join(allowed)}, got {item!r}")
+                raise ValueError(f"{self.where}: {key}[{i}]: expected one of {', '.join(allowed)}, got "
+                                 f"{item!r}")
         return value
 
     def int_list(self, key: str, length: int) -> list[int] | None:
@@ -160,7 +165,8 @@ def _heads(r: _Reader, head_key: str = "head_dim") -> tuple[int, int, int, int]:
         r.read.add("head_dim")
         h = d // n
     if n % k:
-        raise ValueError(f"{r.where}: num_key_value_heads: expected a divisor of num_attention_heads ({n}), got {k}")
+        raise ValueError(f"{r.where}: num_key_value_heads: expected a divisor of num_attention_heads ({n}), "
+                         f"got {k}")
     return d, n, k, h
 
 
@@ -173,7 +179,8 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-
 
 def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     """Per layer: full, sliding, chunked or linear, from layer_types or from the model type's own rule."""
-    other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention"}.get(model_type, "sliding_attention")
+    others = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention"}
+    other = others.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
     if given is not None:
         return [TYPE_NAMES[t] for t in given]
@@ -182,7 +189,8 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     if model_type == "gemma3_text":  # Gemma3TextConfig: one global layer after every (pattern - 1) local ones
         period = r.int("sliding_window_pattern", 6)
         return ["full" if (i + 1) % period == 0 else "sliding" for i in range(L)]
-    if model_type == "llama4_text":  # Llama4TextConfig: RoPE layers are chunked, every 4th (NoPE) layer is global
+    # Llama4TextConfig: RoPE layers are chunked, every 4th (NoPE) layer is global
+    if model_type == "llama4_text":
         rope = r.int_list("no_rope_layers", L)
         if rope is None:
             interval = r.int("no_rope_layer_interval", 4)
@@ -208,16 +216,18 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     return ["full"] * L
 
 
-DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
-               "llama4_text", "gpt_oss", "qwen3_next", "nemotron_h")
+DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text",
+               "gemma3n_text", "llama4_text", "gpt_oss", "qwen3_next", "nemotron_h")
 LATENT_TYPES = ("deepseek_v2", "deepseek_v3")
 # Multimodal wrappers: the cache is the text decoder's.
 WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config"}
 SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
 
 
-def parse_config(data: Any, where: str, name: str | None = None, parameters: int | None = None) -> Architecture:
-    """An Architecture from a Hugging Face config.json dict; ValueError naming `where` and the field otherwise."""
+def parse_config(data: Any, where: str, name: str | None = None,
+                 parameters: int | None = None) -> Architecture:
+    """An Architecture from a Hugging Face config.json dict;
+    ValueError naming `where` and the field otherwise."""
     outer = _Reader(data, where)
     model_type = data.get("model_type")
     if model_type in WRAPPERS:
@@ -230,7 +240,8 @@ def parse_config(data: Any, where: str, name: str | None = None, parameters: int
     else:
         r = outer
     if model_type not in DENSE_TYPES + LATENT_TYPES:
-        raise ValueError(f"{r.where}: model_type: expected one of {', '.join(SUPPORTED_TYPES)}, got {model_type!r}")
+        raise ValueError(f"{r.where}: model_type: expected one of {', '.join(SUPPORTED_TYPES)}, got "
+                         f"{model_type!r}")
     L = r.int("num_hidden_layers")
     context = r.int("max_position_embeddings")
     notes = []
@@ -257,8 +268,9 @@ def parse_config(data: Any, where: str, name: str | None = None, parameters: int
                 layers.append(LayerGeometry(i, kind, kv_heads=k, head_size=h, window=ring))
         layers = tuple(_share(r, layers, L) if model_type == "gemma3n_text" else layers)
         if model_type == "gpt_oss":
-            notes.append("attention sinks: gpt-oss learns one sink logit per head, a parameter added to the softmax "
-                         "denominator; it caches 0 bytes (StreamingLLM's 'sinks' are kept tokens, which do cost bytes)")
+            notes.append("attention sinks: gpt-oss learns one sink logit per head, a parameter added to the "
+                         "softmax denominator; it caches 0 bytes (StreamingLLM's 'sinks' are kept tokens, "
+                         "which do cost bytes)")
     r.refuse_unread()
     if r is not outer:
         outer.refuse_unread()
@@ -274,28 +286,31 @@ def _linear_state(r: _Reader) -> tuple[int, str, dict]:
     kernel = r.int("linear_conv_kernel_dim")
     conv_dim = 2 * hk * dk + hv * dv  # q, k and v channels go through the convolution
     elements = hv * dk * dv + conv_dim * kernel
-    formula = (f"H_v·d_k·d_v float32 + (2·H_k·d_k + H_v·d_v)·kernel activations = {hv}·{dk}·{dv} × 4 B + "
-               f"({2 * hk * dk} + {hv * dv})·{kernel}")
+    formula = (f"H_v·d_k·d_v float32 + (2·H_k·d_k + H_v·d_v)·kernel activations = "
+               f"{hv}·{dk}·{dv} × 4 B + ({2 * hk * dk} + {hv * dv})·{kernel}")
     return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel)
 
 
 def _mamba_state(r: _Reader) -> tuple[int, str]:
-    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060): an N x P matrix per head (state size N,
-    head size P), and the short causal convolution's last kernel - 1 inputs over x, B and C."""
+    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060): an N x P matrix per head (state size
+    N, head size P), and the short causal convolution's last kernel - 1 inputs over x, B and C."""
     heads, p = r.int("mamba_num_heads"), r.int("mamba_head_dim")
     n, groups, kernel = r.int("ssm_state_size"), r.int("n_groups"), r.int("conv_kernel")
     conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
     elements = heads * p * n + conv_dim * (kernel - 1)
-    formula = (f"heads·P·N + (heads·P + 2·groups·N)·(kernel − 1) = {heads}·{p}·{n} + ({heads * p} + "
-               f"{2 * groups * n})·{kernel - 1} = {elements:,} elements per sequence")
+    formula = (f"heads·P·N + (heads·P + 2·groups·N)·(kernel − 1) = "
+               f"{heads}·{p}·{n} + ({heads * p} + {2 * groups * n})·{kernel - 1} = "
+               f"{elements:,} elements per sequence")
     return elements, formula
 
 
 def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometry]:
-    """Gemma 3n: the last num_kv_shared_layers layers read the cache of the last earlier layer of their kind."""
+    """Gemma 3n: the last num_kv_shared_layers layers read the cache of the last earlier layer of their
+    kind."""
     shared = r.int("num_kv_shared_layers", 0, minimum=0)
     if shared >= L:
-        raise ValueError(f"{r.where}: num_kv_shared_layers: expected fewer than num_hidden_layers ({L}), got {shared}")
+        raise ValueError(f"{r.where}: num_kv_shared_layers: expected fewer than num_hidden_layers ({L}), got "
+                         f"{shared}")
     first = L - shared
     out = list(layers)
     for i in range(first, L):
@@ -307,7 +322,7 @@ def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometr
     return out
 
 
-# ---- the catalogue -------------------------------------------------------------------------------------------
+# ---- the catalogue ---------------------------------------------------------------------------------------
 
 _CATALOGUE_KEYS = {"title": str, "config_url": str, "checked_against": str, "config": dict}
 _OPTIONAL_KEYS = {"mirror_url": str, "parameters": int, "parameters_source": str, "weights_format": str,
@@ -343,10 +358,11 @@ def _read_catalogue(text: str, where: str) -> dict[str, dict[str, Any]]:
             if url is not None and not (url.startswith("https://") and url.endswith("config.json")):
                 raise ValueError(f"{at}.{key}: expected the https URL of a config.json, got {url!r}")
         if ("parameters" in entry) != ("parameters_source" in entry):
-            raise ValueError(f"{at}.parameters: a parameter count needs its parameters_source, and the other way round")
+            raise ValueError(f"{at}.parameters: a parameter count needs its parameters_source, "
+                             "and the other way round")
         if ("weights_format" in entry) != ("weights_format_source" in entry):
-            raise ValueError(f"{at}.weights_format: a checkpoint format needs its weights_format_source, and the "
-                             "other way round")
+            raise ValueError(f"{at}.weights_format: a checkpoint format needs its weights_format_source, and "
+                             "the other way round")
         parse_config(entry["config"], f"{at}.config", name)  # every entry must read as an architecture
     return data["models"]
 
@@ -379,7 +395,8 @@ def catalogue_architecture(name: str) -> Architecture:
 
 
 def load_architecture(source: str | os.PathLike) -> Architecture:
-    """A catalogue name (`dantinox kv --list`), a Hugging Face config.json path, or a .gguf path (metadata only)."""
+    """A catalogue name (`dantinox kv --list`), a Hugging Face config.json path, or a .gguf path
+    (metadata only)."""
     text = os.fspath(source)
     path = Path(text)
     if text.endswith(".gguf"):

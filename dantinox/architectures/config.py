@@ -1,5 +1,5 @@
-"""Model configuration: the architecture (ModelConfig, a LayerSpec per layer) and the cache (CacheConfig), frozen
-dataclasses; named presets; the validation rules.
+"""Model configuration: the architecture (ModelConfig, a LayerSpec per layer) and the cache (CacheConfig),
+frozen dataclasses; named presets; the validation rules.
 
 Dimension alphabet used across dantinox (names and einsum strings):
 B batch, T query length, S key length, D model width, F MLP width, N query heads, K KV heads,
@@ -23,13 +23,15 @@ ATTENTION_KINDS = ("heads", "latent")
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa", "mla")  # derived labels (ModelConfig.variant), not stored
 PARADIGMS = ("autoregressive", "diffusion")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-# Quantized cache storage (dantinox/cache/quant.py): code dtype; a float32 scale per token and head sits beside
-# the codes.
+# Quantized cache storage (dantinox/cache/quant.py): code dtype; a float32 scale per token and head sits
+# beside the codes.
 QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
-# KIVI-style low-bit storage (dantinox/cache/kivi.py): bits per code; codes packed into uint8, float16 scales and zeros.
+# KIVI-style low-bit storage (dantinox/cache/kivi.py): bits per code; codes packed into uint8,
+# float16 scales and zeros.
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
-MLP_KINDS = ("swiglu", "geglu")  # the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
+# the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
+MLP_KINDS = ("swiglu", "geglu")
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/cache/eviction.py)
 # Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.catalogue.KINDS.
@@ -37,9 +39,9 @@ LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
-    """The stored fields (attention, kv_heads) for a variant label: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (K given),
-    'mla' (a latent). The one place a label turns back into fields: run directories written before kv_heads was
-    the stored fact, and the labs' variant menus, call it."""
+    """The stored fields (attention, kv_heads) for a variant label: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (K
+    given), 'mla' (a latent). The one place a label turns back into fields: run directories written before
+    kv_heads was the stored fact, and the labs' variant menus, call it."""
     if variant not in ATTENTION_VARIANTS:
         raise ValueError(f"attention: expected one of {', '.join(ATTENTION_VARIANTS)}, got {variant!r}")
     if variant == "mla":
@@ -60,21 +62,27 @@ class LayerSpec:
     value; `ModelConfig.layers` gives every layer's spec with each field filled in.
     """
 
-    kind: str = "full"  # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state"
-    window: int | None = None  # W of a sliding layer (the current token and W - 1 before it), C of a chunked one
+    # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state"
+    kind: str = "full"
+    # W of a sliding layer (the current token and W - 1 before it), C of a chunked one
+    window: int | None = None
     kv_heads: int | None = None  # K of this layer, a divisor of n_heads
     head_size: int | None = None  # H of this layer's queries, keys and values
     rope_base: float | None = None  # RoPE wavelength base of this layer (Gemma 3: 10k local, 1M global)
     source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
-    value_heads: int | None = None  # "state": value heads of the recurrent state (default: kv_heads, its key heads)
+    # "state": value heads of the recurrent state (default: kv_heads, its key heads)
+    value_heads: int | None = None
     conv: int | None = None  # "state": width of its short causal convolution (default 4)
-    # MLA with partial RoPE (a converted model, MHA2MLA): per RoPE key head, the frequency pairs i its keys keep,
-    # each turning at base^(-2i / head width); None: the RoPE key's own pairs 0 .. R / rope heads / 2 - 1
+    # MLA with partial RoPE (a converted model, MHA2MLA): per RoPE key head, the frequency pairs i its keys
+    # keep, each turning at base^(-2i / head width); None: the RoPE key's own pairs
+    # 0 .. R / rope heads / 2 - 1
     rope_pairs: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.rope_pairs, list | tuple):  # JSON gives lists: stored as the tuples they mean (hashable)
-            object.__setattr__(self, "rope_pairs", tuple(tuple(int(i) for i in head) for head in self.rope_pairs))
+        # JSON gives lists: stored as the tuples they mean (hashable)
+        if isinstance(self.rope_pairs, list | tuple):
+            object.__setattr__(self, "rope_pairs",
+                               tuple(tuple(int(i) for i in head) for head in self.rope_pairs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,12 +94,15 @@ class CacheConfig:
     """
 
     cache_dtype: str = "float32"  # storage of cached keys/values (compute stays in the model's `dtype`)
-    cache_layout: str = "contiguous"  # addressing of the full layers: "contiguous" rows, or "paged" (page table)
+    # addressing of the full layers: "contiguous" rows, or "paged" (page table)
+    cache_layout: str = "contiguous"
     page_size: int = 16  # token slots per page of a paged cache
-    kivi_group: int = 32  # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    # G: tokens per key group (per-channel scales) and channels per value group (kivi4/kivi2)
+    kivi_group: int = 32
     kivi_residual: int = 128  # R: most recent tokens also kept in full precision (kivi4/kivi2); at least G
     attention_sinks: int = 0  # S: first tokens every sliding-window layer keeps forever (StreamingLLM)
-    cache_budget: int | None = None  # N: slots per layer under eviction; the latest N // 2 plus the heavy hitters
+    # N: slots per layer under eviction; the latest N // 2 plus the heavy hitters
+    cache_budget: int | None = None
     eviction: str | None = None  # "h2o": evict the non-recent token with the least accumulated attention
 
     def __post_init__(self) -> None:
@@ -99,7 +110,8 @@ class CacheConfig:
         if self.cache_dtype not in known:
             raise ValueError(f"cache_dtype: expected one of {', '.join(known)}, got {self.cache_dtype!r}")
         if self.cache_layout not in CACHE_LAYOUTS:
-            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got {self.cache_layout!r}")
+            raise ValueError(f"cache_layout: expected one of {', '.join(CACHE_LAYOUTS)}, got "
+                             f"{self.cache_layout!r}")
         positive_int("page_size", self.page_size)
         g, r = positive_int("kivi_group", self.kivi_group), positive_int("kivi_residual", self.kivi_residual)
         if self.kivi_bits is not None and r < g:
@@ -107,8 +119,9 @@ class CacheConfig:
                              f"window must hold at least kivi_group ({g}) tokens, got {r}")
         positive_int("attention_sinks", self.attention_sinks, minimum=0)
         if (self.cache_budget is None) != (self.eviction is None):
-            raise ValueError(f"eviction: a budget and a policy go together (cache_budget=N with eviction='h2o'), "
-                             f"got cache_budget={self.cache_budget!r}, eviction={self.eviction!r}")
+            raise ValueError("eviction: a budget and a policy go together (cache_budget=N with "
+                             f"eviction='h2o'), got cache_budget={self.cache_budget!r}, "
+                             f"eviction={self.eviction!r}")
         if self.eviction is not None:
             if self.eviction not in EVICTIONS:
                 raise ValueError(f"eviction: expected one of {', '.join(EVICTIONS)}, got {self.eviction!r}")
@@ -147,12 +160,14 @@ class CacheConfig:
 
 
 CACHE_FIELDS = tuple(f.name for f in dataclasses.fields(CacheConfig))
-jax.tree_util.register_static(CacheConfig)  # a KVCache carries its config as static structure: one trace per config
+# a KVCache carries its config as static structure: one trace per config
+jax.tree_util.register_static(CacheConfig)
 
 
 def _from_cache(name: str) -> property:
     """ModelConfig.<name>: read through to its cache config (the fact is stored there, once)."""
-    return property(lambda self: getattr(self.cache, name), doc=f"The cache config's {name} (ModelConfig.cache).")
+    return property(lambda self: getattr(self.cache, name),
+                    doc=f"The cache config's {name} (ModelConfig.cache).")
 
 
 def _flat_cache_fields(cls: type) -> type:
@@ -194,20 +209,25 @@ class ModelConfig:
     norm_eps: float = 1e-6  # RMSNorm epsilon
     qk_norm: bool = False  # RMSNorm on every query and key head before RoPE (Gemma 3, OLMo 2); K/V heads only
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
-    scale_tied_logits: bool = True  # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
+    # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
+    scale_tied_logits: bool = True
     # Multi-head latent attention (attention="latent").
     kv_latent_dim: int | None = None  # C, width of the cached KV latent
     rope_head_dim: int | None = None  # R, width of the decoupled RoPE key shared by all heads
     q_latent_dim: int | None = None  # optional low-rank query compression width
     mla_decode: str = "absorbed"  # "absorbed" folds up-projections into q/out; "materialized" forms K, V
     mla_rope_on_latent: bool = False  # teaching switch: rotate the compressed keys (breaks absorption)
-    mla_rope_heads: int = 1  # RoPE key heads: 1 shares k_R [R] by all heads; K: a group each (a converted GQA)
+    # RoPE key heads: 1 shares k_R [R] by all heads; K: a group each (a converted GQA)
+    mla_rope_heads: int = 1
     mla_nope_dim: int | None = None  # width of each head's unrotated query and key; None: head_size
-    mla_latent_norm: bool = True  # RMSNorm on the latent (DeepSeek-V2); a converted latent is a plain projection
+    # RMSNorm on the latent (DeepSeek-V2); a converted latent is a plain projection
+    mla_latent_norm: bool = True
     # Local layers (dantinox/cache/ring.py), one entry per layer; None: every layer global. See local_layers.
-    sliding_windows: tuple[int | None, ...] | None = None  # W per layer: sees the current token and W - 1 before
+    # W per layer: sees the current token and W - 1 before
+    sliding_windows: tuple[int | None, ...] | None = None
     attention_chunks: tuple[int | None, ...] | None = None  # C per layer: sees only its own chunk (Llama 4)
-    # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks; see layers.
+    # Per-layer specs (kind, window, K, H, RoPE base), instead of sliding_windows / attention_chunks
+    # (see layers).
     layer_specs: tuple[LayerSpec, ...] | None = None  # one per layer, None fields: the model-wide value
     # Generation paradigm.
     paradigm: str = "autoregressive"  # "autoregressive" (causal) | "diffusion" (bidirectional, masked)
@@ -233,9 +253,11 @@ class ModelConfig:
             positive_int(name, getattr(self, name))
         if self.attention not in ATTENTION_KINDS:
             label = {"mha": "attention='heads'", "gqa": "attention='heads' with kv_heads=K",
-                     "mqa": "attention='heads' with kv_heads=1", "mla": "attention='latent'"}.get(self.attention)
+                     "mqa": "attention='heads' with kv_heads=1",
+                     "mla": "attention='latent'"}.get(self.attention)
             hint = f" ({self.attention} is {label})" if label else ""
-            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}{hint}")
+            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_KINDS)}, got "
+                             f"{self.attention!r}{hint}")
         if self.paradigm not in PARADIGMS:
             raise ValueError(f"paradigm: expected one of {', '.join(PARADIGMS)}, got {self.paradigm!r}")
         if self.dtype not in DTYPES:
@@ -244,14 +266,15 @@ class ModelConfig:
             raise ValueError(f"param_dtype: expected one of {', '.join(DTYPES)} (or None: stored in dtype), "
                              f"got {self.param_dtype!r}")
         if self.head_size % 2:
-            raise ValueError(f"head_size: RoPE rotates pairs of channels, so it must be even, got {self.head_size}")
+            raise ValueError("head_size: RoPE rotates pairs of channels, so it must be even, got "
+                             f"{self.head_size}")
         if self.mlp not in MLP_KINDS:
             raise ValueError(f"mlp: expected one of {', '.join(MLP_KINDS)}, got {self.mlp!r}")
         if self.rope_base <= 1:
             raise ValueError(f"rope_base: must be greater than 1, got {self.rope_base}")
         if self.qk_norm and self.attention == "latent":
-            raise ValueError("qk_norm: normalizes K/V-heads queries and keys; attention='latent' normalizes its "
-                             "latent (kv_norm) instead")
+            raise ValueError("qk_norm: normalizes K/V-heads queries and keys; attention='latent' normalizes "
+                             "its latent (kv_norm) instead")
         self._check_kv_heads()
         self._check_mla()
         self._check_layer_specs()
@@ -268,7 +291,8 @@ class ModelConfig:
             for name, value, plain in (("cache_dtype", self.cache_dtype, self.cache_dtype in DTYPES),
                                        ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                        ("sliding_windows", self.layer_windows, self.sliding_window is None),
-                                       ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
+                                       ("attention_chunks", self.layer_chunks,
+                                        self.attention_chunk_size is None),
                                        ("attention_sinks", self.attention_sinks, self.attention_sinks == 0),
                                        ("layer_specs", self.layer_specs, not self.shared_layers
                                         and not self.state_layers)):
@@ -286,13 +310,14 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers
+                                   ("layer_specs", self.layer_specs,
+                                    self.uniform_heads and not self.shared_layers
                                     and not self.state_layers),
                                    ("paradigm", self.paradigm, self.paradigm == "autoregressive")):
             if not plain:
-                raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots of a "
-                                 f"contiguous autoregressive cache (no latent, quantized, paged, window or chunk "
-                                 f"layout), got {value!r}")
+                raise ValueError(f"{name}: eviction={self.eviction!r} keeps float K/V heads in budget slots "
+                                 "of a contiguous autoregressive cache (no latent, quantized, paged, window "
+                                 f"or chunk layout), got {value!r}")
 
     def _check_kivi(self) -> None:
         g = self.kivi_group
@@ -302,7 +327,8 @@ class ModelConfig:
                                    ("cache_layout", self.cache_layout, self.cache_layout == "contiguous"),
                                    ("sliding_windows", self.layer_windows, self.sliding_window is None),
                                    ("attention_chunks", self.layer_chunks, self.attention_chunk_size is None),
-                                   ("layer_specs", self.layer_specs, self.uniform_heads and not self.shared_layers
+                                   ("layer_specs", self.layer_specs,
+                                    self.uniform_heads and not self.shared_layers
                                     and not self.state_layers)):
             if not plain:
                 raise ValueError(f"{name}: cache_dtype={self.cache_dtype!r} is a contiguous K/V-heads layout "
@@ -317,8 +343,8 @@ class ModelConfig:
             return
         positive_int("kv_heads", k)
         if self.attention == "latent":
-            raise ValueError(f"kv_heads: attention='latent' caches a shared latent, not KV heads; leave kv_heads "
-                             f"unset, got {k}")
+            raise ValueError("kv_heads: attention='latent' caches a shared latent, not KV heads; leave "
+                             f"kv_heads unset, got {k}")
         if n % k:
             raise ValueError(f"kv_heads: must divide n_heads ({n}), got {k}")
         if k == n:  # as many KV heads as query heads is MHA: stored one way, as None
@@ -330,7 +356,8 @@ class ModelConfig:
             unset = dict.fromkeys((*mla_fields, "q_latent_dim", "mla_nope_dim"))
             for name, default in {**unset, "mla_rope_heads": 1, "mla_latent_norm": True}.items():
                 if getattr(self, name) != default:
-                    raise ValueError(f"{name}: only used with attention='latent', got attention={self.attention!r}")
+                    raise ValueError(f"{name}: only used with attention='latent', got "
+                                     f"attention={self.attention!r}")
             return
         for name in mla_fields:
             if getattr(self, name) is None:
@@ -343,12 +370,13 @@ class ModelConfig:
             positive_int("q_latent_dim", self.q_latent_dim)
         heads = positive_int("mla_rope_heads", self.mla_rope_heads)
         if self.n_heads % heads or self.rope_head_dim % (2 * heads):
-            raise ValueError(f"mla_rope_heads: must divide n_heads ({self.n_heads}) and leave each RoPE key head an "
-                             f"even share of rope_head_dim ({self.rope_head_dim}), got {heads}")
+            raise ValueError(f"mla_rope_heads: must divide n_heads ({self.n_heads}) and leave each RoPE key "
+                             f"head an even share of rope_head_dim ({self.rope_head_dim}), got {heads}")
         if self.mla_nope_dim is not None:
             positive_int("mla_nope_dim", self.mla_nope_dim)
         if self.mla_decode not in MLA_DECODE_PATHS:
-            raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got {self.mla_decode!r}")
+            raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got "
+                             f"{self.mla_decode!r}")
 
     def _check_local_layers(self) -> None:
         for name in ("sliding_windows", "attention_chunks"):
@@ -358,28 +386,32 @@ class ModelConfig:
             if isinstance(sizes, list):  # JSON and hand-written lists: stored as the tuple they mean
                 object.__setattr__(self, name, sizes := tuple(sizes))
             if not isinstance(sizes, tuple) or len(sizes) != self.n_layers:
-                raise ValueError(f"{name}: expected one entry per layer ({self.n_layers}), each a positive integer "
-                                 f"or None (see dantinox.architectures.windows.local_layers), got {sizes!r}")
+                raise ValueError(f"{name}: expected one entry per layer ({self.n_layers}), each a positive "
+                                 "integer or None (see dantinox.architectures.windows.local_layers), got "
+                                 f"{sizes!r}")
             for i, size in enumerate(sizes):
                 if size is not None:
                     positive_int(f"{name}[{i}]", size)
             if all(size is None for size in sizes):  # no local layer: one way to say it
                 object.__setattr__(self, name, None)
-        windows, chunks = (sizes or (None,) * self.n_layers for sizes in (self.sliding_windows, self.attention_chunks))
+        windows, chunks = (sizes or (None,) * self.n_layers
+                           for sizes in (self.sliding_windows, self.attention_chunks))
         both = [i for i, (w, c) in enumerate(zip(windows, chunks, strict=True)) if w and c]
         if both:
-            raise ValueError(f"attention_chunks: a layer is either sliding-window or chunked; layer {both[0]} has "
-                             f"window {windows[both[0]]} and chunk {chunks[both[0]]}")
+            raise ValueError("attention_chunks: a layer is either sliding-window or chunked; layer "
+                             f"{both[0]} has window {windows[both[0]]} and chunk {chunks[both[0]]}")
 
     def _check_layer_specs(self) -> None:
         specs = self.layer_specs
         if specs is None:
             return
-        if isinstance(specs, list | tuple):  # JSON gives a list of dicts: stored as the tuple of specs they mean
+        # JSON gives a list of dicts: stored as the tuple of specs they mean
+        if isinstance(specs, list | tuple):
             specs = tuple(LayerSpec(**s) if isinstance(s, dict) else s for s in specs)
         if (not isinstance(specs, tuple) or len(specs) != self.n_layers
                 or not all(isinstance(s, LayerSpec) for s in specs)):
-            raise ValueError(f"layer_specs: expected one dantinox.LayerSpec per layer ({self.n_layers}), got {specs!r}")
+            raise ValueError(f"layer_specs: expected one dantinox.LayerSpec per layer ({self.n_layers}), got "
+                             f"{specs!r}")
         for name in ("sliding_windows", "attention_chunks"):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name}: layer_specs gives every layer's window; set one of them, not both")
@@ -390,23 +422,25 @@ class ModelConfig:
             if spec.kind not in LAYER_KINDS:
                 raise ValueError(f"{at}.kind: expected one of {', '.join(LAYER_KINDS)}, got {spec.kind!r}")
             if (spec.window is None) == (spec.kind in ("sliding", "chunked")):
-                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full or "
-                                 f"shared layer none; got kind={spec.kind!r}, window={spec.window!r}")
+                raise ValueError(f"{at}.window: a sliding or chunked layer needs a positive window, a full "
+                                 f"or shared layer none; got kind={spec.kind!r}, window={spec.window!r}")
             if spec.window is not None:
                 positive_int(f"{at}.window", spec.window)
             if spec.kind == "shared":
                 self._check_source(specs, i, spec)
             elif spec.source is not None:
-                raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got {spec.source}")
+                raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got "
+                                 f"{spec.source}")
             if spec.kind == "state":
                 self._check_state(at, spec)
             elif (spec.value_heads, spec.conv) != (None, None):
-                raise ValueError(f"{at}.value_heads: value_heads and conv describe a 'state' layer's recurrent state, "
-                                 f"got kind={spec.kind!r}")
+                raise ValueError(f"{at}.value_heads: value_heads and conv describe a 'state' layer's "
+                                 f"recurrent state, got kind={spec.kind!r}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
                 if self.n_heads % spec.kv_heads and spec.kind != "state":  # a state layer has its own heads
-                    raise ValueError(f"{at}.kv_heads: must divide n_heads ({self.n_heads}), got {spec.kv_heads}")
+                    raise ValueError(f"{at}.kv_heads: must divide n_heads ({self.n_heads}), got "
+                                     f"{spec.kv_heads}")
             if spec.head_size is not None and positive_int(f"{at}.head_size", spec.head_size) % 2:
                 raise ValueError(f"{at}.head_size: RoPE rotates pairs of channels, so it must be even, "
                                  f"got {spec.head_size}")
@@ -415,7 +449,8 @@ class ModelConfig:
             if spec.rope_pairs is not None:
                 self._check_rope_pairs(at, spec.rope_pairs)
             # a value equal to the model-wide one is stored once, as None
-            spec = dataclasses.replace(spec, **{k: None for k, v in model_wide.items() if getattr(spec, k) == v})
+            same = {k: None for k, v in model_wide.items() if getattr(spec, k) == v}
+            spec = dataclasses.replace(spec, **same)
             if self.attention == "latent" and (spec.kv_heads, spec.head_size) != (None, None):
                 raise ValueError(f"{at}.kv_heads: attention='latent' caches one latent per layer; per-layer "
                                  f"kv_heads and head_size are for K/V-heads layers, got {spec}")
@@ -424,19 +459,20 @@ class ModelConfig:
         object.__setattr__(self, "layer_specs", None if all(s == LayerSpec() for s in kept) else tuple(kept))
 
     def _check_source(self, specs: tuple[LayerSpec, ...], i: int, spec: LayerSpec) -> None:
-        """A shared layer (Gemma 3n's KV sharing) reads the keys and values of an earlier layer that stores them,
-        so it has that layer's K and H; it stores nothing itself."""
+        """A shared layer (Gemma 3n's KV sharing) reads the keys and values of an earlier layer that stores
+        them, so it has that layer's K and H; it stores nothing itself."""
         at, j = f"layer_specs[{i}]", spec.source
         if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
-            raise ValueError(f"{at}.source: a shared layer reads an earlier layer's cache, expected a layer index "
-                             f"in 0..{i - 1}, got {j!r}")
+            raise ValueError(f"{at}.source: a shared layer reads an earlier layer's cache, expected a layer "
+                             f"index in 0..{i - 1}, got {j!r}")
         if specs[j].kind == "shared":
-            raise ValueError(f"{at}.source: layer {j} is itself shared and stores nothing; name the layer it reads "
-                             f"({specs[j].source})")
+            raise ValueError(f"{at}.source: layer {j} is itself shared and stores nothing; name the layer it "
+                             f"reads ({specs[j].source})")
         if specs[j].kind == "state":
             raise ValueError(f"{at}.source: layer {j} keeps a recurrent state, not keys and values to read")
         if self.attention == "latent":
-            raise ValueError(f"{at}.kind: shared layers read K/V heads; attention='latent' is not built with them")
+            raise ValueError(f"{at}.kind: shared layers read K/V heads; "
+                             "attention='latent' is not built with them")
         for name in ("kv_heads", "head_size"):
             theirs = getattr(specs[j], name) or getattr(self, "n_kv_heads" if name == "kv_heads" else name)
             if getattr(spec, name) not in (None, theirs):
@@ -447,12 +483,12 @@ class ModelConfig:
         """A linear-attention layer with a recurrent state (Gated DeltaNet): key heads (kv_heads) of head_size
         channels, value heads a multiple of them, a short convolution; float storage, no latent."""
         if self.attention == "latent":
-            raise ValueError(f"{at}.kind: 'state' layers are built beside K/V-heads layers; attention='latent' "
-                             f"is not built with them")
+            raise ValueError(f"{at}.kind: 'state' layers are built beside K/V-heads layers; "
+                             "attention='latent' is not built with them")
         k = spec.kv_heads or self.n_kv_heads
         if spec.value_heads is not None and positive_int(f"{at}.value_heads", spec.value_heads) % k:
-            raise ValueError(f"{at}.value_heads: each key head serves the same number of value heads, so it must "
-                             f"be a multiple of kv_heads ({k}), got {spec.value_heads}")
+            raise ValueError(f"{at}.value_heads: each key head serves the same number of value heads, so it "
+                             f"must be a multiple of kv_heads ({k}), got {spec.value_heads}")
         if spec.conv is not None:
             positive_int(f"{at}.conv", spec.conv)
 
@@ -467,7 +503,8 @@ class ModelConfig:
         return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind == "shared")
 
     def _check_rope_pairs(self, at: str, pairs: tuple[tuple[int, ...], ...]) -> None:
-        """A layer's kept RoPE pairs: one tuple per RoPE key head, each as many distinct pairs as its channels hold."""
+        """A layer's kept RoPE pairs: one tuple per RoPE key head,
+        each as many distinct pairs as its channels hold."""
         if self.attention != "latent":
             raise ValueError(f"{at}.rope_pairs: partial RoPE is a latent layer's (attention='latent'), got "
                              f"attention={self.attention!r}")
@@ -503,11 +540,13 @@ class ModelConfig:
             specs = tuple(LayerSpec("sliding", w) if w else LayerSpec("chunked", c) if c else LayerSpec()
                           for w, c in zip(windows, chunks, strict=True))
         fill = dict(kv_heads=self.n_kv_heads, head_size=self.head_size, rope_base=self.rope_base)
-        filled = [dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None}) for s in specs]
+        filled = [dataclasses.replace(s, **{k: v for k, v in fill.items() if getattr(s, k) is None})
+                  for s in specs]
         for i, s in enumerate(specs):  # a shared layer has the K and H of the layer whose keys it reads
             if s.kind == "shared":
                 source = filled[s.source]
-                filled[i] = dataclasses.replace(filled[i], kv_heads=source.kv_heads, head_size=source.head_size)
+                filled[i] = dataclasses.replace(filled[i], kv_heads=source.kv_heads,
+                                                head_size=source.head_size)
             elif s.kind == "state":
                 filled[i] = dataclasses.replace(filled[i], value_heads=s.value_heads or filled[i].kv_heads,
                                                 conv=s.conv or 4)
@@ -530,7 +569,8 @@ class ModelConfig:
 
     @property
     def sliding_window(self) -> int | None:
-        """The largest sliding window of any layer, None when no layer has one (the ring of the widest layer)."""
+        """The largest sliding window of any layer, None when no layer has one
+        (the ring of the widest layer)."""
         return max((w for w in self.layer_windows if w), default=None)
 
     @property
@@ -555,7 +595,8 @@ class ModelConfig:
 
     @property
     def variant(self) -> str:
-        """The label of the arrangement: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (1 < K < N) or 'mla' (a latent)."""
+        """The label of the arrangement: 'mha' (K = N), 'mqa' (K = 1), 'gqa' (1 < K < N) or 'mla'
+        (a latent)."""
         if self.attention == "latent":
             return "mla"
         k = self.n_kv_heads
@@ -563,7 +604,8 @@ class ModelConfig:
 
     @property
     def n_kv_heads(self) -> int:
-        """K: KV heads the cache stores per layer (kv_heads, or N when unset, as for MLA's materialized heads)."""
+        """K: KV heads the cache stores per layer (kv_heads, or N when unset,
+        as for MLA's materialized heads)."""
         return self.n_heads if self.kv_heads is None else self.kv_heads
 
     @property
@@ -587,7 +629,8 @@ class ModelConfig:
 
     @property
     def qk_nope_dim(self) -> int:
-        """Width of each head's unrotated query and key part in a latent layer: mla_nope_dim, else head_size."""
+        """Width of each head's unrotated query and key part in a latent layer: mla_nope_dim,
+        else head_size."""
         return self.head_size if self.mla_nope_dim is None else self.mla_nope_dim
 
     @property
@@ -616,7 +659,9 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields as given, the cache's nested under "cache", numpy scalars as Python numbers (JSON)."""
         def plain(v: Any) -> Any:
-            return {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v.item() if hasattr(v, "item") else v
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            return v.item() if hasattr(v, "item") else v
         return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
@@ -645,8 +690,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, head_size=32, max_context=256, mlp_width=384),
     # For unit tests: compiles and runs in well under a second.
     "test": dict(d_model=32, n_layers=2, n_heads=4, head_size=8, max_context=64, mlp_width=64),
-    # SmolLM2-135M's geometry (its K = 3 is the lab's GQA choice); tests/test_pretrained.py checks it against the
-    # file that dantinox.load_pretrained("smollm2-135m") reads.
-    "smollm2-135m": dict(vocab_size=49_152, d_model=576, n_layers=30, n_heads=9, head_size=64, max_context=8192,
-                         mlp_width=1536, rope_base=100_000.0, norm_eps=1e-5, scale_tied_logits=False),
+    # SmolLM2-135M's geometry (its K = 3 is the lab's GQA choice); tests/test_pretrained.py checks it against
+    # the file that dantinox.load_pretrained("smollm2-135m") reads.
+    "smollm2-135m": dict(vocab_size=49_152, d_model=576, n_layers=30, n_heads=9, head_size=64,
+                         max_context=8192, mlp_width=1536, rope_base=100_000.0, norm_eps=1e-5,
+                         scale_tied_logits=False),
 }

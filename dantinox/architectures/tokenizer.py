@@ -17,8 +17,9 @@ def encode(text: str) -> list[int]:
 
 
 def decode(ids: Sequence[int], show_special: bool = False, errors: str = "replace") -> str:
-    """Token ids back to text; special tokens are dropped or shown. Bytes that are not valid UTF-8 (a byte-level
-    model can emit any byte) become U+FFFD, or, with errors="backslashreplace", readable escapes such as \\xe2."""
+    """Token ids back to text; special tokens are dropped or shown. Bytes that are not valid UTF-8 (a
+    byte-level model can emit any byte) become U+FFFD, or, with errors="backslashreplace",
+    readable escapes such as \\xe2."""
     out, pending = [], bytearray()
     for i in (int(t) for t in ids):
         if i < 256:

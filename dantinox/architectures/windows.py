@@ -12,8 +12,8 @@ def local_layers(n_layers: int, size: int, local_per_global: int | None = None) 
 
     Layer i is global when (i + 1) % (local_per_global + 1) == 0. Gemma 2 alternates (local_per_global=1:
     layers 0, 2, ... local; 1, 3, ... global) and Gemma 3 places one global layer after five local ones
-    (local_per_global=5), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs
-    (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py).
+    (local_per_global=5), as in Hugging Face transformers' Gemma 2 and Gemma 3 configs, e.g.
+    https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py
     """
     positive_int("n_layers", n_layers)
     positive_int("size", size)
