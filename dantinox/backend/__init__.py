@@ -5,7 +5,8 @@ dantinox imports this package once, from its own __init__ (outside any trace). `
     native     (the default) installs dantinox/backend/cpu.py's backend into dantinox.ops: C++ kernels
                (kernels/*.cc, XLA FFI custom calls, built by native.py) where they build and a measured rule
                takes them, XLA:CPU's faster arrangements and compiler options elsewhere
-    reference  installs nothing: model.py, attention.py, cache.py and generate.py run as they read, in pure JAX
+    reference  installs nothing: model.py, attention.py, cache.py and generate.py run as they read,
+               in pure JAX
 
 `NAME` is the backend in use.
 """

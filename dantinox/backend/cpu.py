@@ -2,8 +2,9 @@
 of dantinox/ops.py that send them there.
 
 The rules (`uses_kernel`, `uses_one_token_arrangement`, `uses_reduction_arrangement`) are measured: each names
-the shapes it applies to and the quantity it trades; benchmarks/decode.py times every choice against the others.
-A kernel takes a cache only in a storage it declares it reads (pool_kernel.handles: dtype and scale layout).
+the shapes it applies to and the quantity it trades; benchmarks/decode.py times every choice against the
+others. A kernel takes a cache only in a storage it declares it reads (pool_kernel.handles: dtype and scale
+layout).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class CPU(ops.Reference):
 
     name = "native"
 
-    def attend(self, q_BTKGH, k_BKHS, v_BKSH, mask_BTS, scale, k_scale_BKS, v_scale_BKS, sink_q_BTKGH, sink_BS,
-               with_weights, keys_slot_last, scale_layout) -> jax.Array | None:
+    def attend(self, q_BTKGH, k_BKHS, v_BKSH, mask_BTS, scale, k_scale_BKS, v_scale_BKS, sink_q_BTKGH,
+               sink_BS, with_weights, keys_slot_last, scale_layout) -> jax.Array | None:
         if sink_BS is not None or with_weights:
             return None
         scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
@@ -44,15 +45,17 @@ class CPU(ops.Reference):
             return xla_cpu.attend_pool(q_BTKGH.astype(jnp.float32), k[0], v_BKSH[0], mask_BTS, scale,
                                        None if k_scale_BKS is None else k_scale_BKS[0],
                                        None if v_scale_BKS is None else v_scale_BKS[0], keys[1:])
-        one_token = uses_one_token_arrangement(B, T, K, G) and (K > 1 or keys_slot_last)  # not MLA's latent rows
+        one_token = (uses_one_token_arrangement(B, T, K, G)
+                     and (K > 1 or keys_slot_last))  # not MLA's latent rows
         by_reduction = uses_reduction_arrangement(B, T, G) and keys_slot_last
         if one_token or by_reduction:
-            return xla_cpu.attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0], scale,
-                                            k_scale_BKS, v_scale_BKS, keys, by_reduction)[:, None]
+            return xla_cpu.attend_one_token(q_BTKGH[:, 0].astype(jnp.float32), k, v_BKSH, mask_BTS[:, 0],
+                                            scale, k_scale_BKS, v_scale_BKS, keys, by_reduction)[:, None]
         return None
 
     def reads_in_place(self, T, payload, k_dtype, scale_layout) -> bool:
-        """A paged pool of K/V heads that the kernel reads: each sequence's slots where they lie (no gather)."""
+        """A paged pool of K/V heads that the kernel reads: each sequence's slots where they lie
+        (no gather)."""
         return T == 1 and payload is LayerCache and pool_kernel.handles(k_dtype, scale_layout)
 
     def store(self, a, axis, rows_BT, slots_BT, new_BT) -> jax.Array | None:
@@ -69,21 +72,24 @@ class CPU(ops.Reference):
     def dot_general(self, x, w, dims, precision, preferred_element_type, out_sharding) -> jax.Array:
         """Every dense layer's product (nnx.Linear's `dot_general`); the tied logits go through it too.
 
-        bfloat16 weights times a few rows (a decode step, a short prompt) go to dantinox/backend/dense_kernel.py, which
-        reads each weight once and widens it in registers, with float32 sums, where XLA:CPU converts each matrix to
-        a float32 temporary first: the step's time spent on weight products (docs/benchmarks.md#speed-layer-rules,
-        dot_general).
+        bfloat16 weights times a few rows (a decode step, a short prompt) go to
+        dantinox/backend/dense_kernel.py, which reads each weight once and widens it in registers, with
+        float32 sums, where XLA:CPU converts each matrix to a float32 temporary first: the step's time spent
+        on weight products (docs/benchmarks.md#speed-layer-rules, dot_general).
 
-        Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's promotion
-        did before it handed them over); bfloat16 operands over more than one row accumulate in float32. The inputs
-        are the same bf16 numbers either way, and the result comes back as `preferred_element_type` (default
-        bf16); asked this way, XLA:CPU takes its bf16 dot instead of converting the weight to a float32 temporary
-        first (decode tok/s of a bfloat16 model at batch 8: dot_general, same place).
+        Otherwise XLA's: bfloat16 weights with float32 activations are widened first (what nnx.Linear's
+        promotion did before it handed them over); bfloat16 operands over more than one row accumulate in
+        float32. The inputs are the same bf16 numbers either way, and the result comes back as
+        `preferred_element_type` (default bf16); asked this way, XLA:CPU takes its bf16 dot instead of
+        converting the weight to a float32 temporary first (decode tok/s of a bfloat16 model at batch 8:
+        dot_general, same place).
         """
         (x_axes, w_axes), batch_axes = dims
-        if (x_axes == (x.ndim - 1,) and w_axes in ((0,), (1,)) and batch_axes == ((), ()) and out_sharding is None
+        if (x_axes == (x.ndim - 1,) and w_axes in ((0,), (1,)) and batch_axes == ((), ())
+                and out_sharding is None
                 and dense_kernel.takes(x, w)):  # w [in, out] (a layer) or [out, in] (the tied head)
-            return dense_kernel.matmul(x, w, transposed=w_axes == (1,)).astype(preferred_element_type or x.dtype)
+            out = dense_kernel.matmul(x, w, transposed=w_axes == (1,))
+            return out.astype(preferred_element_type or x.dtype)
         if x.dtype != w.dtype and x.dtype == jnp.float32:
             w = w.astype(x.dtype)
         if not x.dtype == w.dtype == jnp.bfloat16:
@@ -94,10 +100,13 @@ class CPU(ops.Reference):
                                    out_sharding=out_sharding).astype(preferred_element_type or jnp.bfloat16)
 
     def take_rows(self, table_VD, ids) -> jax.Array | None:
-        """A bfloat16 table through the kernel's `rows`, widened row by row: XLA:CPU gathers bfloat16 by widening
-        the whole table to float32, and in a decode loop that widening was lifted out of the loop, so every call
-        of the loop wrote a float32 copy of the table first (SmolLM2-135M: 113 MB, about 30 ms per call)."""
-        return dense_kernel.rows(table_VD, ids) if table_VD.dtype == jnp.bfloat16 and dense_kernel.available() else None
+        """A bfloat16 table through the kernel's `rows`, widened row by row: XLA:CPU gathers bfloat16 by
+        widening the whole table to float32, and in a decode loop that widening was lifted out of the loop, so
+        every call of the loop wrote a float32 copy of the table first (SmolLM2-135M: 113 MB, about 30 ms per
+        call)."""
+        if table_VD.dtype == jnp.bfloat16 and dense_kernel.available():
+            return dense_kernel.rows(table_VD, ids)
+        return None
 
     def compiler_options(self, batch, cfg, slots) -> dict[str, str] | None:
         return xla_cpu.compiler_options(batch, cfg, slots)
@@ -110,8 +119,8 @@ def uses_kernel(B: int, T: int, G: int, rows: int, k_dtype: Any, scale_layout: s
     XLA's reads of it either copy each sequence's pages or score every other sequence's slots. A row per
     sequence (`rows` B): a bfloat16 cache always; float32 up to 3 query heads per KV head at batch 1 and 4
     above it; int8 codes up to 4. Each threshold is where the kernel's attention time per step stopped beating
-    the best of XLA's arrangements (benchmarks/decode.py's arrangement A/B; docs/benchmarks.md#speed-layer-rules,
-    uses_kernel).
+    the best of XLA's arrangements (benchmarks/decode.py's arrangement A/B;
+    docs/benchmarks.md#speed-layer-rules, uses_kernel).
     """
     if T != 1 or not pool_kernel.handles(k_dtype, scale_layout):
         return False

@@ -8,15 +8,17 @@ weight in registers as it is read (exact: a bfloat16 is the high half of a float
 float32: the float32 model's arithmetic on the stored weights, summed in another order.
 
 `matmul(x, w)` is x · w for flax's [in, out] kernels, `matmul(x, w, transposed=True)` x · wᵀ for the tied
-output head ([vocabulary, d_model]). The CPU backend (cpu.py) uses them where `takes` says so: bfloat16 weights, at
-most `MAX_ROWS` rows (decode steps and short prompts, 8 rows at a time; longer prompts and training batches
-keep XLA's dots). Derivatives go through XLA (a custom JVP), so a gradient through a short batch is still right.
-Built by dantinox/backend/native.py and loaded when dantinox is imported (`load`); where it cannot be built,
-`why_not()` says why in one line and the products stay XLA's. `DANTINOX_DENSE_KERNEL=0` turns it off.
+output head ([vocabulary, d_model]). The CPU backend (cpu.py) uses them where `takes` says so: bfloat16
+weights, at most `MAX_ROWS` rows (decode steps and short prompts, 8 rows at a time; longer prompts and
+training batches keep XLA's dots). Derivatives go through XLA (a custom JVP), so a gradient through a short
+batch is still right. Built by dantinox/backend/native.py and loaded when dantinox is imported (`load`); where
+it cannot be built, `why_not()` says why in one line and the products stay XLA's. `DANTINOX_DENSE_KERNEL=0`
+turns it off.
 
 `rows(table, ids)` is the embedding lookup of a bfloat16 table, widened to float32 row by row: XLA:CPU gathers
-from a bfloat16 table by widening all of it first, and in a decode loop it lifted that widening out of the loop,
-so every call of the loop wrote a float32 copy of the whole table before its first step (cpu.py, `take_rows`).
+from a bfloat16 table by widening all of it first, and in a decode loop it lifted that widening out of the
+loop, so every call of the loop wrote a float32 copy of the whole table before its first step (cpu.py,
+`take_rows`).
 """
 
 from __future__ import annotations
@@ -32,16 +34,18 @@ import dantinox.backend.native as native
 ENV = "DANTINOX_DENSE_KERNEL"
 SOURCE = "dense.cc"
 # Rows the kernel takes, in tiles of 8 (W read once per tile): a forward pass's time against XLA's dots, which
-# widen every bfloat16 weight first; past 128 rows the kernel no longer wins (docs/benchmarks.md#speed-layer-rules,
-# MAX_ROWS).
+# widen every bfloat16 weight first; past 128 rows the kernel no longer wins
+# (docs/benchmarks.md#speed-layer-rules, MAX_ROWS).
 MAX_ROWS = 128
-_TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T", "dantinox_rows_bf16": "RowsBf16"}
+_TARGETS = {"dantinox_dense_bf16": "DenseBf16", "dantinox_dense_bf16_t": "DenseBf16T",
+            "dantinox_rows_bf16": "RowsBf16"}
 KERNEL = native.Kernel(__name__, SOURCE, _TARGETS, ENV, "weight products go through XLA")
 load, available, why_not = KERNEL.load, KERNEL.available, KERNEL.why_not
 
 
 def takes(x: jax.Array, w: jax.Array) -> bool:
-    """Whether `matmul` takes x [..., D] (float32 or bfloat16) times the 2-D bfloat16 `w`: at most MAX_ROWS rows."""
+    """Whether `matmul` takes x [..., D] (float32 or bfloat16) times the 2-D bfloat16 `w`:
+    at most MAX_ROWS rows."""
     rows = math.prod(x.shape[:-1])
     return (w.dtype == jnp.bfloat16 and w.ndim == 2 and x.dtype in (jnp.float32, jnp.bfloat16)
             and 1 <= rows <= MAX_ROWS and available())
@@ -77,10 +81,12 @@ def _product_jvp(transposed, primals, tangents):
 
 
 def rows(table: jax.Array, ids: jax.Array) -> jax.Array:
-    """table [V, D] (bfloat16) at int32 `ids` [...]: [..., D] float32, jnp.take's values (NaN outside [-V, V))."""
-    if table.dtype != jnp.bfloat16 or table.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer) or not available():
-        raise ValueError(f"dense_kernel.rows: expected a bfloat16 table [V, D] and integer ids with the kernel "
-                         f"available; got table {table.shape} {table.dtype}, ids {ids.dtype}")
+    """table [V, D] (bfloat16) at int32 `ids` [...]: [..., D] float32, jnp.take's values
+    (NaN outside [-V, V))."""
+    if (table.dtype != jnp.bfloat16 or table.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer)
+            or not available()):
+        raise ValueError("dense_kernel.rows: expected a bfloat16 table [V, D] and integer ids with the "
+                         f"kernel available; got table {table.shape} {table.dtype}, ids {ids.dtype}")
     out = _rows(table, ids.reshape(-1).astype(jnp.int32))
     return out.reshape(*ids.shape, table.shape[1])
 

@@ -1,4 +1,5 @@
-"""Building and loading dantinox's C++ kernels (dantinox/backend/kernels/*.cc), XLA FFI custom calls for the CPU.
+"""Building and loading dantinox's C++ kernels (dantinox/backend/kernels/*.cc),
+XLA FFI custom calls for the CPU.
 
 Each source is compiled with the machine's compiler (`$CXX`, else g++) against the headers jaxlib ships, one
 file per source, headers, jaxlib, compiler, flags and CPU, by `python3 dev.py setup` (and `lab`, `test`) or,
@@ -42,8 +43,8 @@ def _cpu_flags() -> str:
 
 def cache_dirs() -> list[Path]:
     """Where built kernels are looked for, in order: `$DANTINOX_KERNEL_CACHE` alone where it is set; else the
-    environment's share/dantinox-labs/kernels (the set-up builds there), then dantinox-labs/kernels in the user
-    cache directory."""
+    environment's share/dantinox-labs/kernels (the set-up builds there), then dantinox-labs/kernels in the
+    user cache directory."""
     if os.environ.get(CACHE_ENV):
         return [Path(os.environ[CACHE_ENV])]
     import platformdirs
@@ -53,7 +54,8 @@ def cache_dirs() -> list[Path]:
 
 
 def _writable(folder: Path) -> bool:
-    """Create `folder` (and its missing parents) readable by every account (0755); whether we can write in it."""
+    """Create `folder` (and its missing parents) readable by every account (0755);
+    whether we can write in it."""
     missing, part = [], folder
     while not part.exists():
         missing.append(part)
@@ -74,8 +76,8 @@ def _headers() -> dict[str, bytes]:
 
 
 def library_name(name: str, source: bytes, compiler: str, headers: dict[str, bytes]) -> str:
-    """The file name of the library built from `name`: one per source and headers, jaxlib, compiler, flags and
-    CPU."""
+    """The file name of the library built from `name`: one per source and headers, jaxlib, compiler,
+    flags and CPU."""
     shared = b"\0".join(text for _, text in sorted(headers.items()))
     key = hashlib.sha256(b"\0".join([source, shared, jax.lib.__version__.encode(), compiler.encode(),
                                      " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
@@ -92,7 +94,8 @@ def build(name: str) -> Path:
     # the first folder that holds it (read-only is enough) or that this account can write, where it is built
     folder = next((f for f in cache_dirs() if (f / file).exists() or _writable(f)), None)
     if folder is None:
-        raise RuntimeError(f"no folder to build {name} into: {', '.join(map(str, cache_dirs()))} cannot be written")
+        raise RuntimeError(f"no folder to build {name} into: {', '.join(map(str, cache_dirs()))} cannot be "
+                           "written")
     out = folder / file
     if out.exists():
         return out
@@ -116,9 +119,9 @@ def build(name: str) -> Path:
 
 class Kernel:
     """One kernel library, dantinox/backend/kernels/`source`, and its handlers (custom-call target -> exported
-    symbol), loaded once per process. `off_switch`=0 in the environment turns it off; `module` (the Python module
-    that calls it) and `otherwise` (what runs instead) make why_not()'s line. `state` holds ok, why and, once
-    asked, the JAX platform."""
+    symbol), loaded once per process. `off_switch`=0 in the environment turns it off;
+    `module` (the Python module that calls it) and `otherwise` (what runs instead) make why_not()'s line.
+    `state` holds ok, why and, once asked, the JAX platform."""
 
     def __init__(self, module: str, source: str, targets: dict[str, str], off_switch: str, otherwise: str):
         self.module, self.source, self.targets = module, source, targets
@@ -130,24 +133,25 @@ class Kernel:
         return build(self.source)
 
     def load(self) -> str:
-        """Build (where it is not built yet) and register the handlers for the CPU, once per process: at import,
-        outside any trace. Why the kernel cannot be used, in one line ('' when it loaded): `off_switch`=0, no
-        compiler, a failed build."""
+        """Build (where it is not built yet) and register the handlers for the CPU, once per process: at
+        import, outside any trace. Why the kernel cannot be used, in one line ('' when it loaded):
+        `off_switch`=0, no compiler, a failed build."""
         if "ok" not in self.state:
             try:
                 if os.environ.get(self.off_switch, "1") == "0":
                     raise RuntimeError(f"turned off by {self.off_switch}=0")
                 lib = ctypes.CDLL(str(self.build()))
                 for target, symbol in self.targets.items():
-                    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+                    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
+                                                platform="cpu")
                 self.state.update(ok=True, why="")
             except (OSError, RuntimeError, AttributeError) as e:
                 self.state.update(ok=False, why=self._not_used(str(e)))
         return str(self.state["why"])
 
     def available(self) -> bool:
-        """Whether the kernel can run: loaded (`load`), and JAX's backend the CPU (asked here, not at import, so
-        that importing dantinox starts no JAX backend)."""
+        """Whether the kernel can run: loaded (`load`), and JAX's backend the CPU (asked here, not at import,
+        so that importing dantinox starts no JAX backend)."""
         self.load()
         if self.state["ok"] and "platform" not in self.state:
             self.state["platform"] = jax.default_backend()

@@ -2,12 +2,12 @@
 
 XLA:CPU can read a paged pool in two ways, and both cost: gathering each sequence's pages copies them every
 step, and scoring every query against the whole pool computes the other sequences' scores only to mask them
-(dantinox/cache/paged.py weighs the two). dantinox/kernels/pool_attend.cc, an XLA FFI custom call, walks the pool
-in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over the
-rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
+(dantinox/cache/paged.py weighs the two). dantinox/kernels/pool_attend.cc, an XLA FFI custom call, walks the
+pool in blocks of 16 slots, skips the blocks a sequence's mask leaves empty and keeps a running softmax over
+the rest, for float32 or bfloat16 keys and values and for int8 codes with their scales folded in.
 
-It is C++ built by dantinox/backend/native.py (the machine's compiler; by the set-up, or when dantinox is first
-imported) and registered with XLA for the CPU when dantinox is imported (`load`).
+It is C++ built by dantinox/backend/native.py (the machine's compiler; by the set-up, or when dantinox is
+first imported) and registered with XLA for the CPU when dantinox is imported (`load`).
 The CPU backend (dantinox/backend/cpu.py) hands it
 dantinox.architectures.attention.attend's one new token per sequence over
 a shared pool (paged) or, where its measured rule `uses_kernel` says so, over a cache row per sequence. Where
@@ -15,9 +15,9 @@ it cannot be built or the backend is not the CPU, `available()` is False, `why_n
 and attention keeps XLA's reads. `DANTINOX_POOL_KERNEL=0` turns it off (benchmarks/cache_steps.py times both).
 
 The same library writes new tokens into caches of bfloat16, float16 or fp8 in place (`store`, used by
-dantinox/cache/container.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it back, so
-each decode step rewrote every layer's whole cache: a bfloat16 cache, half the bytes, decoded slower than a
-float32 one (docs/benchmarks.md#speed-layer-rules, store).
+dantinox/cache/container.py): XLA:CPU updates such an array by widening all of it to float32 and narrowing it
+back, so each decode step rewrote every layer's whole cache: a bfloat16 cache, half the bytes, decoded slower
+than a float32 one (docs/benchmarks.md#speed-layer-rules, store).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ _TARGETS = {"float32": ("dantinox_pool_attend_float", "PoolAttendFloat"),
 _STORE = ("dantinox_cache_store", "CacheStore")  # tokens into a cache in place (`store`)
 
 
-KERNEL = native.Kernel(__name__, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV, "paged decode reads through XLA")
+KERNEL = native.Kernel(__name__, SOURCE, dict([*_TARGETS.values(), _STORE]), ENV,
+                       "paged decode reads through XLA")
 build, load, available, why_not = KERNEL.build, KERNEL.load, KERNEL.available, KERNEL.why_not
 
 
@@ -83,11 +84,11 @@ def stores(dtype) -> bool:
 
 
 def store(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_BT: jax.Array) -> jax.Array:
-    """`a` [R, ..., S (at `axis`), ...] with token-major `new_BT` [B, T, ...] at (row, slot), written in place;
-    a token whose slot or row is outside `a` (slot -1: masked) is dropped."""
+    """`a` [R, ..., S (at `axis`), ...] with token-major `new_BT` [B, T, ...] at (row, slot), written in
+    place; a token whose slot or row is outside `a` (slot -1: masked) is dropped."""
     outer, inner = math.prod(a.shape[1:axis]), math.prod(a.shape[axis + 1:])
     n = math.prod(rows_BT.shape)
     tokens = new_BT.astype(a.dtype).reshape(n, outer, inner)
+    rows, slots = rows_BT.reshape(n).astype(jnp.int32), slots_BT.reshape(n).astype(jnp.int32)
     return jax.ffi.ffi_call(_STORE[0], jax.ShapeDtypeStruct(a.shape, a.dtype), input_output_aliases={0: 0},
-                            vmap_method="sequential")(
-        a, tokens, rows_BT.reshape(n).astype(jnp.int32), slots_BT.reshape(n).astype(jnp.int32), axis=np.int64(axis))
+                            vmap_method="sequential")(a, tokens, rows, slots, axis=np.int64(axis))

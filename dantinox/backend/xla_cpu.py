@@ -2,8 +2,8 @@
 
 `attend_pool` and `attend_one_token` compute what dantinox.architectures.attention.attend's einsum computes,
 arranged so that
-XLA:CPU runs them faster for one new token per sequence; dantinox/backend/cpu.py says when (its measured rules).
-`compiler_options` are the XLA options a decode program is compiled with (dantinox.generate asks).
+XLA:CPU runs them faster for one new token per sequence; dantinox/backend/cpu.py says when (its measured
+rules). `compiler_options` are the XLA options a decode program is compiled with (dantinox.generate asks).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def attend_pool(q_BTKGH: jax.Array, k: jax.Array, v_KSH: jax.Array, mask_BTS: ja
     if k_scale_KS is not None:
         scores = scores * k_scale_KS[:, None, None, None, :]
     scores = jnp.where(mask_BTS[None, :, :, None, :], scores, NEG_INF)
-    weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))  # the softmax, normalized after the product
+    weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))  # softmax, normalized after the product
     total_KR = weights.sum(axis=-1).reshape(K, B * T * G, 1)
     if v_scale_KS is not None:
         weights = weights * v_scale_KS[:, None, None, None, :]
@@ -43,8 +43,8 @@ def attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS
     `by_reduction` (keys slot-last) both products are multiply-and-sum reductions over the cache as stored.
 
     The same numbers as the general path, arranged so that XLA:CPU runs both products as library
-    matmuls over [G, S] blocks: at batch 8 with grouped queries (GQA, MQA) the step's attention time falls; for
-    MHA (G = 1) and at batch 1 it does not, and they keep the general path, as does MLA's absorbed path.
+    matmuls over [G, S] blocks: at batch 8 with grouped queries (GQA, MQA) the step's attention time falls;
+    for MHA (G = 1) and at batch 1 it does not, and they keep the general path, as does MLA's absorbed path.
 
     Reductions sum in another order. As matmuls at batch 1, XLA:CPU wants each cache operand with its
     contracted axis innermost (keys slot-major, values slot-last: the transpose of how they are stored) and
@@ -70,13 +70,13 @@ def attend_one_token(q_BKGH: jax.Array, k: jax.Array, v_BKSH: jax.Array, mask_BS
 # batch 2 up the matmuls go to a library kernel and the option measured neutral to slower
 # (benchmarks/decode.py times both sides in every run). Other backends get no options.
 VECTOR_512 = {"xla_cpu_prefer_vector_width": "512"}
-# A paged pool read whole (dantinox/cache/paged.py) multiplies B query rows by P · ps slots per KV head. XLA:CPU
-# hands such float32 products to YNNPACK by default, slower than XLA's own (Eigen) dot for the weights by the
-# values. The option is per program, so it also moves the weight matmuls to Eigen, slower for a larger model.
-# Paged decode programs take it only where a layer's values outweigh its weights (benchmarks/cache_steps.py
-# times the paged step against the contiguous one with the options generate uses); where the pool kernel
-# reads the pool, that product is not XLA's and the option is not taken (docs/benchmarks.md#speed-layer-rules,
-# EIGEN_DOTS).
+# A paged pool read whole (dantinox/cache/paged.py) multiplies B query rows by P · ps slots per KV head.
+# XLA:CPU hands such float32 products to YNNPACK by default, slower than XLA's own (Eigen) dot for the weights
+# by the values. The option is per program, so it also moves the weight matmuls to Eigen, slower for a larger
+# model. Paged decode programs take it only where a layer's values outweigh its weights
+# (benchmarks/cache_steps.py times the paged step against the contiguous one with the options generate uses);
+# where the pool kernel reads the pool, that product is not XLA's and the option is not taken
+# (docs/benchmarks.md#speed-layer-rules, EIGEN_DOTS).
 EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
 
@@ -86,14 +86,17 @@ def _values_outweigh_weights(cfg: ModelConfig, batch: int, slots: int) -> bool:
     return batch * slots * K * H > D * (N + 2 * K) * H + N * H * D + 3 * D * F
 
 
-def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | None = None) -> dict[str, str] | None:
+def compiler_options(batch: int, cfg: ModelConfig | None = None,
+                     slots: int | None = None) -> dict[str, str] | None:
     """The XLA options dantinox compiles a decode program for `batch` sequences of `cfg` with, decoding up to
     `slots` tokens (default max_context); None: the defaults. Without a config: a contiguous cache's."""
     if jax.default_backend() != "cpu":
         return None
     options = dict(VECTOR_512) if batch == 1 else {}
     if (batch > 1 and cfg is not None and cfg.cache_layout == "paged" and cfg.attention == "heads"
-            and cfg.jnp_dtype == jnp.float32 and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)
-            and not pool_kernel.handles(cfg.cache_jnp_dtype, LayerCache.SCALE_LAYOUT if cfg.quantized_cache else None)):
+            and cfg.jnp_dtype == jnp.float32
+            and _values_outweigh_weights(cfg, batch, slots or cfg.max_context)
+            and not pool_kernel.handles(cfg.cache_jnp_dtype,
+                                        LayerCache.SCALE_LAYOUT if cfg.quantized_cache else None)):
         options |= EIGEN_DOTS
     return options or None
