@@ -7,7 +7,8 @@ Importing the package registers every layout module's entries; `dantinox.cache.X
 dantinox and its users read.
 """
 
-from dantinox.cache import eviction, kivi, paged, ring, shared, state  # noqa: F401  (each registers its layouts)
+# each registers its layouts
+from dantinox.cache import eviction, kivi, paged, ring, shared, state  # noqa: F401
 from dantinox.cache.container import (
     KVCache,
     add_caches,

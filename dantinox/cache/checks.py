@@ -18,7 +18,8 @@ from dantinox.cache.registry import layouts
 def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
     """Raise ValueError unless `cache` is a KVCache for `cfg` that holds `batch` sequences."""
     if not isinstance(cache, KVCache):
-        raise ValueError(f"kv_caches: expected a dantinox.KVCache from dantinox.init_cache, got {type(cache).__name__}")
+        raise ValueError("kv_caches: expected a dantinox.KVCache from dantinox.init_cache, got "
+                         f"{type(cache).__name__}")
     if len(cache.layers) != cfg.n_layers:
         raise ValueError(f"kv_caches: expected {cfg.n_layers} layers, got {len(cache.layers)}")
     if cache.lengths.shape != (batch,):
@@ -28,8 +29,8 @@ def check_cache(cfg: ModelConfig, cache: Any, batch: int) -> None:
                          f"cache_layout={cfg.cache_layout!r}")
     for i, (got, lay) in enumerate(zip(cache.layers, layouts(cfg), strict=True)):
         if type(got) is not lay.payload:
-            raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for attention={cfg.attention!r}, "
-                             f"got {type(got).__name__}")
+            raise ValueError(f"kv_caches[{i}]: expected {lay.payload.__name__} for "
+                             f"attention={cfg.attention!r}, got {type(got).__name__}")
         rows = got[0].shape[0] if lay.addressing.pooled else batch  # a pool's rows are pages
         want = jax.eval_shape(lambda lay=lay, got=got, rows=rows: lay.zeros(cfg, rows, got.slots))
         for name, g, w in zip(got._fields, got, want, strict=True):

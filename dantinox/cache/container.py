@@ -52,7 +52,8 @@ class KVCache(NamedTuple):
 def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> KVCache:
     """Pre-allocate an empty cache for `batch_size` sequences of up to `length` tokens (default max_context).
 
-    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns pages b·M .. b·M + M - 1.
+    Arrays are in `cfg.cache_dtype`. A paged config gets a private pool: sequence b owns
+    pages b·M .. b·M + M - 1.
     """
     batch_size = positive_int("batch_size", batch_size)
     length = cfg.max_context if length is None else positive_int("length", length)
@@ -61,7 +62,8 @@ def init_cache(cfg: ModelConfig, batch_size: int, length: int | None = None) -> 
     if cfg.cache_layout != "paged":
         return empty_cache(cfg, batch_size, length)
     M = pages_for(length, cfg.page_size)
-    return empty_cache(cfg, batch_size, length, np.arange(batch_size * M, dtype=np.int32).reshape(batch_size, M),
+    return empty_cache(cfg, batch_size, length,
+                       np.arange(batch_size * M, dtype=np.int32).reshape(batch_size, M),
                        batch_size * M)
 
 
@@ -111,7 +113,8 @@ def cache_length(cfg: ModelConfig, cache: KVCache) -> int:
 
 
 def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = False) -> tuple:
-    """The same per-layer arrays with `length` slots, cut or zero-padded at the end (at_end=False) or the start.
+    """The same per-layer arrays with `length` slots, cut or zero-padded at the end
+    (at_end=False) or the start.
 
     A ring layer gets min(length, W) slots, as init_cache gives it.
     """
@@ -131,7 +134,8 @@ def resize_layers(layers: tuple, cfg: ModelConfig, length: int, at_end: bool = F
 
 
 def grow_cache(cache: KVCache, cfg: ModelConfig, length: int) -> KVCache:
-    """The same cache with room for `length` positions per contiguous layer: written slots kept, new ones zero."""
+    """The same cache with room for `length` positions per contiguous layer: written slots kept,
+    new ones zero."""
     return cache._replace(layers=resize_layers(cache.layers, cfg, length))
 
 

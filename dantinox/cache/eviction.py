@@ -55,7 +55,8 @@ class BudgetCache(BudgetFields):
 
     def fit_slots(self, cfg: ModelConfig, n: int, fit) -> BudgetCache:
         """The same layer with `n` slots; new slots are empty (position -1)."""
-        return BudgetCache(fit(self.k, 3, n), fit(self.v, 2, n), fit(self.score, 1, n), fit(self.pos + 1, 1, n) - 1)
+        return BudgetCache(fit(self.k, 3, n), fit(self.v, 2, n), fit(self.score, 1, n),
+                           fit(self.pos + 1, 1, n) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +81,8 @@ class EvictionLayout(Layout):
                lengths_B: jax.Array, after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
         """The layer unchanged and the view attention reads: the kept slots beside the new tokens."""
         k_pos = jnp.concatenate([layer.pos, jnp.where(live_BT, pos_BT, -1)], axis=1)
-        kv = LayerCache(layer.k, layer.v).concat(LayerCache(new.k.astype(layer.k.dtype), new.v.astype(layer.v.dtype)))
+        new_kv = LayerCache(new.k.astype(layer.k.dtype), new.v.astype(layer.v.dtype))
+        kv = LayerCache(layer.k, layer.v).concat(new_kv)
         return layer, View(kv, k_pos, self.addressing)
 
     def keep(self, layer: BudgetCache, view: View, weights_BS: jax.Array, after_B: jax.Array) -> BudgetCache:
@@ -107,6 +109,7 @@ def _eviction(cfg: ModelConfig, layer: LayerSpec) -> EvictionLayout:
 
 
 def budget_cache_bytes(cfg: ModelConfig, batch: int, tokens: int) -> int:
-    """Bytes of an eviction cache holding `tokens` positions: min(T, N) slots of K/V heads plus bookkeeping."""
+    """Bytes of an eviction cache holding `tokens` positions: min(T, N) slots of K/V heads
+    plus bookkeeping."""
     per_slot = 2 * cfg.n_kv_heads * cfg.head_size * cfg.cache_itemsize + BOOKKEEPING_BYTES
     return batch * cfg.n_layers * min(tokens, cfg.cache_budget) * per_slot

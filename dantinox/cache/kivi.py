@@ -1,4 +1,5 @@
-"""KIVI-style low-bit KV cache: a storage layout of dantinox/cache/container.py (Liu et al. 2024, arXiv:2402.02750).
+"""KIVI-style low-bit KV cache: a storage layout of dantinox/cache/container.py (Liu et al. 2024,
+arXiv:2402.02750).
 
 Keys are quantized per channel and values per token (the paper's finding: a few key channels carry large
 outliers, so a scale per channel isolates them; values have no fixed outlier channels and are read as a
@@ -36,7 +37,8 @@ SCALE_DTYPE = jnp.float16  # scales and zero points, as KIVI stores them
 
 
 def kivi_cache_bytes(cfg: ModelConfig, batch: int, tokens: int) -> int:
-    """Bytes of a KIVI cache of `tokens` slots: codes + key and value scales and zeros + full-precision window."""
+    """Bytes of a KIVI cache of `tokens` slots: codes + key and value scales and zeros + full-precision
+    window."""
     K, H, G, bits = cfg.n_kv_heads, cfg.head_size, cfg.kivi_group, cfg.kivi_bits
     scale = jnp.dtype(SCALE_DTYPE).itemsize
     codes = 2 * tokens * K * H * bits // 8
@@ -120,10 +122,10 @@ class KiviCache(NamedTuple):
         R, groups = min(slots, cfg.kivi_residual), -(-slots // G)
         codes, key_params = (rows, K, slots, H * b // 8), (rows, K, groups, H)
         value_params, window = (rows, K, slots, H // G), (rows, K, R, H)
-        return cls(jnp.zeros(codes, jnp.uint8), jnp.zeros(key_params, SCALE_DTYPE), jnp.zeros(key_params, SCALE_DTYPE),
-                   jnp.zeros(codes, jnp.uint8), jnp.zeros(value_params, SCALE_DTYPE),
-                   jnp.zeros(value_params, SCALE_DTYPE), jnp.zeros(window, cfg.jnp_dtype),
-                   jnp.zeros(window, cfg.jnp_dtype))
+        return cls(jnp.zeros(codes, jnp.uint8), jnp.zeros(key_params, SCALE_DTYPE),
+                   jnp.zeros(key_params, SCALE_DTYPE), jnp.zeros(codes, jnp.uint8),
+                   jnp.zeros(value_params, SCALE_DTYPE), jnp.zeros(value_params, SCALE_DTYPE),
+                   jnp.zeros(window, cfg.jnp_dtype), jnp.zeros(window, cfg.jnp_dtype))
 
     def fit_slots(self, cfg: ModelConfig, n: int, fit) -> KiviCache:
         """The same layer with `n` slots (`fit(array, axis, count)` cuts or pads one axis)."""
@@ -135,14 +137,17 @@ class KiviCache(NamedTuple):
         """Keys and values [B, K, S, H] float32 as attention sees them after `lengths` tokens."""
         G, b = cfg.kivi_group, cfg.kivi_bits
         S, R = self.slots, self.k_window.shape[2]
-        k_scale, k_zero = (jnp.repeat(a.astype(jnp.float32), G, axis=2)[:, :, :S] for a in (self.k_scale, self.k_zero))
+        k_scale, k_zero = (jnp.repeat(a.astype(jnp.float32), G, axis=2)[:, :, :S]
+                           for a in (self.k_scale, self.k_zero))
         k = unpack(self.k_codes, b) * k_scale + k_zero
         v_codes = unpack(self.v_codes, b).reshape(self.v_codes.shape[:3] + (-1, G))
-        v = (v_codes * self.v_scale.astype(jnp.float32)[..., None] + self.v_zero.astype(jnp.float32)[..., None])
+        v_scale, v_zero = (a.astype(jnp.float32)[..., None] for a in (self.v_scale, self.v_zero))
+        v = v_codes * v_scale + v_zero
         v = v.reshape(k.shape)
         s_S = jnp.arange(S)
         recent_BS = s_S[None, :] >= lengths_B[:, None] - R  # the window's slots; the rest come from the codes
-        k_win, v_win = (jnp.take(a.astype(jnp.float32), s_S % R, axis=2) for a in (self.k_window, self.v_window))
+        k_win, v_win = (jnp.take(a.astype(jnp.float32), s_S % R, axis=2)
+                        for a in (self.k_window, self.v_window))
         pick = recent_BS[:, None, :, None]
         return jnp.where(pick, k_win, k), jnp.where(pick, v_win, v)
 
@@ -152,9 +157,10 @@ class KiviCache(NamedTuple):
         because a key group spans several writes."""
         return LayerCache(k_BKTH.astype(jnp.float32).swapaxes(2, 3), v_BKTH.astype(jnp.float32))
 
-    def write(self, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array, pos_BT: jax.Array, live_BT: jax.Array,
-              before_B: jax.Array, after_B: jax.Array) -> KiviCache:
-        """The layer with T new tokens written: values quantized now, key groups quantized as they complete."""
+    def write(self, cfg: ModelConfig, k_BKTH: jax.Array, v_BKTH: jax.Array, pos_BT: jax.Array,
+              live_BT: jax.Array, before_B: jax.Array, after_B: jax.Array) -> KiviCache:
+        """The layer with T new tokens written: values quantized now,
+        key groups quantized as they complete."""
         G, b = cfg.kivi_group, cfg.kivi_bits
         R = self.k_window.shape[2]
         T = pos_BT.shape[1]
@@ -188,8 +194,10 @@ class KiviCache(NamedTuple):
         take = lambda a: jnp.take_along_axis(a, safe_BN[:, None, :, None], axis=2)  # noqa: E731
         codes = encode(cand_k, take(k_scale), take(k_zero), b)
         member_done_BN = jnp.take_along_axis(completes_BJ, safe_BN, axis=1) & (group_BN < n_groups)
-        out = out._replace(k_codes=_scatter(self.k_codes, jnp.where(member_done_BN, cand_pos_BN, -1), pack(codes, b)))
-        keep_BT = live_BT & (pos_BT >= after_B[:, None] - R)  # of a long prompt only the last R reach the window
+        out = out._replace(k_codes=_scatter(self.k_codes, jnp.where(member_done_BN, cand_pos_BN, -1),
+                                            pack(codes, b)))
+        # of a long prompt only the last R reach the window
+        keep_BT = live_BT & (pos_BT >= after_B[:, None] - R)
         window_slot = jnp.where(keep_BT, pos_BT % R, -1)
         return out._replace(k_window=_scatter(self.k_window, window_slot, k_BKTH),
                             v_window=_scatter(self.v_window, window_slot, v_BKTH))
@@ -202,13 +210,15 @@ class KiviLayout(Layout):
 
     cfg: ModelConfig | None = None
 
-    def update(self, layer: KiviCache, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array, lengths_B: jax.Array,
-               after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
+    def update(self, layer: KiviCache, new: LayerCache, pos_BT: jax.Array, live_BT: jax.Array,
+               lengths_B: jax.Array, after_B: jax.Array, table: jax.Array | None) -> tuple[Any, View]:
         cfg, addr = self.cfg, self.addressing
         written = layer.write(cfg, new.k.swapaxes(2, 3), new.v, pos_BT, live_BT, lengths_B, after_B)
-        if pos_BT.shape[1] > 1:  # a prompt attends to its own tokens in full precision, as KIVI's prefill does
+        # a prompt attends to its own tokens in full precision, as KIVI's prefill does
+        if pos_BT.shape[1] > 1:
             k, v = layer.read(cfg, lengths_B)
-            k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)], axis=1)
+            k_pos = jnp.concatenate([addr.positions(lengths_B, layer.slots), jnp.where(live_BT, pos_BT, -1)],
+                                    axis=1)
             return written, View(LayerCache(k.swapaxes(2, 3), v).concat(new), k_pos, addr)
         k, v = written.read(cfg, after_B)
         return written, View(LayerCache(k.swapaxes(2, 3), v), addr.positions(after_B, layer.slots), addr)

@@ -32,13 +32,15 @@ from dantinox.cache.quant import quantize
 
 
 @ops.takes_over("store")  # the speed layer may write some dtypes its own way (in place)
-def _scatter(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array, new_BT: jax.Array) -> jax.Array:
+def _scatter(a: jax.Array, axis: int, rows_BT: jax.Array, slots_BT: jax.Array,
+             new_BT: jax.Array) -> jax.Array:
     """Store token-major `new_BT` [B, T, ...] at (row, slot) of `a` [R, ..., S, ...]; slot -1 is dropped."""
     if writes_as_slice(*rows_BT.shape):  # one token of one row: a slice update, not a scatter
         row, slot = rows_BT[0, 0], slots_BT[0, 0]
         start = (row,) + (0,) * (axis - 1) + (jnp.maximum(slot, 0),) + (0,) * (a.ndim - axis - 1)
         update = jnp.moveaxis(new_BT, 1, axis).astype(a.dtype)
-        kept = jnp.where(slot >= 0, update, jax.lax.dynamic_slice(a, start, update.shape))  # -1: leave the slot
+        old = jax.lax.dynamic_slice(a, start, update.shape)
+        kept = jnp.where(slot >= 0, update, old)  # -1: leave the slot
         return jax.lax.dynamic_update_slice(a, kept, start)  # in bounds: locate's slots are < S, rows < R
     idx = (rows_BT,) + (slice(None),) * (axis - 1) + (jnp.where(slots_BT < 0, a.shape[axis], slots_BT),)
     return a.at[idx].set(new_BT.astype(a.dtype), mode="drop")  # out of range: a masked token, not written
@@ -69,13 +71,14 @@ class Payload:
         return self[0].shape[self.SEQ_AXES[0]] if self.SEQ_AXES else 0
 
     def fit_slots(self, cfg, n: int, fit) -> Any:
-        """The same payload with `n` slots, every field cut or padded by `fit(array, axis, n)` (KIVI's payload,
-        whose fields hold different slot counts, says otherwise)."""
+        """The same payload with `n` slots, every field cut or padded by `fit(array, axis, n)` (KIVI's
+        payload, whose fields hold different slot counts, says otherwise)."""
         return self.map_slots(lambda a, axis: fit(a, axis, n))
 
     def map_slots(self, fn) -> Any:
         """Apply `fn(array, axis)` to every field that is set (axis: that field's slot axis)."""
-        return type(self)(*(None if a is None else fn(a, ax) for a, ax in zip(self, self.SEQ_AXES, strict=True)))
+        return type(self)(*(None if a is None else fn(a, ax)
+                            for a, ax in zip(self, self.SEQ_AXES, strict=True)))
 
     def store(self, new: Any, rows_BT: jax.Array, slots_BT: jax.Array) -> Any:
         """The same arrays with the tokens of `new` (this type, T slots, from `encode`) at (row, slot)."""
@@ -88,7 +91,8 @@ class Payload:
                             for a, n, ax in zip(self, new, self.SEQ_AXES, strict=True)))
 
     def gather(self, table_BM: jax.Array, page_size: int) -> Any:
-        """A one-row pool of pages ([1, ..., P · ps, ...]) read through a page table: [B, ..., M · ps, ...]."""
+        """A one-row pool of pages ([1, ..., P · ps, ...]) read through a page table:
+        [B, ..., M · ps, ...]."""
         B, M = table_BM.shape
 
         def one(pool: jax.Array, axis: int) -> jax.Array:
@@ -130,7 +134,8 @@ class LayerCache(Payload, _HeadsFields):
         def scales():  # a buffer each: decoding donates them
             return jnp.zeros((rows, K, slots), jnp.float32) if cfg.quantized_cache else None
         dtype = cfg.cache_jnp_dtype
-        return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype), scales(), scales())
+        return cls(jnp.zeros((rows, K, H, slots), dtype), jnp.zeros((rows, K, slots, H), dtype),
+                   scales(), scales())
 
     @classmethod
     def encode(cls, cfg: CacheConfig, k_BKTH: jax.Array, v_BKTH: jax.Array) -> LayerCache:
@@ -176,7 +181,8 @@ class View(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Contiguous:
-    """Position p lives in slot p of its sequence's row: a cache of `length` slots holds positions < length."""
+    """Position p lives in slot p of its sequence's row:
+    a cache of `length` slots holds positions < length."""
 
     pooled: ClassVar[bool] = False  # True: the layer is one row of pages shared by all sequences (Paged)
     bounded: ClassVar[bool] = False  # True: at most `slots(max_context)` slots whatever the length (rings)
@@ -198,7 +204,8 @@ class Contiguous:
         return jnp.where(s_S[None, :] < lengths_B[:, None], s_S[None, :], -1)
 
     def read(self, layer, table, lengths_B: jax.Array, T: int) -> tuple[Any, jax.Array]:
-        """What attention reads after a write that left `lengths_B` tokens: the arrays and each slot's position."""
+        """What attention reads after a write that left `lengths_B` tokens:
+        the arrays and each slot's position."""
         return layer, self.positions(lengths_B, layer.slots)
 
     def reads_before_write(self, T: int) -> bool:

@@ -1,12 +1,14 @@
-"""The host side of the paged KV cache for paged decoding and the serving simulator: page tables and fill counts.
+"""The host side of the paged KV cache for paged decoding and the serving simulator:
+page tables and fill counts.
 
 `PageManager` is a space manager: it decides which physical page holds which tokens of which sequence, and
-takes and hands back pages through the allocator every pool uses (`PagePool`, dantinox/cache/page_pool.py: free
-list, reference counts); dantinox/cache/paged.py applies its decisions to the device pools. Sequences that share a
-prefix point at the same pages (`fork`: each page shared once more); the first write into a shared, partly
-filled page copies it first (copy-on-write: `append` returns the copies). Asking for more pages than are free
-raises PoolExhausted and changes nothing. The serving engine's space manager is dantinox/engine/kv_manager.py
-(page tables per request, a prefix cache by page name, no fill counts) over the same allocator.
+takes and hands back pages through the allocator every pool uses (`PagePool`, dantinox/cache/page_pool.py:
+free list, reference counts); dantinox/cache/paged.py applies its decisions to the device pools. Sequences
+that share a prefix point at the same pages (`fork`: each page shared once more); the first write into a
+shared, partly filled page copies it first (copy-on-write: `append` returns the copies). Asking for more pages
+than are free raises PoolExhausted and changes nothing. The serving engine's space manager is
+dantinox/engine/kv_manager.py (page tables per request, a prefix cache by page name, no fill counts) over the
+same allocator.
 
 One vocabulary for both levels: the allocator takes a page off the free list (`take`), shares one (`share`:
 one more holder) and releases one (`release`: one holder fewer, free at none); a space manager adds a
@@ -19,7 +21,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from dantinox.cache.page_pool import PagePool, PoolExhausted, pages_for  # noqa: F401  (re-exported: paged.py, tests)
+# re-exported: paged.py, tests
+from dantinox.cache.page_pool import PagePool, PoolExhausted, pages_for  # noqa: F401
 from dantinox.checks import positive_int
 
 
@@ -69,7 +72,8 @@ class PageManager:
             raise ValueError(f"seq: no sequence {seq!r} in the pool")
 
     def pages_needed(self, seq: Hashable | None, n_tokens: int) -> int:
-        """Free pages that adding (seq None or new) or appending `n_tokens` tokens would take, copies included."""
+        """Free pages that adding (seq None or new) or appending `n_tokens` tokens would take,
+        copies included."""
         if seq is None or seq not in self.tables:
             return pages_for(n_tokens, self.page_size)
         length, table = self.lengths[seq], self.tables[seq]

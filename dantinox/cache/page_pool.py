@@ -1,8 +1,8 @@
 """The page allocator: one pool of KV-cache pages, its free list, reference counts and names of cached pages.
 
 The one allocator of every paged pool here, apart from the space managers that map sequences to pages
-(vLLM's BlockAllocator beside its block manager): `PageManager` (dantinox/cache/page_manager.py: tables and fill
-counts, copy-on-write, for paged decoding and the serving simulator) and the engine's `KVManager`
+(vLLM's BlockAllocator beside its block manager): `PageManager` (dantinox/cache/page_manager.py: tables and
+fill counts, copy-on-write, for paged decoding and the serving simulator) and the engine's `KVManager`
 (dantinox/engine/kv_manager.py: tables per request, a prefix cache by page name). No JAX here: they own the
 arrays; this keeps the bookkeeping of which page is free and how many hold it. The free list is in LRU order,
 so a freed page that still holds a cached full page is reused last (vLLM's automatic prefix caching, docs
@@ -20,7 +20,8 @@ from dantinox.checks import positive_int
 
 
 class PoolError(RuntimeError):
-    """The allocator's bookkeeping broke an invariant (a double free, a lost page): a bug, never user error."""
+    """The allocator's bookkeeping broke an invariant (a double free, a lost page): a bug,
+    never user error."""
 
 
 class PoolExhausted(ValueError):
@@ -44,7 +45,8 @@ class PagePool:
     def __init__(self, num_pages: int):
         self.num_pages = positive_int("num_pages", num_pages)
         self.refs = [0] * self.num_pages
-        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(self.num_pages))
+        pages = range(self.num_pages)
+        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(pages)
         self.hash_of: list[bytes | None] = [None] * self.num_pages
         self.by_hash: dict[bytes, int] = {}
         self.evicted = 0  # cached pages overwritten to make room
@@ -95,9 +97,11 @@ class PagePool:
         held = collections.Counter(b for table in tables for b in table)
         for page in range(self.num_pages):
             if self.refs[page] != held[page]:
-                raise PoolError(f"pool: page {page} has {self.refs[page]} reference(s), {held[page]} holder(s)")
+                raise PoolError(f"pool: page {page} has {self.refs[page]} reference(s), "
+                                f"{held[page]} holder(s)")
             if (self.refs[page] == 0) != (page in self.free):
-                raise PoolError(f"pool: page {page} free={page in self.free} with {self.refs[page]} reference(s)")
+                raise PoolError(f"pool: page {page} free={page in self.free} with {self.refs[page]} "
+                                "reference(s)")
         named = {d: b for b, d in enumerate(self.hash_of) if d is not None}
         if named != self.by_hash:
             raise PoolError("pool: the hash map and the pages' hashes disagree")

@@ -13,7 +13,8 @@ shared scale would spend the code range of the quiet heads on the loud ones. The
 (4 bytes) per H = 32 codes, 12.5 % on top of the int8 codes, which `quant_cache_bytes` counts.
 
 fp8: jax has float8_e4m3fn and XLA:CPU converts to and from it, so fp8 runs here; values are scaled so the
-head's largest magnitude maps to 448 (e4m3's largest finite value) and clipped, since a cast past 448 gives NaN.
+head's largest magnitude maps to 448 (e4m3's largest finite value) and clipped,
+since a cast past 448 gives NaN.
 """
 
 from __future__ import annotations

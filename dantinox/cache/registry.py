@@ -20,7 +20,8 @@ from typing import Any
 from dantinox.architectures.config import LayerSpec, ModelConfig
 from dantinox.cache.layout import Contiguous, LatentCache, LayerCache, Layout
 
-ADDRESSING: dict[str, Callable[[ModelConfig, LayerSpec], Any]] = {"contiguous": lambda cfg, layer: Contiguous()}
+ADDRESSING: dict[str, Callable[[ModelConfig, LayerSpec], Any]] = {
+    "contiguous": lambda cfg, layer: Contiguous()}
 PAYLOAD: dict[str, type] = {"latent": LatentCache}
 MODES: dict[str, Callable[[ModelConfig, LayerSpec], Layout]] = {}
 

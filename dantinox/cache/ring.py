@@ -28,7 +28,8 @@ from dantinox.cache.registry import ADDRESSING, register
 
 @dataclasses.dataclass(frozen=True)
 class Ring(Contiguous):
-    """Position p in slot p mod S of a ring of S = min(length, W) slots; keys more than W - 1 back are masked."""
+    """Position p in slot p mod S of a ring of S = min(length, W) slots;
+    keys more than W - 1 back are masked."""
 
     size: int  # W slots (the sliding window); for Chunked, the chunk size C
     bounded: ClassVar[bool] = True
@@ -40,24 +41,28 @@ class Ring(Contiguous):
         return q_pos - k_pos < self.size  # the band: the current token and the W - 1 before it
 
     def locate(self, pos_BT, live_BT, after_B, S, table):
-        """Slot p mod S; of a run longer than the ring only the last S real tokens are written (distinct slots)."""
+        """Slot p mod S; of a run longer than the ring only the last S real tokens are written
+        (distinct slots)."""
         rows = jnp.broadcast_to(jnp.arange(pos_BT.shape[0])[:, None], pos_BT.shape)
         keep = live_BT & (pos_BT >= after_B[:, None] - S)
         return rows, jnp.where(keep, pos_BT % S, -1)
 
     def positions(self, lengths_B: jax.Array, S: int) -> jax.Array:
-        """Position held by each slot after `lengths` tokens: the latest p < length with p = s mod S (-1: empty)."""
+        """Position held by each slot after `lengths` tokens: the latest p < length with p = s mod S
+        (-1: empty)."""
         s_S = jnp.arange(S)[None, :]
         p = s_S + S * jnp.floor_divide(lengths_B[:, None] - 1 - s_S, S)
         return jnp.where(p >= 0, p, -1)
 
     def reads_before_write(self, T: int) -> bool:
-        return T > 1  # a prompt's early queries need keys its later tokens evict; one token writes, then attends
+        # a prompt's early queries need keys its later tokens evict; one token writes, then attends
+        return T > 1
 
 
 @dataclasses.dataclass(frozen=True)
 class SinkRing(Ring):
-    """StreamingLLM (Xiao et al. 2023, arXiv:2309.17453): the first `sinks` positions kept forever beside a ring.
+    """StreamingLLM (Xiao et al. 2023, arXiv:2309.17453):
+    the first `sinks` positions kept forever beside a ring.
 
     Slots 0 .. S-1 hold positions 0 .. S-1; the other slots are a ring for positions >= S. A query at
     position p sees the sinks and its window (the current token and the W - 1 before it). Positions are
@@ -76,7 +81,8 @@ class SinkRing(Ring):
         return (k_pos < self.sinks) | (q_pos - k_pos < self.size)
 
     def sink_shift(self, q_pos) -> jax.Array:
-        """How far the cache moves query p towards the sinks: the tokens evicted between them and its window."""
+        """How far the cache moves query p towards the sinks:
+        the tokens evicted between them and its window."""
         return jnp.maximum(q_pos - self.size + 1 - self.sinks, 0)
 
     def _ring(self, S: int) -> int:

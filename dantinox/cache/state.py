@@ -38,7 +38,8 @@ def conv_dim(layer: LayerSpec) -> int:
 
 
 class StateCache(Payload, _StateFields):
-    """The payload of a 'state' layer: no slot axis; a write replaces both arrays (the model computes them)."""
+    """The payload of a 'state' layer: no slot axis; a write replaces both arrays
+    (the model computes them)."""
 
     __slots__ = ()
     SEQ_AXES = ()  # nothing grows with the tokens: no slot, no scale
@@ -57,7 +58,8 @@ class StateCache(Payload, _StateFields):
 
 
 def state_bytes(cfg: ModelConfig, layer: LayerSpec) -> int:
-    """Bytes of one sequence's state in a 'state' layer: V · H · H float32s plus conv_dim · conv activations."""
+    """Bytes of one sequence's state in a 'state' layer:
+    V · H · H float32s plus conv_dim · conv activations."""
     return (layer.value_heads * layer.head_size ** 2 * 4
             + conv_dim(layer) * layer.conv * jnp.dtype(cfg.jnp_dtype).itemsize)
 
