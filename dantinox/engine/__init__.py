@@ -40,8 +40,8 @@ The engine is three parts, along vLLM v1's and nano-vllm's seams, and `Engine` (
   scheduler.py   Scheduler: the token budget, admission, preemption order, static or continuous batching,
                  chunking and how many drafts a decode adds; plain Python, tests/test_scheduler.py drives it
                  with a fake runner
-  kv_manager.py  KVManager: the layers' arrays, the page pool (dantinox/cache/page_pool.py), page tables and ring
-                 seats, prefix hashes and hits, ring copies (ring_prefixes.py), swapping
+  kv_manager.py  KVManager: the layers' arrays, the page pool (dantinox/cache/page_pool.py), page tables and
+                 ring seats, prefix hashes and hits, ring copies (ring_prefixes.py), swapping
   runner.py      Runner: the compiled ragged iteration, sampling, draft acceptance
   records.py     Request (with its RequestState), Row and StepReport: the plain data the three pass around
 """

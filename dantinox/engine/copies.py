@@ -1,7 +1,7 @@
-"""A request's part of the engine's layers: its seat's row of each sliding-window (ring) layer, its pages of each
-paged layer. `copy_out` takes that part out and `copy_in` puts it back: a swap to host memory and back, and a
-ring prefix kept for later requests (dantinox/engine/kv_manager.py, ring_prefixes.py); the runner reads and
-writes the seats' rows in its compiled iteration (`seat_rows`, `put_seat_rows`)."""
+"""A request's part of the engine's layers: its seat's row of each sliding-window (ring) layer, its pages of
+each paged layer. `copy_out` takes that part out and `copy_in` puts it back: a swap to host memory and back,
+and a ring prefix kept for later requests (dantinox/engine/kv_manager.py, ring_prefixes.py); the runner reads
+and writes the seats' rows in its compiled iteration (`seat_rows`, `put_seat_rows`)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ def put_seat_rows(layer, rows, seat):
     return type(layer)(*(None if a is None else a.at[seat].set(p) for a, p in zip(layer, rows, strict=True)))
 
 
-def copy_out(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None, page_size: int) -> tuple:
+def copy_out(layers: tuple, ring: tuple[bool, ...], seat: int, pages: jax.Array | None,
+             page_size: int) -> tuple:
     """A request's part of each layer: its seat's row of a ring layer, its `pages` of a paged one (None for
     paged layers when `pages` is None)."""
-    return tuple(seat_rows(layer, seat) if r else None if pages is None else take_pages(layer, pages, page_size)
+    return tuple(seat_rows(layer, seat) if r
+                 else None if pages is None else take_pages(layer, pages, page_size)
                  for layer, r in zip(layers, ring, strict=True))
 
 

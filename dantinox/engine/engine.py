@@ -28,28 +28,31 @@ PREEMPT = ("recompute", "swap")
 
 
 class Engine:
-    """Continuous batching over a paged pool, with prefix caching, chunked prefill and prompt-lookup speculation.
+    """Continuous batching over a paged pool, with prefix caching,
+    chunked prefill and prompt-lookup speculation.
 
     `num_pages` pages of `page_size` tokens per paged layer; `chunk_tokens` tokens fed per iteration (None:
     whole prompts); `speculate` drafts verified per decode (0: off); at most `max_seqs` requests run at once.
     `batching="static"` admits a new batch only when the running one has finished (the baseline).
-    `fixed_shapes=True` pads every call to max_seqs rows and the full table width, and a decode to the verify's
-    1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk): for small
-    models and tests, where compiling dominates.
+    `fixed_shapes=True` pads every call to max_seqs rows and the full table width, and a decode to the
+    verify's 1 + speculate tokens, so a run compiles at most two programs (decode or verify, prompt chunk):
+    for small models and tests, where compiling dominates.
     `max_len` (default the model's max_context) is the longest request (prompt + new tokens) it accepts.
     Sliding-window layers with prefix caching hold chunk_tokens slots past their window per running request
-    (so with chunk_tokens=None, max_len slots: pass a chunk size, or prefix_caching=False, to keep rings small).
-    Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its `stop_ids`.
-    A call with a sampling row is a program of its own (greedy calls draw no random numbers).
+    (so with chunk_tokens=None, max_len slots: pass a chunk size, or prefix_caching=False, to keep rings
+    small). Greedy or sampled per request (`add`); a request stops after `max_new_tokens` or at a token of its
+    `stop_ids`. A call with a sampling row is a program of its own (greedy calls draw no random numbers).
     Its parts: `engine.scheduler`, `engine.kv` (the KV manager) and `engine.runner`.
     """
 
     def __init__(self, model: Transformer, num_pages: int, page_size: int = 16, prefix_caching: bool = True,
-                 chunk_tokens: int | None = 64, speculate: int = 0, max_seqs: int = 8, batching: str = "continuous",
-                 preempt: str = "recompute", ngram: int = 3, fixed_shapes: bool = False, max_len: int | None = None):
+                 chunk_tokens: int | None = 64, speculate: int = 0, max_seqs: int = 8,
+                 batching: str = "continuous", preempt: str = "recompute", ngram: int = 3,
+                 fixed_shapes: bool = False, max_len: int | None = None):
         cfg = model.cfg
         if cfg.paradigm != "autoregressive":
-            raise ValueError(f"model: the engine serves autoregressive models; this one has paradigm={cfg.paradigm!r}")
+            raise ValueError("model: the engine serves autoregressive models; this one has "
+                             f"paradigm={cfg.paradigm!r}")
         self.page_size = positive_int("page_size", page_size)
         self.chunk_tokens = None if chunk_tokens is None else positive_int("chunk_tokens", chunk_tokens)
         speculate = positive_int("speculate", speculate, minimum=0)
@@ -61,22 +64,23 @@ class Engine:
         self.cfg = cfg.with_cache(cache_layout="paged", page_size=self.page_size)
         if self.cfg.state_layers and (prefix_caching or speculate):
             name = "prefix_caching" if prefix_caching else "speculate"
-            raise ValueError(f"{name}: layer {self.cfg.state_layers[0]} keeps a recurrent state, which cannot be "
-                             f"cut back to a page boundary or past rejected drafts; pass prefix_caching=False and "
-                             f"speculate=0")
+            raise ValueError(f"{name}: layer {self.cfg.state_layers[0]} keeps a recurrent state, which "
+                             "cannot be cut back to a page boundary or past rejected drafts; pass "
+                             "prefix_caching=False and speculate=0")
         rings = [w for w in (*self.cfg.layer_windows, *self.cfg.layer_chunks) if w is not None]
         if rings and speculate + 1 > min(min(rings), self.cfg.max_context):
             raise ValueError(f"speculate: 1 + {speculate} tokens per verify must fit the smallest ring "
                              f"({min(rings)} slots)")
         self.max_len = cfg.max_context if max_len is None else positive_int("max_len", max_len)
         if self.max_len > cfg.max_context:
-            raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, got {self.max_len}")
+            raise ValueError(f"max_len: at most the model's max_context={cfg.max_context}, "
+                             f"got {self.max_len}")
         self.kv = KVManager(self.cfg, num_pages, self.page_size, max_seqs, self.max_len, prefix_caching,
                             self.chunk_tokens, swap=preempt == "swap")
         self.scheduler = Scheduler(self.kv, max_seqs, self.chunk_tokens, speculate, ngram, batching)
         max_pages = min(pages_for(self.max_len, self.page_size), self.kv.pool.num_pages)  # table width
-        self.runner = Runner(model, speculate, max_seqs, self.max_len, max_pages, self.chunk_tokens, fixed_shapes,
-                             self.cfg)
+        self.runner = Runner(model, speculate, max_seqs, self.max_len, max_pages, self.chunk_tokens,
+                             fixed_shapes, self.cfg)
 
     # What the parts hold, read through the engine.
     @property
@@ -104,8 +108,8 @@ class Engine:
         generator seeded with `seed`, as `dantinox.generate(model, prompt, n, temperature=, top_k=, seed=)`
         draws them for this request alone.
         """
-        req = Request.checked(len(self.requests), prompt_ids, max_new_tokens, arrival_step, stop_ids, temperature,
-                              top_k, seed, vocab_size=self.cfg.vocab_size, max_len=self.max_len,
+        req = Request.checked(len(self.requests), prompt_ids, max_new_tokens, arrival_step, stop_ids,
+                              temperature, top_k, seed, vocab_size=self.cfg.vocab_size, max_len=self.max_len,
                               page_size=self.page_size, num_pages=self.pool.num_pages)
         if req.temperature > 0:
             req.rng = generator_state(req.seed)
@@ -138,8 +142,8 @@ class Engine:
         held = collections.Counter(b for r in running for b in r.pages)
         return StepReport(
             step=self.steps - 1, rows=tuple(ran.rows), emitted=ran.emitted, admitted=tuple(plan.admitted),
-            finished=tuple(finished), preempted=tuple(plan.preempted), hits=plan.hits, budget=self.chunk_tokens,
-            fed=plan.fed, tables={r.rid: tuple(r.pages) for r in running},
+            finished=tuple(finished), preempted=tuple(plan.preempted), hits=plan.hits,
+            budget=self.chunk_tokens, fed=plan.fed, tables={r.rid: tuple(r.pages) for r in running},
             shared=frozenset(b for b, c in held.items() if c > 1), free=self.pool.num_free,
             cached_free=self.pool.num_cached_free, waiting=tuple(r.rid for r in self.scheduler.waiting),
             seconds=ran.seconds, calls=tuple(ran.calls))

@@ -1,13 +1,13 @@
 """The engine's KV manager: the cache's arrays and who holds which part of them.
 
-It owns the engine's layers (one pool of `num_pages` pages per paged layer, one ring per seat per sliding-window
-layer) and the bookkeeping over them: the page allocator (`PagePool`: free list in LRU order, reference counts,
-names of cached full pages), each request's page table and seat, the prefix cache (a full page is named by a
-hash chained over its parent's name and its tokens, vLLM's automatic prefix caching, docs
-`design/prefix_caching`; ring layers keep copies of their rings by page name, dantinox/engine/ring_prefixes.py)
-and swapping (a preempted request's pages and ring rows copied to host memory and back, vLLM,
-arXiv:2309.06180 §4.5). The scheduler asks it for room (`allocate`, `admit`) and hands pages back (`release`,
-`preempt`); the runner reads and writes `layers`.
+It owns the engine's layers (one pool of `num_pages` pages per paged layer, one ring per seat per
+sliding-window layer) and the bookkeeping over them: the page allocator (`PagePool`: free list in LRU order,
+reference counts, names of cached full pages), each request's page table and seat, the prefix cache (a full
+page is named by a hash chained over its parent's name and its tokens, vLLM's automatic prefix caching, docs
+`design/prefix_caching`; ring layers keep copies of their rings by page name,
+dantinox/engine/ring_prefixes.py) and swapping (a preempted request's pages and ring rows copied to host
+memory and back, vLLM, arXiv:2309.06180 §4.5). The scheduler asks it for room (`allocate`, `admit`) and hands
+pages back (`release`, `preempt`); the runner reads and writes `layers`.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ class KVManager:
             self._swap_in(req)
             self.allocate(req, start + n)
             return True
-        reclaimed = sum(self.pool.refs[b] == 0 for b in hits)  # free cached pages a hit takes off the free list
+        # free cached pages a hit takes off the free list
+        reclaimed = sum(self.pool.refs[b] == 0 for b in hits)
         if pages_for(start + n, self.page_size) - len(hits) > self.pool.num_free - reclaimed:
             return False
         for page in hits:
@@ -131,7 +132,8 @@ class KVManager:
         req.registered = max(req.registered, full)
 
     def release(self, req: Request) -> None:
-        """Hand the request's pages back to the pool (cached ones stay findable until reused) and free its seat."""
+        """Hand the request's pages back to the pool
+        (cached ones stay findable until reused) and free its seat."""
         for page in reversed(req.pages):  # a prefix's first pages are freed last, so evicted last
             self.pool.release(page)
         req.pages, req.registered = [], 0
@@ -140,11 +142,12 @@ class KVManager:
             req.seat = None
 
     def preempt(self, req: Request) -> None:
-        """Release a running request's pages: swapped out to host memory first, or dropped (it is recomputed)."""
+        """Release a running request's pages: swapped out to host memory first, or dropped
+        (it is recomputed)."""
         if self.swap:
             start = time.perf_counter()
-            saved = jax.device_get(copy_out(self.layers, self.ring, req.seat, jnp.asarray(req.pages, jnp.int32),
-                                            self.page_size))
+            saved = jax.device_get(copy_out(self.layers, self.ring, req.seat,
+                                            jnp.asarray(req.pages, jnp.int32), self.page_size))
             req.swapped = (len(req.pages), saved)
             self.swap_bytes += sum(int(a.nbytes) for part in saved for a in part if a is not None)
             self.swap_seconds += time.perf_counter() - start

@@ -1,5 +1,6 @@
 """What the engine keeps per request (built from `Engine.add`'s checked arguments) and what it reports per
-iteration. Plain data, no JAX: the scheduler, the KV manager and the runner all read and advance a `Request`."""
+iteration. Plain data, no JAX: the scheduler, the KV manager and the runner all read and advance
+a `Request`."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # the vocabulary size when not cut
     seed: int = 0
-    rng: np.ndarray | None = None  # key data of its generator before its next token (None: greedy; set from `seed`)
+    # key data of its generator before its next token (None: greedy; set from `seed`)
+    rng: np.ndarray | None = None
     state: RequestState = RequestState.PENDING
     computed: int = 0
     pages: list[int] = dataclasses.field(default_factory=list)
@@ -64,21 +66,22 @@ class Request:
                              f"[{prompt.min()}, {prompt.max()}]")
         new = positive_int("max_new_tokens", max_new_tokens)
         arrival = positive_int("arrival_step", arrival_step, minimum=0)
-        if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
+        number = not isinstance(temperature, bool) and isinstance(temperature, int | float | np.number)
+        if not number or temperature < 0:
             raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
         if top_k is not None and not 1 <= positive_int("top_k", top_k) <= vocab_size:
             raise ValueError(f"top_k: expected None or an integer in [1, {vocab_size}], got {top_k!r}")
         seed = positive_int("seed", seed, minimum=0)
         total = prompt.size + new
         if total > max_len:
-            raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} exceeds "
-                             f"max_len={max_len}")
+            raise ValueError(f"max_new_tokens: prompt ({prompt.size}) + max_new_tokens ({new}) = {total} "
+                             f"exceeds max_len={max_len}")
         if pages_for(total, page_size) > num_pages:
             raise ValueError(f"num_pages: this request needs up to {pages_for(total, page_size)} pages of "
                              f"{page_size} tokens, the pool has {num_pages}")
         tokens = [int(t) for t in prompt]
-        return cls(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens), float(temperature),
-                   top_k or vocab_size, seed)
+        return cls(rid, tokens, new, arrival, frozenset(int(s) for s in stop_ids), list(tokens),
+                   float(temperature), top_k or vocab_size, seed)
 
     @property
     def generated(self) -> list[int]:
@@ -92,7 +95,8 @@ class Request:
     def latency(self) -> tuple[float, float | None]:
         """(time to first token, mean time per output token after it), in seconds; it has emitted a token."""
         times = self.token_times
-        return times[0] - self.arrived_at, ((times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None)
+        per_token = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+        return times[0] - self.arrived_at, per_token
 
 
 class Row(NamedTuple):
@@ -124,5 +128,6 @@ class StepReport:
     free: int  # free pages (cached ones included)
     cached_free: int  # free pages still holding a cached full page
     waiting: tuple[int, ...]
-    seconds: float  # wall time of the iteration's compiled calls, to block_until_ready (swaps: stats()["swap_seconds"])
+    # wall time of the iteration's compiled calls, to block_until_ready (swaps: stats()["swap_seconds"])
+    seconds: float
     calls: tuple[tuple[int, int], ...] = ()  # (rows B, tokens T) of each compiled call, padding included

@@ -1,14 +1,15 @@
-"""The prefix cache of a serving engine's sliding-window (ring) layers: copies of a seat's rings, by page name.
+"""The prefix cache of a serving engine's sliding-window (ring) layers: copies of a seat's rings,
+by page name.
 
-A paged layer's prefix is shared by sharing pages; a ring layer's cannot be, since a ring is overwritten as its
-request moves on. The keys a ring holds at page boundary P (positions [P - W, P)) depend only on the tokens
-before P, so a copy of a seat's rings taken when its request had computed through P (and the ring, `reach`
-slots longer than its window, still covered P: dantinox/engine/kv_manager.py) is exactly the rings a request with the
-same first P tokens would build. `RingPrefixes` keeps one such copy per named page while the pool keeps the
-page, trims a hit to the longest cached boundary that has one, and writes it into a new request's seat.
-Recomputing the ring layers at a hit instead would save little: their keys at [P - W, P) need the hidden
-states below them there, which need each ring layer below within its window, one more window back per ring
-layer, so most of the prompt on a deep model."""
+A paged layer's prefix is shared by sharing pages; a ring layer's cannot be, since a ring is overwritten as
+its request moves on. The keys a ring holds at page boundary P (positions [P - W, P)) depend only on the
+tokens before P, so a copy of a seat's rings taken when its request had computed through P (and the ring,
+`reach` slots longer than its window, still covered P: dantinox/engine/kv_manager.py) is exactly the rings a
+request with the same first P tokens would build. `RingPrefixes` keeps one such copy per named page while the
+pool keeps the page, trims a hit to the longest cached boundary that has one, and writes it into a new
+request's seat. Recomputing the ring layers at a hit instead would save little: their keys at [P - W, P) need
+the hidden states below them there, which need each ring layer below within its window, one more window back
+per ring layer, so most of the prompt on a deep model."""
 
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ from dantinox.engine.speculation import accept_drafts
 
 
 def shape_buckets(limit: int, small: int = 1) -> tuple[int, ...]:
-    """small, ..., 8, 12, 16, 24, 32, 48, ...: powers of two and their 1.5x, capped at (and ending with) limit."""
+    """small, ..., 8, 12, 16, 24, 32, 48, ...: powers of two and their 1.5x, capped at
+    (and ending with) limit."""
     sizes, size = [], small
     while size < limit:
         sizes += [s for s in (size, size * 3 // 2) if size < s < limit or s == size]
@@ -82,7 +83,8 @@ def _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B):
 
 
 class Feed(NamedTuple):
-    """The host arrays of one ragged call, padded to its shape bucket [B, T] with table width M and P picks."""
+    """The host arrays of one ragged call, padded to its shape bucket [B, T] with table width M
+    and P picks."""
 
     ids: np.ndarray  # [B, T] each row's tokens to compute: its uncomputed tokens, then its drafts
     lengths: np.ndarray  # [B] tokens already in the cache
@@ -130,7 +132,8 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
     T = ids_BT.shape[1]
     live_BT = jnp.arange(T)[None, :] < live_B[:, None]
     before = _rows_of(layers, seat_B, ring)
-    logits_BPV, cache = model.forward(ids_BT, KVCache(before, lengths_B, table_BM, cache), live_BT, logits_at_BP=at_BP)
+    logits_BPV, cache = model.forward(ids_BT, KVCache(before, lengths_B, table_BM, cache), live_BT,
+                                      logits_at_BP=at_BP)
     if sampling:
         chosen_BP, rng_BP2 = _sample_rows(logits_BPV, temp_B, top_k_B, rng_B2, first_B)
     else:
@@ -156,7 +159,7 @@ def forward_rows(graphdef, params, layers, ids_BT, lengths_B, live_B, drafts_B, 
                 return jnp.where(hit_BS.reshape(shape), o, n)
             return type(old)(*(None if o is None else pick(o, n, ax)
                                for o, n, ax in zip(old, new, old.SEQ_AXES, strict=True)))
-        after = tuple(restore(o, n, a) if r and o.SEQ_AXES else n  # a state has no slot to restore (no drafts)
+        after = tuple(restore(o, n, a) if r and o.SEQ_AXES else n  # a state: no slot to restore (no drafts)
                       for o, n, a, r in zip(before, after, addressing, ring, strict=True))
     return _put_rows(layers, after, seat_B, ring), chosen_BP, rng_BP2
 
@@ -180,7 +183,8 @@ class Ran(NamedTuple):
 
 
 class Runner:
-    """Runs an iteration's feeds, (request, tokens to feed, drafts among them), through the compiled iteration.
+    """Runs an iteration's feeds, (request, tokens to feed, drafts among them),
+    through the compiled iteration.
 
     Owns the model (split once: nnx stays out of the loop) and the shape rule: calls are padded to a few
     buckets of B rows, T tokens and M table entries, or with `fixed_shapes` to max_seqs rows, the full table
@@ -190,7 +194,8 @@ class Runner:
     def __init__(self, model, speculate: int, max_seqs: int, max_len: int, max_pages: int,
                  chunk_tokens: int | None, fixed_shapes: bool, cfg: ModelConfig | None = None):
         self.graphdef, self.params = nnx.split(model)
-        self.cfg: ModelConfig = model.cfg if cfg is None else cfg  # the model's architecture, the engine's cache
+        # the model's architecture, the engine's cache
+        self.cfg: ModelConfig = model.cfg if cfg is None else cfg
         self.speculate, self.max_seqs, self.max_len, self.max_pages = speculate, max_seqs, max_len, max_pages
         self.chunk_tokens, self.fixed_shapes = chunk_tokens, fixed_shapes
         self.shapes: set[tuple] = set()  # (B, T, M, P, sampling) of every compiled call
@@ -210,7 +215,8 @@ class Runner:
             calls.append(shape)
             seconds += time.perf_counter() - start
             for b, (req, n, drafts) in enumerate(group):
-                rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b], emitted))
+                rows.append(self._accept(req, n, drafts, chosen[b], None if states is None else states[b],
+                                         emitted))
         return layers, Ran(seconds, rows, emitted, calls)
 
     def _call(self, layers: tuple, group, every: bool):
@@ -229,8 +235,8 @@ class Runner:
         feed = ragged_feed(group, B, T, M, every, self.cfg.vocab_size, self.max_seqs)
         sampling = any(req.rng is not None for req, _, _ in group)
         self.shapes.add((B, T, M, feed.at.shape[1], sampling))
-        layers, chosen, states = forward_rows_jit(self.graphdef, self.params, layers, *feed, sampling=sampling,
-                                                  cache=self.cfg.cache)
+        layers, chosen, states = forward_rows_jit(self.graphdef, self.params, layers, *feed,
+                                                  sampling=sampling, cache=self.cfg.cache)
         chosen = np.asarray(jax.block_until_ready(chosen))[:len(group)]
         return layers, chosen, (None if states is None else np.asarray(states)[:len(group)]), (B, T)
 
@@ -246,10 +252,11 @@ class Runner:
             req.computed += n
             return Row(req.rid, "prefill", start, n)
 
-        accepted, new = accept_drafts(drafts, lambda j: int(greedy[j] if len(greedy) > 1 else greedy[0]), real,
-                                      req.max_new - len(req.generated), req.stop)
+        accepted, new = accept_drafts(drafts, lambda j: int(greedy[j] if len(greedy) > 1 else greedy[0]),
+                                      real, req.max_new - len(req.generated), req.stop)
         kind = "verify" if drafts else ("decode" if real == 1 and start >= len(req.prompt) else "prefill")
-        req.computed = start + real + min(accepted, len(new))  # accepted drafts' keys are valid, rejected past fill
+        # accepted drafts' keys are valid, rejected past fill
+        req.computed = start + real + min(accepted, len(new))
         req.tokens += new
         if req.rng is not None and new:
             req.rng = states[len(new) - 1]

@@ -5,18 +5,20 @@ limit), running requests first, in admission order:
   running     each feeds the tokens it has not yet cached (a prompt chunk, or the one token it sampled last),
               cut to what is left of the budget, so a long prompt is prefilled in chunks that share iterations
               with decodes (Sarathi-Serve, arXiv:2403.02310); a decode may add prompt-lookup drafts
-              (dantinox/engine/speculation.py), as many as the budget and the request's remaining tokens allow.
+              (dantinox/engine/speculation.py), as many as the budget and the request's remaining
+              tokens allow.
   preemption  when the KV manager has no page for a running request, the most recently admitted running
-              request is preempted (possibly the one asking): it goes back to the front of the queue, its pages
-              released (swapped out or to be recomputed, as the KV manager was built).
+              request is preempted (possibly the one asking): it goes back to the front of the queue, its
+              pages released (swapped out or to be recomputed, as the KV manager was built).
   admission   then waiting requests join in arrival order while a seat (`max_seqs` running at most), the pool
               and the budget allow; the first that does not fit stops admission (no request overtakes
-              another), and nothing is admitted in an iteration that preempted. `batching="static"` admits only
-              when nothing runs: a batch forms when the one before has finished.
+              another), and nothing is admitted in an iteration that preempted. `batching="static"` admits
+              only when nothing runs: a batch forms when the one before has finished.
 After the runner has run the plan, `finish` names the running requests' new full pages (the prefix cache) and
 takes out those that are done, their pages released.
 
-The KV manager is anything with the methods of `KVSpace`; tests/test_scheduler.py drives this with a fake runner.
+The KV manager is anything with the methods of `KVSpace`;
+tests/test_scheduler.py drives this with a fake runner.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class KVSpace(Protocol):
 
     def cached(self, req: Request) -> tuple[int, list[int]]: ...  # (tokens found on admission, their pages)
 
-    def admit(self, req: Request, cached: tuple[int, list[int]], n: int) -> bool: ...  # a seat and pages, or False
+    # a seat and pages, or False
+    def admit(self, req: Request, cached: tuple[int, list[int]], n: int) -> bool: ...
 
     def preempt(self, req: Request) -> None: ...  # release its pages, swapped out or to be recomputed
 
@@ -55,7 +58,8 @@ class Plan:
     feeds: list[tuple[Request, int, list[int]]]  # (request, tokens to feed, drafts among them), running first
     admitted: list[int]
     preempted: list[int]
-    hits: dict[int, int]  # prompt tokens found in the prefix cache, per admitted request (a swapped-in one: as first)
+    # prompt tokens found in the prefix cache, per admitted request (a swapped-in one: as first)
+    hits: dict[int, int]
 
     @property
     def fed(self) -> int:
@@ -65,8 +69,8 @@ class Plan:
 class Scheduler:
     """Continuous (or static) batching under a token budget, over a KV manager that says whether pages fit."""
 
-    def __init__(self, kv: KVSpace, max_seqs: int, chunk_tokens: int | None, speculate: int = 0, ngram: int = 3,
-                 batching: str = "continuous"):
+    def __init__(self, kv: KVSpace, max_seqs: int, chunk_tokens: int | None, speculate: int = 0,
+                 ngram: int = 3, batching: str = "continuous"):
         if batching not in BATCHING:
             raise ValueError(f"batching: expected one of {', '.join(BATCHING)}, got {batching!r}")
         self.kv, self.max_seqs, self.chunk_tokens = kv, max_seqs, chunk_tokens
@@ -127,7 +131,8 @@ class Scheduler:
         return plan
 
     def _admit(self, req: Request, budget: float) -> int | None:
-        """Start `req` if a seat, pages and budget allow; returns the tokens it feeds now (None: not admitted)."""
+        """Start `req` if a seat, pages and budget allow; returns the tokens it feeds now
+        (None: not admitted)."""
         if len(self.running) >= self.max_seqs:
             return None
         cached = self.kv.cached(req)
@@ -144,7 +149,8 @@ class Scheduler:
         self.waiting.insert(0, req)
 
     def finish(self) -> list[int]:
-        """After the runner: name every running request's new full pages, take out the done ones; their ids."""
+        """After the runner: name every running request's new full pages, take out the done ones;
+        their ids."""
         finished = []
         for req in list(self.running):
             self.kv.register(req)

@@ -18,8 +18,8 @@ iteration that admits it.
   admitted request is preempted and later recomputed (vLLM, arXiv:2309.06180 §4.5).
 
 Every step records bytes measured from the allocator's state times the bytes of one cached token measured
-from the cache arrays' shapes (dantinox.cache.paged.pool_bytes): token states (slots holding a token of a running
-sequence), reserved (slots set aside for tokens a running sequence will still produce), internal
+from the cache arrays' shapes (dantinox.cache.paged.pool_bytes): token states (slots holding a token of a
+running sequence), reserved (slots set aside for tokens a running sequence will still produce), internal
 fragmentation (allocated slots that will never hold a running sequence's token: beyond a request's final
 length, regions of finished requests held until their static batch ends, the empty tail of last pages)
 and external fragmentation (free slots in holes too small for the waiting request, while it waits).
@@ -47,7 +47,8 @@ SHAREGPT_SOURCE = "https://arxiv.org/abs/2309.06180"
 # whose maximum length is 2048 tokens (OPT); traces scale them to the model's max_context.
 CHAT_MEANS = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 LENGTHS = {
-    "uniform": "prompt and output uniform on [1, max_context / 4] and [1, max_context / 2] tokens (illustrative)",
+    "uniform": "prompt and output uniform on [1, max_context / 4] and [1, max_context / 2] tokens "
+               "(illustrative)",
     "sharegpt": "lognormal (sigma 1, an assumption) with the ShareGPT means of the vLLM paper's Fig. 11, "
                 "161.31 prompt and 337.99 output tokens at a 2048-token maximum, scaled to max_context",
     "alpaca": "lognormal (sigma 1, an assumption) with the Alpaca means of the vLLM paper's Fig. 11, "
@@ -58,7 +59,8 @@ LENGTH_SIGMA = 1.0  # the spread of the lognormal lengths; the paper publishes h
 
 @dataclasses.dataclass(frozen=True)
 class TraceRequest:
-    """One request of a trace: when it arrives (decode step), its prompt and how many tokens it will produce."""
+    """One request of a trace: when it arrives (decode step),
+    its prompt and how many tokens it will produce."""
 
     id: int
     arrival: int
@@ -71,7 +73,8 @@ def _lognormal(rng: np.random.Generator, mean: float, size: int) -> np.ndarray:
     return rng.lognormal(math.log(mean) - LENGTH_SIGMA**2 / 2, LENGTH_SIGMA, size)
 
 
-def make_trace(n_requests: int, rate: float, lengths: str, max_context: int, seed: int = 0) -> tuple[TraceRequest, ...]:
+def make_trace(n_requests: int, rate: float, lengths: str, max_context: int,
+               seed: int = 0) -> tuple[TraceRequest, ...]:
     """A seeded trace: Poisson arrivals at `rate` requests per step, lengths from LENGTHS[lengths].
 
     Lengths are rounded to whole tokens, at least 1, and a prompt + output longer than max_context has
@@ -100,7 +103,8 @@ def make_trace(n_requests: int, rate: float, lengths: str, max_context: int, see
 
 @dataclasses.dataclass
 class ServeResult:
-    """Per-step bytes and counts of one policy serving one trace (arrays over steps), and per-request times."""
+    """Per-step bytes and counts of one policy serving one trace (arrays over steps),
+    and per-request times."""
 
     policy: str
     budget_bytes: int
@@ -197,8 +201,8 @@ def _token_bytes(cfg: ModelConfig) -> int:
     return pool_bytes(cfg, 1, 1)
 
 
-def serve(trace: tuple[TraceRequest, ...], policy: str, budget_bytes: int, cfg: ModelConfig, page_size: int = 16,
-          n: int = 1, reservation: str = "max", max_steps: int = 200_000,
+def serve(trace: tuple[TraceRequest, ...], policy: str, budget_bytes: int, cfg: ModelConfig,
+          page_size: int = 16, n: int = 1, reservation: str = "max", max_steps: int = 200_000,
           max_running: int | None = None) -> ServeResult:
     """Serve `trace` under a KV-cache budget of `budget_bytes` with `policy` (see the module docstring).
 
@@ -235,10 +239,12 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
     need = {r.id: reservation_slots(r, reservation, cfg.max_context) for r in trace}
     worst = max(trace, key=lambda r: need[r.id])
     if n * need[worst.id] > arena.capacity:
-        raise ValueError(f"budget_bytes: request {worst.id} reserves {n} x {need[worst.id]} slots of {token_bytes} B "
-                         f"= {n * need[worst.id] * token_bytes} B, more than the budget of {budget} B")
+        raise ValueError(f"budget_bytes: request {worst.id} reserves {n} x {need[worst.id]} slots of "
+                         f"{token_bytes} B = {n * need[worst.id] * token_bytes} B, more than the budget of "
+                         f"{budget} B")
     pending, running, done_in_batch = list(trace), 0, []
-    ends: dict[int, list[TraceRequest]] = collections.defaultdict(list)  # step -> requests producing their last token
+    # step -> requests producing their last token
+    ends: dict[int, list[TraceRequest]] = collections.defaultdict(list)
     # sums over running requests, kept as they join and leave (no per-request loop per step):
     # prompt tokens, tokens produced, final output lengths, slots reserved past the final length
     prompt_sum = produced_sum = output_sum = over_sum = held_done = 0
@@ -277,7 +283,9 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
         for r in ends.pop(step, ()):
             running -= 1
             finish[r.id] = step
-            prompt_sum, produced_sum, output_sum = prompt_sum - r.prompt, produced_sum - r.output, output_sum - r.output
+            prompt_sum -= r.prompt
+            produced_sum -= r.output
+            output_sum -= r.output
             over_sum -= need[r.id] - r.prompt - r.output
             if policy == "static":
                 done_in_batch.append(r)
@@ -290,8 +298,10 @@ def _serve_contiguous(trace, policy, budget, cfg, n, reservation, token_bytes, m
 
 
 def _paged_pages(r: TraceRequest, n: int, page_size: int, tokens: int) -> int:
-    """Pages a request's n samples hold with `tokens` tokens each: the full prompt pages once, the rest per sample."""
-    shared = r.prompt // page_size  # a partly filled prompt page is copied by every sample that writes into it
+    """Pages a request's n samples hold with `tokens` tokens each: the full prompt pages once,
+    the rest per sample."""
+    # a partly filled prompt page is copied by every sample that writes into it
+    shared = r.prompt // page_size
     return shared + n * (pages_for(tokens, page_size) - shared)
 
 
@@ -301,7 +311,8 @@ def _serve_paged(trace, budget, cfg, page_size, n, token_bytes, max_steps, max_r
     worst_pages = _paged_pages(worst, n, page_size, worst.prompt + worst.output)
     if num_pages < worst_pages:
         raise ValueError(f"budget_bytes: request {worst.id} needs {worst_pages} pages of {page_size} tokens "
-                         f"({worst_pages * page_size * token_bytes} B), the budget of {budget} B holds {num_pages}")
+                         f"({worst_pages * page_size * token_bytes} B), the budget of {budget} B holds "
+                         f"{num_pages}")
     pool = PageManager(num_pages, page_size)
     pending, running = list(trace), {}  # running: id -> [request, produced], in admission order
     held: dict[int, int] = {}  # preempted request -> tokens it had produced (prefilled again on readmission)
@@ -314,7 +325,8 @@ def _serve_paged(trace, budget, cfg, page_size, n, token_bytes, max_steps, max_r
         for rid in list(running):  # every running sample takes one more slot; preempt the newest when short
             while rid in running:
                 # one token takes at most one page per sample (a fresh page or a copy)
-                if pool.num_free >= n or sum(pool.pages_needed((rid, s), 1) for s in range(n)) <= pool.num_free:
+                needed = sum(pool.pages_needed((rid, s), 1) for s in range(n))
+                if pool.num_free >= n or needed <= pool.num_free:
                     for s in range(n):
                         pool.append((rid, s), 1)
                     break
