@@ -153,7 +153,8 @@ def _span_forward(model: Transformer, tokens_BT: jax.Array, start: jax.Array | i
     """
     B, T = tokens_BT.shape
     cfg = model.cfg
-    layers = add_caches(resize_layers(cache.prefix_kvs, cfg, T), resize_layers(cache.suffix_kvs, cfg, T, at_end=True))
+    layers = add_caches(resize_layers(cache.prefix_kvs, cfg, T),
+                        resize_layers(cache.suffix_kvs, cfg, T, at_end=True))
     full = KVCache(layers, jnp.full((B,), T, jnp.int32))
     span_BW = jax.lax.dynamic_slice_in_dim(tokens_BT, start, width, axis=1)
     pos_BW = jnp.broadcast_to(start + jnp.arange(width, dtype=jnp.int32), (B, width))
@@ -183,7 +184,8 @@ def cache_slots(cache_mode: str, prompt_length: int, gen_length: int, block_size
     if cache_mode == "none":
         return 0, 0
     longest_prefix = prompt_length + gen_length - block_size  # at the last block
-    return longest_prefix, (gen_length - block_size if cache_mode == "dual" else 0)  # suffix: at the first block
+    # suffix: at the first block
+    return longest_prefix, (gen_length - block_size if cache_mode == "dual" else 0)
 
 
 def _empty_cache(cfg: ModelConfig, batch: int, prefix_slots: int, suffix_slots: int) -> DualCache:
@@ -208,7 +210,8 @@ def _decode(graphdef, params, prompt_BP: jax.Array, threshold: jax.Array, gen_le
         old = jax.lax.dynamic_slice_in_dim(state.unmasked_at, at, block_size, axis=1)
         unmasked_at = jax.lax.dynamic_update_slice_in_dim(
             state.unmasked_at, jnp.where(chosen_BW, state.step, old), at, axis=1)
-        return _State(tokens, state.step + 1, unmasked_at, state.step_block.at[state.step].set(block), new_cache)
+        return _State(tokens, state.step + 1, unmasked_at, state.step_block.at[state.step].set(block),
+                      new_cache)
 
     def prefix_branch(block, tokens, kv):  # block is static here: the span [start, T) has a static width
         start = P + block * block_size
@@ -254,7 +257,8 @@ def _span_logits_jit(graphdef, params, tokens_BT, cache: DualCache, start: int, 
     return _span_forward(nnx.merge(graphdef, params), tokens_BT, start, width, cache)
 
 
-_decode_jit = jax.jit(_decode, static_argnums=(0,), static_argnames=("gen_length", "block_size", "cache_mode"))
+_decode_jit = jax.jit(_decode, static_argnums=(0,),
+                      static_argnames=("gen_length", "block_size", "cache_mode"))
 
 
 CACHE_MODES = ("none", "prefix", "dual")
@@ -284,9 +288,10 @@ def _check_request(model: Any, prompt_ids: Any, gen_length: Any, block_size: Any
         raise ValueError(f"gen_length: expected a multiple of block_size ({block_size}), got {gen_length}")
     total = prompt.shape[1] + gen_length
     if total > cfg.max_context:
-        raise ValueError(f"gen_length: prompt ({prompt.shape[1]}) + gen_length ({gen_length}) = {total} exceeds "
-                         f"max_context={cfg.max_context}")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.number) or not 0 < threshold <= 1:
+        raise ValueError(f"gen_length: prompt ({prompt.shape[1]}) + gen_length ({gen_length}) = {total} "
+                         f"exceeds max_context={cfg.max_context}")
+    number = not isinstance(threshold, bool) and isinstance(threshold, int | float | np.number)
+    if not number or not 0 < threshold <= 1:
         raise ValueError(f"threshold: expected a number in (0, 1], got {threshold!r}")
     return cfg, prompt, gen_length, block_size
 
@@ -320,10 +325,11 @@ def diffusion_generate(model: Transformer, prompt_ids: Any, gen_length: int, blo
     slot_bytes = 0 if cache_mode == "none" else cache_shapes(cfg, B, 1).nbytes
     prefix_bytes = (start if cache_mode != "none" else np.zeros(nfe, int)) * slot_bytes
     suffix_bytes = (T - start - block_size if cache_mode == "dual" else np.zeros(nfe, int)) * slot_bytes
-    buffers = jax.eval_shape(lambda: _empty_cache(cfg, B, *cache_slots(cache_mode, P, gen_length, block_size)))
+    slots = cache_slots(cache_mode, P, gen_length, block_size)
+    buffers = jax.eval_shape(lambda: _empty_cache(cfg, B, *slots))
     return DiffusionResult(
-        tokens=np.asarray(state.tokens), nfe=nfe, cache_mode=cache_mode, prompt_length=P, gen_length=gen_length,
-        block_size=block_size, threshold=float(threshold), step_block=step_block,
+        tokens=np.asarray(state.tokens), nfe=nfe, cache_mode=cache_mode, prompt_length=P,
+        gen_length=gen_length, block_size=block_size, threshold=float(threshold), step_block=step_block,
         unmasked_at=np.asarray(state.unmasked_at), computed_tokens=computed.astype(np.int64),
         prefix_bytes=prefix_bytes.astype(np.int64), suffix_bytes=suffix_bytes.astype(np.int64),
         allocated_bytes=tree_nbytes(buffers), ar_static_bytes=kv_cache_bytes(cfg, B, T))
@@ -349,7 +355,8 @@ def build_cache(model: Transformer, tokens_BT: Any, block_start: int, block_size
         raise ValueError(f"block_start: expected 0..{T - block_size} so the block fits in {T} tokens, "
                          f"got {block_start}")
     end = block_start + block_size
-    return _build_cache_jit(*nnx.split(model), tokens, block_start, end, T - end if cache_mode == "dual" else 0)
+    return _build_cache_jit(*nnx.split(model), tokens, block_start, end,
+                            T - end if cache_mode == "dual" else 0)
 
 
 def span_logits(model: Transformer, tokens_BT: Any, cache: DualCache) -> jax.Array:
@@ -363,5 +370,6 @@ def span_logits(model: Transformer, tokens_BT: Any, cache: DualCache) -> jax.Arr
     T = tokens.shape[1]
     start, end = _slots(cache.prefix_kvs), T - _slots(cache.suffix_kvs)
     if not 0 <= start < end <= T:
-        raise ValueError(f"cache: holds {start} prefix and {T - end} suffix slots, leaving no span in {T} tokens")
+        raise ValueError(f"cache: holds {start} prefix and {T - end} suffix slots, "
+                         f"leaving no span in {T} tokens")
     return _span_logits_jit(*nnx.split(model), tokens, cache, start, end - start)

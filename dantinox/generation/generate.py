@@ -50,7 +50,8 @@ def bucket_for(length: int, filled: int) -> int:
 
 
 class DecodeState(NamedTuple):
-    """Invariant: tokens[b, :index[b]] are known (and cached: caches.lengths == index); `logits` predict the next."""
+    """Invariant: tokens[b, :index[b]] are known (and cached: caches.lengths == index);
+    `logits` predict the next."""
 
     tokens: jax.Array  # [B, max_context] int32, prompt then generated tokens
     caches: KVCache | None  # the cache, one key bucket long; None without a cache
@@ -75,7 +76,8 @@ class StreamEvent(NamedTuple):
         return self.tokens[:, -1]
 
 
-def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None, top_k: int | None) -> jax.Array:
+def sample(logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array | None,
+           top_k: int | None) -> jax.Array:
     """Greedy when temperature is None or 0, else temperature (and optional top-k) sampling.
 
     None is greedy decided at trace time: the compiled step then draws no random numbers at all.
@@ -130,14 +132,17 @@ def _step(graphdef, params, state: DecodeState, temperature, top_k: int | None, 
 
 
 def _decode(graphdef, params, state: DecodeState, temperature, stop, top_k, use_cache, bucket, eos=None):
-    """The one decode loop: step while a row is unfinished, below `stop`, and its next write fits the bucket."""
+    """The one decode loop: step while a row is unfinished, below `stop`,
+    and its next write fits the bucket."""
     def more(s: DecodeState) -> jax.Array:
         active = s.index < s.end
         furthest = jnp.max(jnp.where(active, s.index, 0))
         return jnp.any(active) & (furthest < stop) & (furthest < bucket)
 
-    return jax.lax.while_loop(more, lambda s: _step(graphdef, params, s, temperature, top_k, use_cache, bucket, eos),
-                              state)
+    def step(s: DecodeState) -> DecodeState:
+        return _step(graphdef, params, s, temperature, top_k, use_cache, bucket, eos)
+
+    return jax.lax.while_loop(more, step, state)
 
 
 _STATIC = dict(static_argnums=(0,), static_argnames=("top_k", "use_cache", "bucket", "eos"))
@@ -146,9 +151,10 @@ _grow_jit = jax.jit(grow_cache, static_argnums=(1, 2))
 
 
 @ops.takes_over("compiler_options")  # a backend may compile decode programs with options of its own
-def compiler_options(batch: int, cfg: ModelConfig | None = None, slots: int | None = None) -> dict[str, str] | None:
-    """The XLA options a decode program for `batch` sequences of `cfg`, decoding up to `slots` tokens, is compiled
-    with; None: XLA's defaults."""
+def compiler_options(batch: int, cfg: ModelConfig | None = None,
+                     slots: int | None = None) -> dict[str, str] | None:
+    """The XLA options a decode program for `batch` sequences of `cfg`, decoding up to `slots` tokens, is
+    compiled with; None: XLA's defaults."""
     return None
 
 
@@ -161,7 +167,8 @@ def _decode_jit(donate: bool, options: tuple[tuple[str, str], ...]):
 def decode_loop_jit(donate: bool = False, compiler_options: dict[str, str] | None = None):
     """A fresh jit of the one decode loop (not shared with generate's), for A/B timing of compiler options or
     of code traced under another setting; called as decode_program's programs are."""
-    return jax.jit(functools.partial(_decode), donate_argnums=(2,) if donate else (),  # a new function: own traces
+    # a new function: own traces
+    return jax.jit(functools.partial(_decode), donate_argnums=(2,) if donate else (),
                    compiler_options=compiler_options, **_STATIC)
 
 
@@ -172,14 +179,17 @@ def decode_program(batch: int, donate: bool = True, cfg: ModelConfig | None = No
     return _decode_jit(donate, tuple(sorted((compiler_options(batch, cfg, slots) or {}).items())))
 
 
-def check_prompts(cfg: ModelConfig, prompt_ids: Any, name: str = "prompt_ids") -> tuple[jax.Array, np.ndarray, bool]:
-    """Prompts as (padded [B, T] ids, lengths [B], ragged): an array [B, T], or a list of token lists of any lengths."""
+def check_prompts(cfg: ModelConfig, prompt_ids: Any,
+                  name: str = "prompt_ids") -> tuple[jax.Array, np.ndarray, bool]:
+    """Prompts as (padded [B, T] ids, lengths [B], ragged): an array [B, T],
+    or a list of token lists of any lengths."""
     if isinstance(prompt_ids, list | tuple) and prompt_ids and all(isinstance(p, list | tuple | np.ndarray)
                                                                   for p in prompt_ids):
         lengths = np.array([len(p) for p in prompt_ids])
         if (lengths != lengths[0]).any():
             if lengths.min() < 1:
-                raise ValueError(f"{name}: every prompt needs at least one token, got lengths {lengths.tolist()}")
+                raise ValueError(f"{name}: every prompt needs at least one token, got lengths "
+                                 f"{lengths.tolist()}")
             padded = np.zeros((len(prompt_ids), lengths.max()), np.int64)
             for b, p in enumerate(prompt_ids):
                 padded[b, :len(p)] = p
@@ -199,7 +209,8 @@ def check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temper
     if end.max() > cfg.max_context:
         raise ValueError(f"max_new_tokens: prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) = "
                          f"{end.max()} exceeds max_context={cfg.max_context}")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.number) or temperature < 0:
+    number = not isinstance(temperature, bool) and isinstance(temperature, int | float | np.number)
+    if not number or temperature < 0:
         raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
     if top_k is not None:
         top_k = positive_int("top_k", top_k)
@@ -213,7 +224,8 @@ def check_request(cfg: ModelConfig, prompt_ids: Any, max_new_tokens: Any, temper
 
 
 class _Pager:
-    """Hands a paged cache's sequences their pages from one pool as their key bucket grows (page_manager.py)."""
+    """Hands a paged cache's sequences their pages from one pool as their key bucket grows
+    (page_manager.py)."""
 
     def __init__(self, cfg: ModelConfig, lengths: np.ndarray, end: np.ndarray):
         from dantinox.cache.page_manager import PageManager, pages_for
@@ -255,8 +267,8 @@ def _start(model: Transformer, prompt: jax.Array, lengths: np.ndarray, end: np.n
         caches = pager.cache(cfg, bucket) if pager else empty_cache(cfg, prompt.shape[0], bucket)
         if layout is not None:  # KV heads over "model"; the decode loops keep this placement
             caches = sharding.shard_cache(caches, cfg, layout)
-    state = prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32), jnp.asarray(end, jnp.int32),
-                         seed, caches)
+    state = prefill_jit(graphdef, params, prompt, jnp.asarray(lengths, jnp.int32),
+                        jnp.asarray(end, jnp.int32), seed, caches)
     temp = jnp.float32(temperature) if temperature > 0 else None  # None: greedy, fixed at trace time
     return graphdef, params, state, temp, pager
 
@@ -269,12 +281,14 @@ def advance(cfg: ModelConfig, decode, graphdef, params, state: DecodeState, stop
         active = index < end
         if not active.any() or index[active].max() >= stop:
             return state
-        bucket = bucket_for(cfg.max_context, int(index[active].max()) + 1)  # the step at index i writes slot i
+        # the step at index i writes slot i
+        bucket = bucket_for(cfg.max_context, int(index[active].max()) + 1)
         if pager is not None:
             state = state._replace(caches=pager.grow(state.caches, bucket))
         elif use_cache and cache_length(cfg, state.caches) < bucket:
             state = state._replace(caches=_grow_jit(state.caches, cfg, bucket))
-        state = decode(graphdef, params, state, temp, stop, top_k=top_k, use_cache=use_cache, bucket=bucket, eos=eos)
+        state = decode(graphdef, params, state, temp, stop, top_k=top_k, use_cache=use_cache, bucket=bucket,
+                       eos=eos)
 
 
 def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: bool = True,
@@ -295,10 +309,11 @@ def generate(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache
     asked = dict(cache_layout=cache_layout, page_size=page_size)
     cfg = model.cfg.with_cache(**{k: v for k, v in asked.items() if v is not None})
     prompt, lengths, end, ragged = check_request(cfg, prompt_ids, max_new_tokens, temperature, top_k, eos_id)
-    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh,
-                                                  cfg)
+    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature,
+                                                  mesh, cfg)
     decode = decode_program(prompt.shape[0], cfg=cfg, slots=int(end.max()))
-    state = advance(cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager, eos_id)
+    state = advance(cfg, decode, graphdef, params, state, int(end.max()), temp, top_k, use_cache, pager,
+                    eos_id)
     return _result(state, lengths, end, ragged, eos_id)
 
 
@@ -309,7 +324,8 @@ def _result(state: DecodeState, lengths: np.ndarray, end: np.ndarray, ragged: bo
         return [tokens[b, :stopped[b]].tolist() for b in range(len(lengths))]
     tokens = state.tokens[:, :int(end.max())]
     if eos_id is not None and (stopped < end).any():  # rows past their eos: eos_id, not whatever sat there
-        tokens = jnp.where(jnp.arange(tokens.shape[1])[None, :] < jnp.asarray(stopped)[:, None], tokens, eos_id)
+        tokens = jnp.where(jnp.arange(tokens.shape[1])[None, :] < jnp.asarray(stopped)[:, None], tokens,
+                           eos_id)
     return tokens
 
 
@@ -352,7 +368,8 @@ def stream(model: Transformer, prompt_ids: Any, max_new_tokens: int, use_cache: 
     chunk = positive_int("chunk_tokens", chunk_tokens)
     if _compile_counter is None:
         _compile_counter = _CompileCounter()
-    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature, mesh)
+    graphdef, params, state, temp, pager = _start(model, prompt, lengths, end, seed, use_cache, temperature,
+                                                  mesh)
     index, last, decode = prompt.shape[1], int(end.max()), decode_program(prompt.shape[0], cfg=model.cfg,
                                                                           slots=int(end.max()))
     while index < last:

@@ -1,4 +1,5 @@
-"""Quality of a model and its cache on held-out text: bits per byte, next-token agreement, largest logit error.
+"""Quality of a model and its cache on held-out text: bits per byte, next-token agreement,
+largest logit error.
 
 Logits come from one forward pass that writes every token through the model's own cache and attends over
 what the cache gives back, so a quantized cache's rounding and a ring buffer's window act on every
@@ -29,12 +30,14 @@ KIVI_SCALE_BYTES = np.dtype(KIVI_SCALE_DTYPE).itemsize
 
 
 def heldout_chunks(text: str, length: int) -> np.ndarray:
-    """The UTF-8 bytes of `text` cut into consecutive rows of `length` tokens [n, length] (the tail dropped)."""
+    """The UTF-8 bytes of `text` cut into consecutive rows of `length` tokens [n, length]
+    (the tail dropped)."""
     length = positive_int("length", length)
     data = np.asarray(tokenizer.encode(text), np.int32)
     n = len(data) // length
     if n == 0:
-        raise ValueError(f"text: needs at least {length} bytes for one chunk of {length} tokens, got {len(data)}")
+        raise ValueError(f"text: needs at least {length} bytes for one chunk of {length} tokens, got "
+                         f"{len(data)}")
     return data[: n * length].reshape(n, length)
 
 
@@ -75,7 +78,8 @@ def max_logit_error(logits: np.ndarray, reference: np.ndarray) -> float:
 
 @functools.lru_cache(maxsize=16)
 def _structure(cfg: ModelConfig) -> nnx.GraphDef:
-    """A model's module structure and static attributes for `cfg`, traced once per config (seconds for 30 layers)."""
+    """A model's module structure and static attributes for `cfg`, traced once per config
+    (seconds for 30 layers)."""
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))[0]
 
 
@@ -103,12 +107,15 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
                      R=cfg.kivi_residual, bytes=np.dtype(cfg.jnp_dtype).itemsize))
     if cfg.eviction is not None:
         return ("kv-cache-eviction", "Eviction cache size",
-                dict(L=cfg.n_layers, **head, N=cfg.cache_budget, bytes=cfg.cache_itemsize, a=BOOKKEEPING_BYTES))
+                dict(L=cfg.n_layers, **head, N=cfg.cache_budget, bytes=cfg.cache_itemsize,
+                     a=BOOKKEEPING_BYTES))
     if cfg.attention_sinks:
         if set(cfg.layer_windows) != {cfg.sliding_window}:
-            raise ValueError(f"sliding_windows: the sink formula has one W in every layer, got {cfg.sliding_windows}")
+            raise ValueError("sliding_windows: the sink formula has one W in every layer, got "
+                             f"{cfg.sliding_windows}")
         return ("attention-sinks", "Cache with attention sinks",
-                dict(L=cfg.n_layers, **head, W=cfg.sliding_window, S=cfg.attention_sinks, bytes=cfg.cache_itemsize))
+                dict(L=cfg.n_layers, **head, W=cfg.sliding_window, S=cfg.attention_sinks,
+                     bytes=cfg.cache_itemsize))
     if cfg.attention == "latent":
         return ("multi-head-latent-attention", "MLA latent cache size",
                 dict(L=cfg.n_layers, B=batch, T=tokens, C=cfg.kv_latent_dim, R=cfg.rope_head_dim,
@@ -121,5 +128,6 @@ def formula_for(cfg: ModelConfig, batch: int, tokens: int) -> tuple[str, str, di
             raise ValueError(f"sliding_windows: the hybrid formula has one W, got {cfg.sliding_windows}")
         local = sum(w is not None for w in cfg.layer_windows)
         return ("sliding-window-attention", "Hybrid sliding-window cache size",
-                dict(L_g=cfg.n_layers - local, L_l=local, W=cfg.sliding_window, **head, bytes=cfg.cache_itemsize))
+                dict(L_g=cfg.n_layers - local, L_l=local, W=cfg.sliding_window, **head,
+                     bytes=cfg.cache_itemsize))
     return "kv-cache", "KV cache size", dict(L=cfg.n_layers, **head, bytes=cfg.cache_itemsize)

@@ -44,14 +44,16 @@ class MeshPlan:
 def plan(cfg: ModelConfig, mesh: Any, batch: int) -> MeshPlan:
     """Check a ("data", "model") mesh against the model and batch, and lay the cache out on it."""
     if not isinstance(mesh, Mesh):
-        raise ValueError(f"mesh: expected a jax.sharding.Mesh, e.g. jax.make_mesh((2, 4), {AXES}), got {mesh!r}")
+        raise ValueError(f"mesh: expected a jax.sharding.Mesh, e.g. jax.make_mesh((2, 4), {AXES}), got "
+                         f"{mesh!r}")
     if tuple(mesh.axis_names) != AXES:
         raise ValueError(f"mesh: expected axis names {AXES}, got {tuple(mesh.axis_names)}")
     data, model = mesh.devices.shape
     if batch % data:
         raise ValueError(f"mesh: the data axis ({data}) must divide the batch ({batch})")
     if not cfg.uniform_heads:
-        raise ValueError("mesh: the cache is laid out with one K for every layer; this config's layers differ")
+        raise ValueError("mesh: the cache is laid out with one K for every layer; "
+                         "this config's layers differ")
     k = 1 if cfg.attention == "latent" else cfg.n_kv_heads  # the latent cache is one shared "head"
     if model % k and k % model:
         raise ValueError(f"mesh: the model axis ({model}) must divide K={k} or be a multiple of it")
