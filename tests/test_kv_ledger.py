@@ -17,94 +17,111 @@ from dantinox.architectures.catalogue import catalogue, load_architecture, parse
 from dantinox.architectures.pretrained import catalogue_file
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "kv_conformance.json").read_text())
-# transformers' layer classes, by ledger kind
+# transformers' cache layer classes, by ledger kind (an MLA layer with an indexer: StaticIndexedLayer)
 HF_CLASS = {"full": "StaticLayer", "latent": "StaticLayer", "sliding": "StaticSlidingWindowLayer",
-            "chunked": "StaticSlidingWindowLayer", "shared": "DummyLayer", "linear": "LinearAttentionLayer"}
+            "chunked": "StaticSlidingWindowLayer", "shared": "DummyLayer", "mlp": "DummyLayer",
+            "linear": "LinearAttentionLayer", "mamba": "LinearAttentionLayer", "conv": "LinearAttentionLayer"}
 
 
 def _expand(runs: list) -> list:
     return [row for count, *row in runs for _ in range(count)]
 
 
-def test_the_catalogue_holds_at_least_20_sourced_models():
+def _expand_rows(runs: list) -> list:
+    return [[1, *row] for row in _expand(runs)]
+
+
+def test_the_catalogue_holds_at_least_30_sourced_models():
     models = catalogue()
-    assert len(models) >= 20
+    assert len(models) >= 30
     for name, entry in models.items():
-        assert entry["config_url"].startswith("https://huggingface.co/") and entry["parameters_source"]
+        assert entry["config_url"].startswith("https://huggingface.co/"), name
+        assert ("parameters" in entry) == ("parameters_source" in entry), name
         assert load_architecture(name).source == entry["config_url"]
 
 
-def test_every_catalogue_model_is_in_the_transformers_fixture_or_says_it_is_not():
-    """The fixture is written in the peer venv (benchmarks/kv_conformance.py); an entry added where that venv is
-    not at hand says so in its checked_against until the next run adds it."""
-    models = catalogue()
-    assert set(FIXTURE["models"]) <= set(models)
-    for name in set(models) - set(FIXTURE["models"]):
-        assert "not yet in transformers' StaticCache fixture" in models[name]["checked_against"], name
+def test_every_catalogue_model_is_in_the_transformers_fixture():
+    """The fixture is written in the peer venv (benchmarks/kv_conformance.py) for every catalogue entry."""
+    assert set(FIXTURE["models"]) == set(catalogue())
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE["models"]))
-def test_the_ledger_equals_transformers_static_cache(name):
-    """Per layer and at every T of the fixture (below, at and above each window): slots and bytes."""
+def test_the_ledger_equals_what_transformers_allocates(name):
+    """Per layer and at every T of the fixture (below, at and above each window): the cache class transformers
+    picks, the slots its keys hold, and the bytes of every tensor its own forward put in the cache (K/V, MLA latents
+    and indexer keys, conv and recurrent states)."""
     arch = load_architecture(name)
     for tokens, runs in FIXTURE["models"][name]["tokens"].items():
         ledger = kv_ledger(arch, int(tokens), FIXTURE["batch"], "bfloat16", measure=False)
         hf = _expand(runs)
         assert len(hf) == len(ledger.rows)
-        for row, (cls, slots, k, hk, hv, nbytes) in zip(ledger.rows, hf, strict=True):
-            assert cls == HF_CLASS[row.kind], (name, tokens, row)
-            if row.kind == "latent":
-                # transformers' DeepSeek code caches every head's expanded key (nope + rope) and value, not the
-                # latent; the ledger follows the paper (C + R per token), so only the slot count must agree here
-                assert (k, hk, hv) == (arch.n_heads, 192, 128)
-                assert nbytes == FIXTURE["batch"] * slots * k * (hk + hv) * 2
-                assert slots == row.slots
-            elif row.kind == "linear":
-                assert not row.derived and row.bytes > 0 and nbytes == 0  # transformers allocates it on first use
-            else:
-                assert (slots, nbytes) == (row.slots, row.bytes), (name, tokens, row)
-                if row.kind != "shared":
-                    geometry = arch.layers[row.layer]
-                    assert (k, hk, hv) == (geometry.kv_heads, geometry.head_size, geometry.head_size)
+        for row, (cls, held) in zip(ledger.rows, hf, strict=True):
+            geometry = arch.layers[row.layer]
+            want = "StaticIndexedLayer" if geometry.indexer else HF_CLASS[row.kind]
+            assert cls == want, (name, tokens, row.layer, cls)
+            assert row.bytes == sum(nbytes for _, _, nbytes in held.values()), (name, tokens, row.layer, held)
+            if "keys" in held:
+                assert held["keys"][0][2] == row.slots, (name, tokens, row.layer)
+            if row.kind in ("full", "sliding", "chunked"):
+                assert held["keys"][0][1] == held["values"][0][1] == geometry.kv_heads
+                assert held["keys"][0][3] == held["values"][0][3] == geometry.head_size
+            if row.kind in ("linear", "mamba", "conv"):
+                assert row.slots == 0 and row.bytes == FIXTURE["batch"] * state_bytes(geometry, "bfloat16")
 
 
-def test_deepseek_follows_the_paper_not_transformers_expanded_cache():
-    """DeepSeek-V2 (arXiv 2405.04434, Table 1): (d_c + d_h^R)·l elements per token, d_c = 512, d_h^R = 64."""
+def test_mla_follows_the_paper_and_transformers_caches_the_latent():
+    """DeepSeek-V2 (arXiv 2405.04434, Table 1): (d_c + d_h^R)·l elements per token, d_c = 512, d_h^R = 64; the
+    keys transformers caches are the latent (C wide) and the values the RoPE key (R wide), one head each."""
     ledger = kv_ledger("deepseek-v2", 4096, FIXTURE["batch"], "bfloat16", measure=False)
     paper = (512 + 64) * 60 * 2 * 4096 * FIXTURE["batch"]
-    hf = sum(row[-1] for row in _expand(FIXTURE["models"]["deepseek-v2"]["tokens"]["4096"]))
-    assert ledger.total_bytes == paper and hf == paper * 128 * (192 + 128) // 576
+    runs = FIXTURE["models"]["deepseek-v2"]["tokens"]["4096"]
+    assert runs[0][2]["keys"][0] == [FIXTURE["batch"], 1, 4096, 512] and runs[0][2]["values"][0][3] == 64
+    assert ledger.total_bytes == paper == sum(sum(t[2] for t in held.values()) for _, _, held in _expand_rows(runs))
 
 
-def test_the_gated_deltanet_state_matches_transformers_module_shapes():
-    state = FIXTURE["models"]["qwen3-next-80b-a3b"]["linear_state"]
-    hv, dk, dv = state["recurrent"]
-    layer = next(layer for layer in load_architecture("qwen3-next-80b-a3b").layers if layer.kind == "linear")
-    # as transformers' LinearAttentionLayer holds them: float32 matrices, `kernel` columns of bf16 inputs
-    assert (layer.value_heads, layer.head_size, layer.value_size) == (hv, dk, dv)
-    assert layer.conv == state["conv_kernel_size"] and 2 * layer.kv_heads * dk + hv * dv == state["conv_dim"]
-    for tokens in (1, 1000):
-        row = kv_ledger("qwen3-next-80b-a3b", tokens, 3, measure=False).rows[layer.index]
-        want = hv * dk * dv * 4 + state["conv_dim"] * state["conv_kernel_size"] * 2
-        assert row.bytes == 3 * want and row.slots == 0  # constant in T
+def test_deepseek_v32_stores_the_indexer_key_beside_the_latent():
+    """DeepSeek-V3.2's lightning indexer keeps one key of index_head_dim = 128 per token and layer beside the
+    576-element latent: stored, while a step reads the latents of index_topk tokens only."""
+    arch = load_architecture("deepseek-v3.2")
+    runs = FIXTURE["models"]["deepseek-v3.2"]["tokens"]["4096"]
+    assert runs[0][2]["indexer_keys"][0] == [FIXTURE["batch"], 4096, 128]
+    ledger = kv_ledger(arch, 4096, 1, measure=False)
+    assert ledger.per_token_bytes == 61 * (512 + 64 + 128) * 2 and all(r.derived for r in ledger.rows)
+    assert any("index_topk = 2048" in n for n in ledger.notes) and any("indexer adds" in t for t in ledger.gap_terms)
+
+
+def test_the_linear_attention_states_match_transformers_arrays():
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5) and Kimi Delta Attention: a float32 d_k x d_v matrix per value head and
+    the last `kernel` bf16 inputs of the q, k, v convolution, as transformers' LinearAttentionLayer holds them."""
+    for name in ("qwen3-next-80b-a3b", "qwen3.5-9b", "kimi-linear-48b-a3b"):
+        layer = next(layer for layer in load_architecture(name).layers if layer.kind == "linear")
+        held = _expand(FIXTURE["models"][name]["tokens"]["100"])[layer.index][1]
+        assert held["recurrent_states[0]"][:2] == [[FIXTURE["batch"], layer.value_heads, layer.head_size,
+                                                    layer.value_size], "float32"]
+        conv = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
+        assert held["conv_states[0]"][:2] == [[FIXTURE["batch"], conv, layer.conv], "bfloat16"]
+        for tokens in (1, 1000):
+            row = kv_ledger(name, tokens, 3, measure=False).rows[layer.index]
+            assert row.bytes == 3 * state_bytes(layer, "bfloat16") and row.slots == 0  # constant in T
 
 
 def test_nemotron_h_reads_its_pattern_and_sizes_the_mamba2_state():
-    """Nemotron-H-8B: 24 Mamba-2 layers (a 128 x 64 x 128 state and 3 past inputs of x, B, C per sequence), 4
-    attention layers (K = 8, H = 128) and 24 MLP blocks that cache nothing, from hybrid_override_pattern."""
+    """Nemotron-H-8B: 24 Mamba-2 layers (a float32 128 x 64 x 128 state and the last 4 bf16 inputs of x, B, C per
+    sequence, as transformers allocates them), 4 attention layers (K = 8, H = 128) and 24 MLP blocks that cache
+    nothing, from hybrid_override_pattern."""
     arch = load_architecture("nemotron-h-8b")
     assert [arch.count(k) for k in ("mamba", "full", "mlp")] == [24, 4, 24]
     assert [layer.index for layer in arch.layers if layer.kind == "full"] == [7, 18, 29, 40]
-    state = 128 * 64 * 128 + (128 * 64 + 2 * 8 * 128) * (4 - 1)
+    state = 128 * 64 * 128 * 4 + (128 * 64 + 2 * 8 * 128) * 4 * 2
     for tokens in (1, 8192):
         ledger = kv_ledger(arch, tokens, 2)
-        assert ledger.total_bytes == 2 * 2 * (24 * state + 4 * tokens * 2 * 8 * 128)
+        assert ledger.total_bytes == 2 * (24 * state + 4 * tokens * 2 * 8 * 128 * 2)
         assert ledger.per_token_bytes == 4 * 2 * 8 * 128 * 2  # only the attention layers grow
     terms = kv_ledger(arch, 100).gap_terms
     assert any("24 of 52 layers are Mamba-2" in t for t in terms) and any("24 of 52 layers are MLP" in t for t in terms)
-    # the crossover: 4 attention layers of 4 KiB per token against 24 states of 2,158,592 B
+    # the crossover: 4 attention layers of 4 KiB per token against 24 states of 4,276,224 B
     crossover = state_crossover_tokens(arch)
-    assert crossover == -(-24 * state * 2 // (4 * 2 * 8 * 128 * 2)) == 3162
+    assert crossover == -(-24 * state // (4 * 2 * 8 * 128 * 2)) == 6264
     assert state_crossover_tokens(load_architecture("llama-3.1-8b")) is None  # no state layer
     bad = {**catalogue()["nemotron-h-8b"]["config"], "hybrid_override_pattern": "M*"}
     with pytest.raises(ValueError) as excinfo:

@@ -5,6 +5,7 @@ against transformers' StaticCache)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,11 @@ from dantinox.accounting.kv_ledger import kv_ledger, with_working_model
 from dantinox.accounting.working_model import D_MODEL, measure_working_model, working_config
 from dantinox.architectures.catalogue import catalogue, load_architecture
 from dantinox.cache import cache_shapes, tree_nbytes
+
+# what transformers allocates per layer, at T below, at and above each window (benchmarks/kv_conformance.py)
+TRANSFORMERS = json.loads((Path(__file__).parent / "data" / "kv_conformance.json").read_text())
+# the kinds the working model does not build, each refused in one line naming the layer: the ledger derives them
+LEDGER_ONLY = {"mamba": "Mamba-2 state", "mlp": "MLP block", "conv": "short convolution's state"}
 
 
 # Every kind the working model builds, once each (a run costs seconds: one dispatch per op and layer): gpt-oss
@@ -29,23 +35,35 @@ def test_the_working_model_decodes_and_its_arrays_equal_the_ledger(name, tokens,
     assert run.config.n_layers == len(arch.layers) and run.config.d_model == D_MODEL  # every layer, narrow width
 
 
-def test_every_catalogue_model_gets_its_geometry_or_a_one_line_refusal():
-    """The working model's whole cache (the pytree it decodes with, as shapes) equals the ledger at T below and
-    above each window, for every catalogue model it builds; a recurrent-state kind stops in one line."""
+def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
+    """For every catalogue model the working model builds, the cache it decodes with (its pytree, as shapes: the
+    decodes above show the arrays equal them) equals the ledger and what transformers allocates, layer by layer, at
+    every T of the transformers fixture (below, at and above each window). A kind it does not build (Mamba-2,
+    short convolutions, MLP-only blocks, DeepSeek-V3.2's indexer, MLA beside other kinds) stops in one line."""
+    built = 0
     for name in catalogue():
         arch = load_architecture(name)
         kinds = {layer.kind for layer in arch.layers}
-        if kinds & {"mamba", "mlp"}:
-            with pytest.raises(ValueError, match="Mamba-2 state|MLP block") as excinfo:
+        refused = [why for kind, why in LEDGER_ONLY.items() if kind in kinds]
+        if any(layer.indexer for layer in arch.layers):
+            refused.append("lightning indexer")
+        if "latent" in kinds and len(kinds - {"latent"}):
+            refused.append("MLA only with one latent width")
+        if refused:
+            with pytest.raises(ValueError) as excinfo:
                 working_config(arch, 10)
-            assert "\n" not in str(excinfo.value)
+            message = str(excinfo.value)
+            assert "\n" not in message and message.startswith(f"{name}: ") and refused[0] in message, message
             continue
-        windows = [layer.window for layer in arch.layers if layer.window and layer.window < 5000]
-        for tokens in {37, (min(windows) + 3) if windows else 300}:
-            cfg = working_config(arch, tokens)
-            shapes = cache_shapes(cfg, 1, tokens)
-            ledger = kv_ledger(arch, tokens, 1, measure=False)
-            assert [tree_nbytes(p) for p in shapes.layers] == [r.bytes for r in ledger.rows], (name, tokens)
+        built += 1
+        batch = TRANSFORMERS["batch"]
+        for tokens, runs in TRANSFORMERS["models"][name]["tokens"].items():
+            tokens = int(tokens)
+            hf = [sum(t[2] for t in held.values()) for count, _, held in runs for _ in range(count)]
+            shapes = cache_shapes(working_config(arch, tokens), batch, tokens)
+            ledger = kv_ledger(arch, tokens, batch, measure=False)
+            assert [tree_nbytes(p) for p in shapes.layers] == [r.bytes for r in ledger.rows] == hf, (name, tokens)
+    assert built >= 25
 
 
 def test_over_the_guard_the_same_run_is_measured_as_shapes():

@@ -33,7 +33,8 @@ from widgets._html import badge, esc, link, note_box, readout_table
 from widgets.number_input import NumberInput
 
 KIND_COLOURS = {"full": "#1565c0", "sliding": "#2e7d32", "chunked": "#00897b", "latent": "#6a1b9a",
-                "shared": "#9e9e9e", "linear": "#ef6c00", "mamba": "#c62828", "mlp": "#bdbdbd"}
+                "shared": "#9e9e9e", "linear": "#ef6c00", "mamba": "#c62828", "conv": "#8d6e63",
+                "mlp": "#bdbdbd"}
 CURVE_POINTS = 48
 PUBLISHED = "published"  # the weights control's default: the checkpoint's own format where the catalogue names it
 

@@ -5,8 +5,10 @@
 
 Each row is one layer: its kind (catalogue.KINDS), the slots it holds at T tokens, the elements one slot
 stores and its bytes for B sequences. A K/V layer stores 2·K·H elements per slot, an MLA layer C + R (one
-latent, no K/V pair), a shared layer nothing new, a linear-attention layer a constant state (derived, with its
-formula). A quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
+latent, no K/V pair; DeepSeek-V3.2 adds its indexer's key of I), a shared layer nothing new, a linear-attention,
+Mamba-2 or short-convolution layer a constant state (with its formula). States are sized as transformers allocates
+them: recurrent matrices in float32, convolution inputs in the activation dtype. A quantized cache (int8 / fp8)
+adds dantinox's float32 scale per token and KV head (one per latent).
 
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
 container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing;
@@ -37,7 +39,7 @@ from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
-STATE_KINDS = ("linear", "mamba")  # a constant recurrent state per sequence (dantinox builds the linear one)
+STATE_KINDS = ("linear", "mamba", "conv")  # a constant state per sequence (dantinox builds the linear one)
 DEFAULT_WEIGHTS_FORMAT = "bf16"  # assumed where the catalogue names no published checkpoint format
 
 
@@ -138,7 +140,8 @@ def slot_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
     """Bytes one slot of one sequence takes: codes plus (quantized) float32 scales."""
     s, quant = _itemsize(cache_dtype), cache_dtype in QUANT_CACHE_DTYPES
     if layer.kind == "latent":
-        return (layer.latent + layer.rope) * s + (SCALE_BYTES if quant else 0)
+        indexer = layer.indexer * s + (SCALE_BYTES if quant else 0) if layer.indexer else 0
+        return (layer.latent + layer.rope) * s + (SCALE_BYTES if quant else 0) + indexer
     if layer.kind in ("full", "sliding", "chunked"):
         return 2 * layer.kv_heads * layer.head_size * s + (2 * layer.kv_heads * SCALE_BYTES if quant else 0)
     return 0
@@ -146,21 +149,26 @@ def slot_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
 
 def _elements(layer: LayerGeometry) -> int:
     if layer.kind == "latent":
-        return layer.latent + layer.rope
+        return layer.latent + layer.rope + (layer.indexer or 0)
     if layer.kind in ("full", "sliding", "chunked"):
         return 2 * layer.kv_heads * layer.head_size
     return 0
 
 
 def state_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
-    """One sequence's constant state in a linear or Mamba-2 layer (0 for any other kind).
-    A linear layer (Gated DeltaNet) as transformers allocates it: its matrices in float32, its convolution's
-    inputs in the activation dtype; a Mamba-2 layer's elements in the activation dtype."""
+    """One sequence's constant state in a linear, Mamba-2 or short-convolution layer (0 for any other kind), as
+    transformers allocates it: recurrent matrices in float32, a convolution's last inputs in the activation dtype.
+    A linear layer (Gated DeltaNet, Kimi Delta Attention) keeps a d_k x d_v matrix per value head, a Mamba-2 layer
+    an N x P matrix per head, an LFM2 conv layer no matrix."""
+    s = _state_itemsize(cache_dtype)
     if layer.kind == "linear":
         conv_dim = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
-        return (layer.value_heads * layer.head_size * layer.value_size * 4
-                + conv_dim * layer.conv * _state_itemsize(cache_dtype))
-    return layer.state_elements * _state_itemsize(cache_dtype) if layer.kind in STATE_KINDS else 0
+        return layer.value_heads * layer.head_size * layer.value_size * 4 + conv_dim * layer.conv * s
+    if layer.kind == "mamba":
+        return layer.value_heads * layer.value_size * layer.state_size * 4 + layer.channels * layer.conv * s
+    if layer.kind == "conv":
+        return layer.channels * layer.conv * s
+    return 0
 
 
 def sequence_bytes(arch: Architecture, tokens: int, cache_dtype: str) -> int:
@@ -202,15 +210,17 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
         return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
-                         f"constant state: {layer.state_formula}, × {size} B × B; it does not grow with T",
-                         True)
+                         f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T", True)
     if layer.kind == "mlp":
         return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
         return LedgerRow(layer.index, "shared", 0, 0, 0, 0,
                          f"reads layer {layer.shares}'s cache: 0 new bytes")
     per_slot = slot_bytes(layer, cache_dtype)
-    if layer.kind == "latent":
+    if layer.kind == "latent" and layer.indexer:
+        what = (f"(C + R + I) = ({layer.latent} + {layer.rope} + {layer.indexer}) elements × {s} B"
+                f"{scale + scale if scale else ''}")
+    elif layer.kind == "latent":
         what = f"(C + R) = ({layer.latent} + {layer.rope}) elements × {s} B{scale}"
     else:
         scales = f" + 2·K·{SCALE_BYTES} B scales" if scale else ""
@@ -218,7 +228,8 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     held = {"full": "T", "latent": "T", "sliding": f"min(T, W={layer.window})",
             "chunked": f"min(T, chunk={layer.window})"}[layer.kind]
     return LedgerRow(layer.index, layer.kind, slots, _elements(layer), batch * slots * per_slot, None,
-                     f"B · {held} · {what}", kv_heads=layer.kv_heads, head_size=layer.head_size)
+                     f"B · {held} · {what}", bool(layer.indexer),  # dantinox builds no indexer cache
+                     kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 
 def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:
@@ -247,7 +258,8 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
 def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int,
               cache_dtype: str) -> tuple[int, ...]:
     """Per layer, the bytes of the cache dantinox's container allocates for it, from `jax.eval_shape`."""
-    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked", "latent")
+    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked")
+             or layer.kind == "latent" and not layer.indexer
              or layer.kind == "linear" and layer.value_size == layer.head_size]
 
     def cache() -> KVCache:
@@ -277,21 +289,25 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
         n = arch.count(kind)
         if n:
             w = next(layer.window for layer in arch.layers if layer.kind == kind)
-            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): "
-                         f"they hold min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
-    heads = [layer for layer in arch.layers if layer.head_size is not None]
+            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): they hold "
+                         f"min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
+    heads = [layer for layer in arch.layers if layer.kind in ("full", "sliding", "chunked")]
     if heads and heads[0].head_size != arch.d_model // arch.n_heads:
         terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads "
                      f"= {arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
     if arch.count("latent"):
         layer = next(layer for layer in arch.layers if layer.kind == "latent")
         terms.append(f"MLA: each layer caches one latent of C + R = {layer.latent} + {layer.rope} = "
-                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = "
-                     f"2·{arch.config_kv_heads}·{arch.d_model // arch.n_heads} = "
-                     f"{2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
+                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = 2·{arch.config_kv_heads}·"
+                     f"{arch.d_model // arch.n_heads} = {2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
+        if layer.indexer:
+            terms.append(f"the lightning indexer adds one key of I = {layer.indexer} elements per token and layer")
+    if arch.count("conv"):
+        terms.append(f"{arch.count('conv')} of {L} layers are short convolutions: a constant state per sequence, no "
+                     "K/V that grows with T")
     if arch.count("linear"):
-        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (Gated DeltaNet): a "
-                     "constant state per sequence, no K/V that grows with T")
+        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (delta rule): a constant state "
+                     "per sequence, no K/V that grows with T")
     if arch.count("mamba"):
         terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, "
                      "no K/V that grows with T")

@@ -70,9 +70,13 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
                          f"got {cache_dtype!r}")
     for layer in arch.layers:
         if layer.kind not in BUILT_KINDS:
-            what = "an MLP block without attention" if layer.kind == "mlp" else "a Mamba-2 state"
-            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the "
-                             "working model does not build; its ledger row is derived from the formula")
+            what = {"mlp": "an MLP block without attention", "conv": "a short convolution's state"}.get(
+                layer.kind, "a Mamba-2 state")
+            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the working "
+                             f"model does not build; its ledger row is derived from the formula")
+        if layer.kind == "latent" and layer.indexer:
+            raise ValueError(f"{arch.name}: layer {layer.index} keeps a lightning indexer's key cache beside its "
+                             "latent, which the working model does not build; its ledger row is derived")
         if layer.kind == "linear" and layer.value_size != layer.head_size:
             raise ValueError(f"{arch.name}: layer {layer.index} has keys of {layer.head_size} and values of "
                              f"{layer.value_size} channels; the working model's Gated DeltaNet builds "
@@ -85,8 +89,9 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
     if latent:
         widths = {(layer.latent, layer.rope) for layer in latent}
         if len(widths) > 1 or len(latent) != sum(layer.kind != "shared" for layer in arch.layers):
-            raise ValueError(f"{arch.name}: the working model builds one MLA width for every layer, got "
-                             f"{widths} beside other kinds")
+            others = len(arch.layers) - len(latent)
+            raise ValueError(f"{arch.name}: the working model builds MLA only with one latent width in every "
+                             f"layer, got {sorted(widths)} beside {others} layers of other kinds")
         (c, r), = widths
         return ModelConfig(**common, n_heads=MLA_QUERY_HEADS, head_size=MLA_HEAD_SIZE, attention="latent",
                            kv_latent_dim=c, rope_head_dim=r, layer_specs=specs)

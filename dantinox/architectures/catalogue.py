@@ -4,15 +4,17 @@ GGUF metadata and the catalogue.
     arch = dantinox.architectures.catalogue.load_architecture("gemma-3-27b")  # or a config.json / .gguf path
     arch.layers[5]  # LayerGeometry(index=5, kind='full', kv_heads=16, head_size=128, ...)
 
-A layer is one of eight kinds, each decided by named config fields:
+A layer is one of nine kinds, each decided by named config fields:
   full      every token of the context (slots = T)
   sliding   a ring of the last W tokens (slots = min(T, W))            sliding_window, layer_types
   chunked   the current chunk of C tokens only (slots = min(T, C))      attention_chunk_size (Llama 4)
   latent    MLA: one latent of C + R elements per token, no K/V pair    kv_lora_rank, qk_rope_head_dim
+            (+ the lightning indexer's key of I elements per token      index_head_dim (DeepSeek-V3.2))
   shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n)
-  linear    a recurrent state whose size does not grow with T           linear_* (Qwen3-Next's Gated DeltaNet)
-  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M'
-                                                                        (Nemotron-H)
+  linear    a recurrent state whose size does not grow with T           linear_* (Gated DeltaNet: Qwen3-Next,
+                                                                        Qwen3.5; linear_attn_config: Kimi Linear)
+  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M' (Nemotron-H)
+  conv      a short convolution's last inputs, constant in T            conv_L_cache, full_attn_idxs (LFM2)
   mlp       an MLP or MoE block with no token mixer: no cache           hybrid_override_pattern '-', 'E'
 Fields a config leaves out take the default of the model's Hugging Face transformers configuration class
 (named where it is applied). A field that changes the cache in a way this reader does not model is refused in
@@ -30,19 +32,19 @@ from typing import Any
 
 from dantinox.architectures.gguf_header import gguf_config
 
-KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear", "mamba", "mlp")
+KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear", "mamba", "conv", "mlp")
 CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.json
 
 # Fields that change a model's cache. A config that sets one its model_type does not read is refused.
 CACHE_FIELDS = frozenset({
     "sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern", "layer_types",
-    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers",
-    "kv_sharing_modes", "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern",
-    "layers_block_type", "attn_layer_indices", "attn_layer_period", "attn_layer_offset",
-    "cross_attention_layers", "sliding_window_size", "interleaved_sliding_window", "swa_layers",
-    "num_nextn_predict_layers_kv",
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers", "kv_sharing_modes",
+    "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "global_head_dim",
+    "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern", "layers_block_type",
+    "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "cross_attention_layers", "sliding_window_size",
+    "interleaved_sliding_window", "swa_layers", "num_nextn_predict_layers_kv", "index_head_dim", "linear_attn_config",
+    "full_attn_idxs", "conv_L_cache", "compress_ratios",
 })
 
 
@@ -62,7 +64,10 @@ class LayerGeometry:
     # a linear layer's V value heads (its K key heads are kv_heads, of head_size)
     value_heads: int | None = None
     value_size: int | None = None  # a linear layer's value head size
-    conv: int | None = None  # a linear layer's convolution width (inputs it keeps)
+    conv: int | None = None  # a linear or conv layer's convolution width (inputs it keeps)
+    channels: int | None = None  # a conv or mamba layer's convolution channels
+    state_size: int | None = None  # N, a mamba layer's state size (its value_heads heads of value_size channels)
+    indexer: int | None = None  # I, a latent layer's lightning-indexer key width (DeepSeek-V3.2), one head
     state_formula: str | None = None  # how state_elements follows from the config
 
 
@@ -171,7 +176,7 @@ def _heads(r: _Reader, head_key: str = "head_dim") -> tuple[int, int, int, int]:
 
 
 TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
-              "linear_attention": "linear"}
+              "linear_attention": "linear", "conv": "conv"}
 
 
 HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-H's hybrid_override_pattern
@@ -179,8 +184,8 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-
 
 def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     """Per layer: full, sliding, chunked or linear, from layer_types or from the model type's own rule."""
-    others = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention"}
-    other = others.get(model_type, "sliding_attention")
+    other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention", "qwen3_5_text": "linear_attention",
+             "lfm2": "conv"}.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
     if given is not None:
         return [TYPE_NAMES[t] for t in given]
@@ -202,7 +207,23 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
         if not isinstance(pattern, str) or len(pattern) != L or set(pattern) - set(HYBRID_BLOCKS):
             raise r._fail("hybrid_override_pattern", f"{L} characters from {''.join(HYBRID_BLOCKS)}", pattern)
         return [HYBRID_BLOCKS[c] for c in pattern]
-    if model_type == "qwen3_next":  # Qwen3NextConfig: full attention every full_attention_interval-th layer
+    if model_type == "lfm2":  # Lfm2Config: attention at full_attn_idxs, a short convolution elsewhere
+        idxs = r.data.get("full_attn_idxs")
+        r.read.add("full_attn_idxs")
+        if not isinstance(idxs, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < L
+                                             for i in idxs):
+            raise r._fail("full_attn_idxs", f"a list of layer indices below {L}", idxs)
+        return ["full" if i in idxs else "conv" for i in range(L)]
+    if model_type == "smollm3":  # SmolLM3Config: sliding only when enabled, on its NoPE layers
+        rope = r.int_list("no_rope_layers", L)
+        if rope is None:
+            interval = r.int("no_rope_layer_interval", 4)
+            rope = [int((i + 1) % interval != 0) for i in range(L)]
+        if r.bool("use_sliding_window", False) and r.has("sliding_window"):
+            return ["full" if uses_rope else "sliding" for uses_rope in rope]
+        r.read.add("sliding_window")  # present but switched off
+        return ["full"] * L
+    if model_type in ("qwen3_next", "qwen3_5_text"):  # full attention every full_attention_interval-th layer
         interval = r.int("full_attention_interval", 4)
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(L)]
     if model_type in ("qwen2", "qwen3"):  # Qwen2Config: sliding only when enabled, from max_window_layers on
@@ -216,11 +237,11 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     return ["full"] * L
 
 
-DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text",
-               "gemma3n_text", "llama4_text", "gpt_oss", "qwen3_next", "nemotron_h")
-LATENT_TYPES = ("deepseek_v2", "deepseek_v3")
+DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
+               "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text", "nemotron_h", "smollm3", "lfm2")
+LATENT_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_linear")
 # Multimodal wrappers: the cache is the text decoder's.
-WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config"}
+WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config", "qwen3_5": "text_config"}
 SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
 
 
@@ -243,24 +264,37 @@ def parse_config(data: Any, where: str, name: str | None = None,
         raise ValueError(f"{r.where}: model_type: expected one of {', '.join(SUPPORTED_TYPES)}, got "
                          f"{model_type!r}")
     L = r.int("num_hidden_layers")
-    context = r.int("max_position_embeddings")
+    # KimiLinearConfig reads the context from model_max_length (its attribute_map)
+    context = r.int("model_max_length" if model_type == "kimi_linear" else "max_position_embeddings")
     notes = []
     if model_type in LATENT_TYPES:
         d, n = r.int("hidden_size"), r.int("num_attention_heads")
         k = r.int("num_key_value_heads", n)
         c, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
-        layers = tuple(LayerGeometry(i, "latent", latent=c, rope=rope) for i in range(L))
+        indexer = r.int("index_head_dim") if model_type == "deepseek_v32" else None
+        latent = LayerGeometry(0, "latent", latent=c, rope=rope, indexer=indexer)
+        kinds = _kimi_kinds(r, L) if model_type == "kimi_linear" else ["latent"] * L
+        state = _kimi_state(r) if "linear" in kinds else None
+        layers = tuple(dataclasses.replace(latent, index=i) if kind == "latent" else
+                       LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1], **state[2])
+                       for i, kind in enumerate(kinds))
+        if indexer:
+            notes.append(f"lightning indexer: each layer also stores one key of {indexer} elements per token, and a "
+                         f"step reads the latents of only index_topk = {r.int('index_topk')} selected tokens")
     else:
         d, n, k, h = _heads(r, "attention_head_dim" if model_type == "nemotron_h" else "head_dim")
         kinds = _layer_kinds(r, L, model_type)
         window = r.int("sliding_window") if "sliding" in kinds else None
         chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
         state = _linear_state(r) if "linear" in kinds else _mamba_state(r) if "mamba" in kinds else None
+        conv = r.int("conv_L_cache") if "conv" in kinds else None
         layers = []
         for i, kind in enumerate(kinds):
-            if kind in ("linear", "mamba"):
-                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1],
-                                            **(state[2] if kind == "linear" else {})))
+            if kind == "conv":
+                layers.append(LayerGeometry(i, kind, state_elements=d * conv, conv=conv, channels=d,
+                                            state_formula=f"hidden_size·conv_L_cache = {d}·{conv}"))
+            elif kind in ("linear", "mamba"):
+                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1], **state[2]))
             elif kind == "mlp":
                 layers.append(LayerGeometry(i, kind))
             else:
@@ -291,17 +325,47 @@ def _linear_state(r: _Reader) -> tuple[int, str, dict]:
     return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel)
 
 
-def _mamba_state(r: _Reader) -> tuple[int, str]:
-    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060): an N x P matrix per head (state size
-    N, head size P), and the short causal convolution's last kernel - 1 inputs over x, B and C."""
+def _kimi_kinds(r: _Reader, L: int) -> list[str]:
+    """Kimi Linear: MLA at linear_attn_config.full_attn_layers, Kimi Delta Attention at its kda_layers (1-based)."""
+    config = r.data.get("linear_attn_config")
+    r.read.add("linear_attn_config")
+    if not isinstance(config, dict):
+        raise r._fail("linear_attn_config", "an object", config)
+    kinds: list[str | None] = [None] * L
+    for key, kind in (("full_attn_layers", "latent"), ("kda_layers", "linear")):
+        for layer in config.get(key) or []:
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L or kinds[layer - 1]:
+                raise r._fail(f"linear_attn_config.{key}", f"distinct 1-based layer numbers up to {L}", layer)
+            kinds[layer - 1] = kind
+    if None in kinds:
+        raise ValueError(f"{r.where}: linear_attn_config: layer {kinds.index(None) + 1} is in neither "
+                         "full_attn_layers nor kda_layers")
+    return kinds
+
+
+def _kimi_state(r: _Reader) -> tuple[int, str, dict]:
+    """Kimi Delta Attention's per-sequence state: a d x d float32 matrix per head and the short convolution's last
+    `kernel` inputs of q, k and v, as transformers' KimiDeltaAttention keeps them (one gate per channel, not per head,
+    changes the update, not the state's size)."""
+    config = _Reader(r.data["linear_attn_config"], f"{r.where}: linear_attn_config")
+    heads, size, kernel = config.int("num_heads"), config.int("head_dim"), config.int("short_conv_kernel_size")
+    elements = heads * size * size + 3 * heads * size * kernel
+    formula = (f"H·d·d float32 + 3·H·d·kernel activations = {heads}·{size}·{size} × 4 B + "
+               f"{3 * heads * size}·{kernel}")
+    return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size, conv=kernel)
+
+
+def _mamba_state(r: _Reader) -> tuple[int, str, dict]:
+    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060) as transformers allocates it: an N x P
+    float32 matrix per head (state size N, head size P), and the short causal convolution's last `kernel` inputs
+    over x, B and C in the activation dtype."""
     heads, p = r.int("mamba_num_heads"), r.int("mamba_head_dim")
     n, groups, kernel = r.int("ssm_state_size"), r.int("n_groups"), r.int("conv_kernel")
     conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
-    elements = heads * p * n + conv_dim * (kernel - 1)
-    formula = (f"heads·P·N + (heads·P + 2·groups·N)·(kernel − 1) = "
-               f"{heads}·{p}·{n} + ({heads * p} + {2 * groups * n})·{kernel - 1} = "
-               f"{elements:,} elements per sequence")
-    return elements, formula
+    elements = heads * p * n + conv_dim * kernel
+    formula = (f"heads·P·N float32 + (heads·P + 2·groups·N)·kernel activations = {heads}·{p}·{n} × 4 B + "
+               f"({heads * p} + {2 * groups * n})·{kernel}")
+    return elements, formula, dict(value_heads=heads, value_size=p, state_size=n, conv=kernel, channels=conv_dim)
 
 
 def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometry]:
