@@ -293,8 +293,14 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
                          f"min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
     heads = [layer for layer in arch.layers if layer.kind in ("full", "sliding", "chunked")]
     if heads and heads[0].head_size != arch.d_model // arch.n_heads:
-        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads "
-                     f"= {arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
+        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads = "
+                     f"{arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
+    shapes = {(layer.kv_heads, layer.head_size) for layer in heads}
+    if len(shapes) > 1:  # Gemma 4: global layers with their own K and H
+        for k, h in sorted(shapes - {(heads[0].kv_heads, heads[0].head_size)}):
+            n = sum((layer.kv_heads, layer.head_size) == (k, h) for layer in heads)
+            terms.append(f"{n} layers have K = {k} and H = {h} of their own, not num_key_value_heads = "
+                         f"{arch.config_kv_heads} and H = {heads[0].head_size}")
     if arch.count("latent"):
         layer = next(layer for layer in arch.layers if layer.kind == "latent")
         terms.append(f"MLA: each layer caches one latent of C + R = {layer.latent} + {layer.rope} = "

@@ -183,7 +183,10 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-
 
 
 def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
-    """Per layer: full, sliding, chunked or linear, from layer_types or from the model type's own rule."""
+    """Per layer: one of KINDS but latent and shared, from layer_types or from the model type's own rule."""
+    if model_type == "granitemoehybrid":  # GraniteMoeHybridConfig: a Mamba-2 or an attention mixer per layer
+        return [{"mamba": "mamba", "attention": "full"}[t]
+                for t in r.str_list("layer_types", L, ("mamba", "attention")) or ["mamba"] * L]
     other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention", "qwen3_5_text": "linear_attention",
              "lfm2": "conv"}.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
@@ -191,6 +194,8 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
         return [TYPE_NAMES[t] for t in given]
     if model_type == "gemma2":  # Gemma2Config: even layers local, odd layers global
         return ["sliding" if i % 2 == 0 else "full" for i in range(L)]
+    if model_type == "gemma4_text":  # Gemma4TextConfig: one global layer in 6, and the last layer always global
+        return ["full" if (i + 1) % 6 == 0 or i == L - 1 else "sliding" for i in range(L)]
     if model_type == "gemma3_text":  # Gemma3TextConfig: one global layer after every (pattern - 1) local ones
         period = r.int("sliding_window_pattern", 6)
         return ["full" if (i + 1) % period == 0 else "sliding" for i in range(L)]
@@ -238,10 +243,12 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
 
 
 DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
-               "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text", "nemotron_h", "smollm3", "lfm2")
+               "gemma4_text", "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text", "nemotron_h", "granitemoehybrid",
+               "smollm3", "lfm2")
 LATENT_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_linear")
 # Multimodal wrappers: the cache is the text decoder's.
-WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "llama4": "text_config", "qwen3_5": "text_config"}
+WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "gemma4": "text_config", "llama4": "text_config",
+            "qwen3_5": "text_config"}
 SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
 
 
@@ -286,8 +293,9 @@ def parse_config(data: Any, where: str, name: str | None = None,
         kinds = _layer_kinds(r, L, model_type)
         window = r.int("sliding_window") if "sliding" in kinds else None
         chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
-        state = _linear_state(r) if "linear" in kinds else _mamba_state(r) if "mamba" in kinds else None
+        state = _linear_state(r) if "linear" in kinds else _mamba_state(r, model_type) if "mamba" in kinds else None
         conv = r.int("conv_L_cache") if "conv" in kinds else None
+        glob = _gemma4_global(r, k, h) if model_type == "gemma4_text" else (k, h)
         layers = []
         for i, kind in enumerate(kinds):
             if kind == "conv":
@@ -299,8 +307,9 @@ def parse_config(data: Any, where: str, name: str | None = None,
                 layers.append(LayerGeometry(i, kind))
             else:
                 ring = {"sliding": window, "chunked": chunk}.get(kind)
-                layers.append(LayerGeometry(i, kind, kv_heads=k, head_size=h, window=ring))
-        layers = tuple(_share(r, layers, L) if model_type == "gemma3n_text" else layers)
+                kv, size = glob if kind == "full" else (k, h)
+                layers.append(LayerGeometry(i, kind, kv_heads=kv, head_size=size, window=ring))
+        layers = tuple(_share(r, layers, L) if model_type in ("gemma3n_text", "gemma4_text") else layers)
         if model_type == "gpt_oss":
             notes.append("attention sinks: gpt-oss learns one sink logit per head, a parameter added to the "
                          "softmax denominator; it caches 0 bytes (StreamingLLM's 'sinks' are kept tokens, "
@@ -355,12 +364,20 @@ def _kimi_state(r: _Reader) -> tuple[int, str, dict]:
     return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size, conv=kernel)
 
 
-def _mamba_state(r: _Reader) -> tuple[int, str, dict]:
+# Mamba-2 fields: heads, head size, state size, groups, convolution width (Nemotron-H's names, Granite 4.0-H's)
+MAMBA_FIELDS = {
+    "nemotron_h": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"),
+    "granitemoehybrid": ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv"),
+}
+
+
+def _mamba_state(r: _Reader, model_type: str) -> tuple[int, str, dict]:
     """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060) as transformers allocates it: an N x P
     float32 matrix per head (state size N, head size P), and the short causal convolution's last `kernel` inputs
     over x, B and C in the activation dtype."""
-    heads, p = r.int("mamba_num_heads"), r.int("mamba_head_dim")
-    n, groups, kernel = r.int("ssm_state_size"), r.int("n_groups"), r.int("conv_kernel")
+    names = MAMBA_FIELDS[model_type]
+    heads, p = r.int(names[0]), r.int(names[1])
+    n, groups, kernel = r.int(names[2]), r.int(names[3]), r.int(names[4])
     conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
     elements = heads * p * n + conv_dim * kernel
     formula = (f"heads·P·N float32 + (heads·P + 2·groups·N)·kernel activations = {heads}·{p}·{n} × 4 B + "
@@ -368,8 +385,23 @@ def _mamba_state(r: _Reader) -> tuple[int, str, dict]:
     return elements, formula, dict(value_heads=heads, value_size=p, state_size=n, conv=kernel, channels=conv_dim)
 
 
+def _gemma4_global(r: _Reader, k: int, h: int) -> tuple[int, int]:
+    """Gemma 4's global layers: K and H of their own (Gemma4TextConfig: head size global_head_dim, default 512;
+    K = num_global_key_value_heads where attention_k_eq_v, whose keys double as values before their norms, so
+    both are still cached). Returns (K, H) of a full layer."""
+    size = r.int("global_head_dim", 512)
+    r.read.add("num_global_key_value_heads")
+    if r.bool("attention_k_eq_v", False) and r.has("num_global_key_value_heads"):
+        k = r.int("num_global_key_value_heads")
+    n = r.int("num_attention_heads")
+    if n % k:
+        raise ValueError(f"{r.where}: num_global_key_value_heads: expected a divisor of num_attention_heads ({n}), "
+                         f"got {k}")
+    return k, size
+
+
 def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometry]:
-    """Gemma 3n: the last num_kv_shared_layers layers read the cache of the last earlier layer of their
+    """Gemma 3n, Gemma 4: the last num_kv_shared_layers layers read the cache of the last earlier layer of their
     kind."""
     shared = r.int("num_kv_shared_layers", 0, minimum=0)
     if shared >= L:
