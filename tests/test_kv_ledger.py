@@ -228,6 +228,10 @@ def _one_line(excinfo, *parts):
     ({"num_hidden_layers": -1}, ("num_hidden_layers", "positive integer")),
     ({"layer_types": ["full_attention"] * 31 + ["mamba"]}, ("layer_types[31]", "mamba")),
     ({"hidden_size": None}, ("hidden_size", "required")),
+    ({"index_head_dim": 128}, ("index_head_dim", "not guessed")),  # an indexer only DeepSeek-V3.2 reads
+    ({"compress_ratios": [0, 4, 128]}, ("compress_ratios", "not guessed")),  # DeepSeek-V4's compressed layers
+    ({"conv_L_cache": 3}, ("conv_L_cache", "not guessed")),
+    ({"model_type": "deepseek_v4"}, ("model_type", "deepseek_v4")),
 ])
 def test_a_config_field_it_cannot_model_is_named_in_one_line(tmp_path, change, parts):
     config = {**catalogue()["llama-3.1-8b"]["config"], **change}
@@ -236,6 +240,22 @@ def test_a_config_field_it_cannot_model_is_named_in_one_line(tmp_path, change, p
     with pytest.raises(ValueError) as excinfo:
         load_architecture(path)
     _one_line(excinfo, str(path), *parts)
+
+
+@pytest.mark.parametrize(("name", "change", "parts"), [
+    ("gemma-4-31b", {"use_bidirectional_attention": "all"}, ("use_bidirectional_attention", "not guessed")),
+    ("gemma-4-31b", {"num_global_key_value_heads": 5}, ("num_global_key_value_heads", "divisor")),
+    ("kimi-linear-48b-a3b", {"linear_attn_config": {"kda_layers": [1], "full_attn_layers": [2]}},
+     ("linear_attn_config", "layer 3 is in neither")),
+    ("lfm2-1.2b", {"full_attn_idxs": [2, 16]}, ("full_attn_idxs", "below 16")),
+    ("granite-4.0-h-tiny", {"layer_types": ["mamba"] * 39 + ["mlp"]}, ("layer_types[39]", "mlp")),
+])
+def test_the_new_kinds_refuse_what_they_cannot_read_in_one_line(name, change, parts):
+    config = json.loads(json.dumps(catalogue()[name]["config"]))
+    (config.get("text_config") or config).update(change)
+    with pytest.raises(ValueError) as excinfo:
+        parse_config(config, "c.json")
+    _one_line(excinfo, "c.json", *parts)
 
 
 def test_a_users_config_json_reads_like_the_catalogue(tmp_path):

@@ -44,7 +44,7 @@ CACHE_FIELDS = frozenset({
     "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern", "layers_block_type",
     "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "cross_attention_layers", "sliding_window_size",
     "interleaved_sliding_window", "swa_layers", "num_nextn_predict_layers_kv", "index_head_dim", "linear_attn_config",
-    "full_attn_idxs", "conv_L_cache", "compress_ratios",
+    "full_attn_idxs", "conv_L_cache", "compress_ratios", "use_bidirectional_attention",
 })
 
 
@@ -191,6 +191,7 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
              "lfm2": "conv"}.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
     if given is not None:
+        r.read.add("full_attn_idxs")  # Lfm2Config reads it only without layer_types
         return [TYPE_NAMES[t] for t in given]
     if model_type == "gemma2":  # Gemma2Config: even layers local, odd layers global
         return ["sliding" if i % 2 == 0 else "full" for i in range(L)]
@@ -390,6 +391,10 @@ def _gemma4_global(r: _Reader, k: int, h: int) -> tuple[int, int]:
     K = num_global_key_value_heads where attention_k_eq_v, whose keys double as values before their norms, so
     both are still cached). Returns (K, H) of a full layer."""
     size = r.int("global_head_dim", 512)
+    r.read.add("use_bidirectional_attention")
+    if r.data.get("use_bidirectional_attention") == "all":  # Gemma4TextConfig then halves the window (+1)
+        raise ValueError(f"{r.where}: use_bidirectional_attention: 'all' changes the sliding window in a way the "
+                         "ledger does not model (a bidirectional encoder); it is not guessed")
     r.read.add("num_global_key_value_heads")
     if r.bool("attention_k_eq_v", False) and r.has("num_global_key_value_heads"):
         k = r.int("num_global_key_value_heads")
