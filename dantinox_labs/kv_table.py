@@ -80,6 +80,9 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
     lines += ["", *(f"{mark} {formula}" for formula, mark in formulas.items())]
     how = (WORKING[ledger.measured_from] if ledger.from_working_model
            else "measured from dantinox's cache shapes (jax.eval_shape)")
+    derived = sum(row.derived for row in ledger.rows)
+    if derived and not ledger.from_working_model:  # rows dantinox builds no cache for count at their formula
+        how += f", the {derived} derived layer{'s' if derived > 1 else ''} at the formula"
     lines += ["", f"total: {ledger.total_bytes:,} B ({format_bytes(ledger.total_bytes)}); {how}: "
               f"{ledger.measured_bytes:,} B",
               f"per token: one more token adds {ledger.per_token_bytes:,} B to a sequence at T = {ledger.tokens:,}",
