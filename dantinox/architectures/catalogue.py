@@ -185,8 +185,8 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "full", "-": "mlp", "E": "mlp"}  # Nemotron-
 def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     """Per layer: one of KINDS but latent and shared, from layer_types or from the model type's own rule."""
     if model_type == "granitemoehybrid":  # GraniteMoeHybridConfig: a Mamba-2 or an attention mixer per layer
-        return [{"mamba": "mamba", "attention": "full"}[t]
-                for t in r.str_list("layer_types", L, ("mamba", "attention")) or ["mamba"] * L]
+        names = {"mamba": "mamba", "attention": "full", "linear_attention": "mamba", "full_attention": "full"}
+        return [names[t] for t in r.str_list("layer_types", L, tuple(names)) or ["linear_attention"] * L]
     other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention", "qwen3_5_text": "linear_attention",
              "lfm2": "conv"}.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
@@ -272,8 +272,12 @@ def parse_config(data: Any, where: str, name: str | None = None,
         raise ValueError(f"{r.where}: model_type: expected one of {', '.join(SUPPORTED_TYPES)}, got "
                          f"{model_type!r}")
     L = r.int("num_hidden_layers")
-    # KimiLinearConfig reads the context from model_max_length (its attribute_map)
-    context = r.int("model_max_length" if model_type == "kimi_linear" else "max_position_embeddings")
+    # KimiLinearConfig reads the context from model_max_length (max_position_embeddings is its alias)
+    kimi_context = model_type == "kimi_linear" and r.has("model_max_length")
+    if kimi_context and r.has("max_position_embeddings"):
+        raise ValueError(f"{r.where}: model_max_length: Kimi Linear reads it as max_position_embeddings too; "
+                         "give one of them")
+    context = r.int("model_max_length" if kimi_context else "max_position_embeddings")
     notes = []
     if model_type in LATENT_TYPES:
         d, n = r.int("hidden_size"), r.int("num_attention_heads")
@@ -288,7 +292,7 @@ def parse_config(data: Any, where: str, name: str | None = None,
                        for i, kind in enumerate(kinds))
         if indexer:
             notes.append(f"lightning indexer: each layer also stores one key of {indexer} elements per token, and a "
-                         f"step reads the latents of only index_topk = {r.int('index_topk')} selected tokens")
+                         f"step reads the latents of only index_topk = {r.int('index_topk', 2048)} selected tokens")
     else:
         d, n, k, h = _heads(r, "attention_head_dim" if model_type == "nemotron_h" else "head_dim")
         kinds = _layer_kinds(r, L, model_type)
@@ -377,7 +381,15 @@ def _mamba_state(r: _Reader, model_type: str) -> tuple[int, str, dict]:
     float32 matrix per head (state size N, head size P), and the short causal convolution's last `kernel` inputs
     over x, B and C in the activation dtype."""
     names = MAMBA_FIELDS[model_type]
-    heads, p = r.int(names[0]), r.int(names[1])
+    heads = r.int(names[0])
+    if model_type == "granitemoehybrid" and r.data.get(names[1], "auto") == "auto":  # expand · hidden / heads
+        r.read.add(names[1])
+        inner = r.int("mamba_expand", 2) * r.int("hidden_size")
+        if inner % heads:
+            raise r._fail(names[0], f"a divisor of mamba_expand · hidden_size ({inner})", heads)
+        p = inner // heads
+    else:
+        p = r.int(names[1])
     n, groups, kernel = r.int(names[2]), r.int(names[3]), r.int(names[4])
     conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
     elements = heads * p * n + conv_dim * kernel
