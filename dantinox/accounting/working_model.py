@@ -5,14 +5,17 @@ and the bytes of the cache it decodes with.
     run = measure_working_model(arch, tokens=4096, batch=1, cache_dtype="bfloat16")
     run.layer_bytes, run.source, run.lengths        # per layer, from the arrays; "arrays"; [5]
 
-What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring
-of C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache
-does not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set
-the weights, not the cache; the query heads are the least common multiple of the layers' K (each query head
-reads one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache
-is the latent C plus the RoPE key R whatever the heads). The weights are random. Features that shape the
-logits but store nothing (QK-norm, per-layer RoPE bases, Llama 4's NoPE layers, gpt-oss's learned sink logits)
-are left out: the model runs the same cache without them.
+What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring of
+C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache does
+not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set the
+weights, not the cache; the query heads are the least common multiple of the layers' K (each query head reads one
+KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the latent
+C plus the RoPE key R whatever the heads). The weights are random. Features that shape the logits but store
+nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, gpt-oss's learned sink logits,
+Gemma 4's values taken from its global layers' key projection) are left out: the model runs the same cache
+without them. Not built, each refused in one line naming the layer (their ledger
+rows are derived from the formula): Mamba-2 and short-convolution states, MLP-only blocks, DeepSeek-V3.2's
+indexer keys, and MLA beside layers of other kinds (Kimi Linear).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
