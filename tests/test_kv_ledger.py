@@ -50,9 +50,13 @@ def test_the_docs_state_the_catalogues_size():
         assert stated and {int(n) for n in stated} == {len(catalogue())}, (doc, stated)
 
 
-def test_every_catalogue_model_is_in_the_transformers_fixture():
-    """The fixture is written in the peer venv (benchmarks/kv_conformance.py) for every catalogue entry."""
-    assert set(FIXTURE["models"]) == set(catalogue())
+def test_every_catalogue_model_is_in_the_transformers_fixture_or_says_it_is_not():
+    """The fixture is written in the peer venv (benchmarks/kv_conformance.py); an entry added where that venv is
+    not at hand says so in its checked_against until the next run adds it (today: none)."""
+    models = catalogue()
+    assert set(FIXTURE["models"]) <= set(models)
+    for name in set(models) - set(FIXTURE["models"]):
+        assert "not yet in transformers' fixture" in models[name]["checked_against"], name
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE["models"]))
