@@ -5,10 +5,10 @@
 
 Each row is one layer: its kind (catalogue.KINDS), the slots it holds at T tokens, the elements one slot
 stores and its bytes for B sequences. A K/V layer stores 2·K·H elements per slot, an MLA layer C + R (one
-latent, no K/V pair; DeepSeek-V3.2 adds its indexer's key of I), a shared layer nothing new, a linear-attention,
-Mamba-2 or short-convolution layer a constant state (with its formula). States are sized as transformers allocates
-them: recurrent matrices in float32, convolution inputs in the activation dtype. A quantized cache (int8 / fp8)
-adds dantinox's float32 scale per token and KV head (one per latent).
+latent, no K/V pair; DeepSeek-V3.2 adds its indexer's key of I), a shared layer nothing new, a
+linear-attention, Mamba-2 or short-convolution layer a constant state (with its formula). States are sized as
+transformers allocates them: recurrent matrices in float32, convolution inputs in the activation dtype. A
+quantized cache (int8 / fp8) adds dantinox's float32 scale per token and KV head (one per latent).
 
 Measured: the rows dantinox can build (full, sliding, chunked, latent) are built on dantinox's own cache
 container, with the same layouts the model uses (Contiguous, Ring, Chunked addressing;
@@ -156,10 +156,10 @@ def _elements(layer: LayerGeometry) -> int:
 
 
 def state_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
-    """One sequence's constant state in a linear, Mamba-2 or short-convolution layer (0 for any other kind), as
-    transformers allocates it: recurrent matrices in float32, a convolution's last inputs in the activation dtype.
-    A linear layer (Gated DeltaNet, Kimi Delta Attention) keeps a d_k x d_v matrix per value head, a Mamba-2 layer
-    an N x P matrix per head, an LFM2 conv layer no matrix."""
+    """One sequence's constant state in a linear, Mamba-2 or short-convolution layer (0 for any other kind),
+    as transformers allocates it: recurrent matrices in float32, a convolution's last inputs in the activation
+    dtype. A linear layer (Gated DeltaNet, Kimi Delta Attention) keeps a d_k x d_v matrix per value head, a
+    Mamba-2 layer an N x P matrix per head, an LFM2 conv layer no matrix."""
     s = _state_itemsize(cache_dtype)
     if layer.kind == "linear":
         conv_dim = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
@@ -210,7 +210,8 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     if layer.kind in STATE_KINDS:
         size = _state_itemsize(cache_dtype)
         return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
-                         f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T", True)
+                         f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T",
+                         True)
     if layer.kind == "mlp":
         return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
@@ -289,12 +290,12 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
         n = arch.count(kind)
         if n:
             w = next(layer.window for layer in arch.layers if layer.kind == kind)
-            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): they hold "
-                         f"min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
+            terms.append(f"{n} of {L} layers are {what} ({'W' if kind == 'sliding' else 'chunk'} = {w:,}): "
+                         f"they hold min(T, {w:,}) = {min(tokens, w):,} slots, not T = {tokens:,}")
     heads = [layer for layer in arch.layers if layer.kind in ("full", "sliding", "chunked")]
     if heads and heads[0].head_size != arch.d_model // arch.n_heads:
-        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads = "
-                     f"{arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
+        terms.append(f"head size H = head_dim = {heads[0].head_size}, not hidden_size / num_attention_heads "
+                     f"= {arch.d_model}/{arch.n_heads} = {arch.d_model // arch.n_heads}")
     shapes = {(layer.kv_heads, layer.head_size) for layer in heads}
     if len(shapes) > 1:  # Gemma 4: global layers with their own K and H
         for k, h in sorted(shapes - {(heads[0].kv_heads, heads[0].head_size)}):
@@ -304,16 +305,18 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
     if arch.count("latent"):
         layer = next(layer for layer in arch.layers if layer.kind == "latent")
         terms.append(f"MLA: each layer caches one latent of C + R = {layer.latent} + {layer.rope} = "
-                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = 2·{arch.config_kv_heads}·"
-                     f"{arch.d_model // arch.n_heads} = {2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
+                     f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = "
+                     f"2·{arch.config_kv_heads}·{arch.d_model // arch.n_heads} = "
+                     f"{2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
         if layer.indexer:
-            terms.append(f"the lightning indexer adds one key of I = {layer.indexer} elements per token and layer")
+            terms.append(f"the lightning indexer adds one key of I = {layer.indexer} elements per token and "
+                         "layer")
     if arch.count("conv"):
-        terms.append(f"{arch.count('conv')} of {L} layers are short convolutions: a constant state per sequence, no "
-                     "K/V that grows with T")
+        terms.append(f"{arch.count('conv')} of {L} layers are short convolutions: a constant state per "
+                     "sequence, no K/V that grows with T")
     if arch.count("linear"):
-        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (delta rule): a constant state "
-                     "per sequence, no K/V that grows with T")
+        terms.append(f"{arch.count('linear')} of {L} layers are linear attention (delta rule): a constant "
+                     "state per sequence, no K/V that grows with T")
     if arch.count("mamba"):
         terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, "
                      "no K/V that grows with T")

@@ -90,11 +90,11 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
         page_bytes.append(page)
     per_layer = [batch * n * p for n, p in zip(pages, page_bytes, strict=True)]
     if arch.count("mamba"):
-        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); not "
-                     "counted in this column")
+        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); "
+                     "not counted in this column")
     if any(layer.indexer for layer in arch.layers):
-        notes.append("lightning-indexer keys (DeepSeek-V3.2): vLLM keeps them in a cache of their own; not counted "
-                     "in this column")
+        notes.append("lightning-indexer keys (DeepSeek-V3.2): vLLM keeps them in a cache of their own; not "
+                     "counted in this column")
     if arch.count("conv"):
         notes.append("short-convolution layers: vLLM keeps each sequence's state in one page of its own; not "
                      "counted in this column")
@@ -120,8 +120,8 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
     """llama.cpp's KV buffers for one sequence at context n_ctx (padded), and its "KV buffer size" lines."""
     s = _float_size(cache_dtype, "llama.cpp")
     if any(arch.count(kind) for kind in ("latent", "linear", "chunked", "mamba", "conv")):
-        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers only "
-                         "(beside MLP blocks)")
+        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers "
+                         "only (beside MLP blocks)")
     size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
     windows = {layer.window for layer in arch.layers if layer.kind == "sliding"}
     swa = size if swa_full or not windows else _ceil(min(size, max(windows) + LLAMA_CPP_UBATCH),

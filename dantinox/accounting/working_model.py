@@ -5,17 +5,17 @@ and the bytes of the cache it decodes with.
     run = measure_working_model(arch, tokens=4096, batch=1, cache_dtype="bfloat16")
     run.layer_bytes, run.source, run.lengths        # per layer, from the arrays; "arrays"; [5]
 
-What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring of
-C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache does
-not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set the
-weights, not the cache; the query heads are the least common multiple of the layers' K (each query head reads one
-KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the latent
-C plus the RoPE key R whatever the heads). The weights are random. Features that shape the logits but store
-nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, gpt-oss's learned sink logits,
-Gemma 4's values taken from its global layers' key projection) are left out: the model runs the same cache
-without them. Not built, each refused in one line naming the layer (their ledger
-rows are derived from the formula): Mamba-2 and short-convolution states, MLP-only blocks, DeepSeek-V3.2's
-indexer keys, and MLA beside layers of other kinds (Kimi Linear).
+What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring
+of C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache
+does not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set
+the weights, not the cache; the query heads are the least common multiple of the layers' K (each query head
+reads one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache
+is the latent C plus the RoPE key R whatever the heads). The weights are random. Features that shape the
+logits but store nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, gpt-oss's
+learned sink logits, Gemma 4's values taken from its global layers' key projection) are left out: the model
+runs the same cache without them. Not built, each refused in one line naming the layer (their ledger rows are
+derived from the formula): Mamba-2 and short-convolution states, MLP-only blocks, DeepSeek-V3.2's indexer
+keys, and MLA beside layers of other kinds (Kimi Linear).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
@@ -75,11 +75,11 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
         if layer.kind not in BUILT_KINDS:
             what = {"mlp": "an MLP block without attention", "conv": "a short convolution's state"}.get(
                 layer.kind, "a Mamba-2 state")
-            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the working "
-                             f"model does not build; its ledger row is derived from the formula")
+            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the "
+                             "working model does not build; its ledger row is derived from the formula")
         if layer.kind == "latent" and layer.indexer:
-            raise ValueError(f"{arch.name}: layer {layer.index} keeps a lightning indexer's key cache beside its "
-                             "latent, which the working model does not build; its ledger row is derived")
+            raise ValueError(f"{arch.name}: layer {layer.index} keeps a lightning indexer's key cache beside "
+                             "its latent, which the working model does not build; its ledger row is derived")
         if layer.kind == "linear" and layer.value_size != layer.head_size:
             raise ValueError(f"{arch.name}: layer {layer.index} has keys of {layer.head_size} and values of "
                              f"{layer.value_size} channels; the working model's Gated DeltaNet builds "

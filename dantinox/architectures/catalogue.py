@@ -10,10 +10,11 @@ A layer is one of nine kinds, each decided by named config fields:
   chunked   the current chunk of C tokens only (slots = min(T, C))      attention_chunk_size (Llama 4)
   latent    MLA: one latent of C + R elements per token, no K/V pair    kv_lora_rank, qk_rope_head_dim
             (+ the lightning indexer's key of I elements per token      index_head_dim (DeepSeek-V3.2))
-  shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n)
+  shared    reads another layer's cache, stores nothing                num_kv_shared_layers (Gemma 3n, 4)
   linear    a recurrent state whose size does not grow with T           linear_* (Gated DeltaNet: Qwen3-Next,
-                                                                        Qwen3.5; linear_attn_config: Kimi Linear)
-  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M' (Nemotron-H)
+                                                                        Qwen3.5); linear_attn_config (Kimi)
+  mamba     a Mamba-2 state, constant in T                              hybrid_override_pattern 'M'
+                                                                        (Nemotron-H), layer_types (Granite)
   conv      a short convolution's last inputs, constant in T            conv_L_cache, full_attn_idxs (LFM2)
   mlp       an MLP or MoE block with no token mixer: no cache           hybrid_override_pattern '-', 'E'
 Fields a config leaves out take the default of the model's Hugging Face transformers configuration class
@@ -38,13 +39,14 @@ CATALOGUE_FILE = "real_models.json"  # package data: dantinox/data/real_models.j
 # Fields that change a model's cache. A config that sets one its model_type does not read is refused.
 CACHE_FIELDS = frozenset({
     "sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern", "layer_types",
-    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers", "kv_sharing_modes",
-    "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
-    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "global_head_dim",
-    "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern", "layers_block_type",
-    "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "cross_attention_layers", "sliding_window_size",
-    "interleaved_sliding_window", "swa_layers", "num_nextn_predict_layers_kv", "index_head_dim", "linear_attn_config",
-    "full_attn_idxs", "conv_L_cache", "compress_ratios", "use_bidirectional_attention",
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers",
+    "kv_sharing_modes", "kv_lora_rank", "qk_rope_head_dim", "full_attention_interval", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "hybrid_override_pattern",
+    "layers_block_type", "attn_layer_indices", "attn_layer_period", "attn_layer_offset",
+    "cross_attention_layers", "sliding_window_size", "interleaved_sliding_window", "swa_layers",
+    "num_nextn_predict_layers_kv", "index_head_dim", "linear_attn_config", "full_attn_idxs", "conv_L_cache",
+    "compress_ratios", "use_bidirectional_attention",
 })
 
 
@@ -66,7 +68,7 @@ class LayerGeometry:
     value_size: int | None = None  # a linear layer's value head size
     conv: int | None = None  # a linear or conv layer's convolution width (inputs it keeps)
     channels: int | None = None  # a conv or mamba layer's convolution channels
-    state_size: int | None = None  # N, a mamba layer's state size (its value_heads heads of value_size channels)
+    state_size: int | None = None  # N, a mamba layer's state size (value_heads heads of value_size channels)
     indexer: int | None = None  # I, a latent layer's lightning-indexer key width (DeepSeek-V3.2), one head
     state_formula: str | None = None  # how state_elements follows from the config
 
@@ -187,15 +189,15 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     if model_type == "granitemoehybrid":  # GraniteMoeHybridConfig: a Mamba-2 or an attention mixer per layer
         names = {"mamba": "mamba", "attention": "full", "linear_attention": "mamba", "full_attention": "full"}
         return [names[t] for t in r.str_list("layer_types", L, tuple(names)) or ["linear_attention"] * L]
-    other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention", "qwen3_5_text": "linear_attention",
-             "lfm2": "conv"}.get(model_type, "sliding_attention")
+    other = {"llama4_text": "chunked_attention", "qwen3_next": "linear_attention",
+             "qwen3_5_text": "linear_attention", "lfm2": "conv"}.get(model_type, "sliding_attention")
     given = r.str_list("layer_types", L, ("full_attention", other))
     if given is not None:
         r.read.add("full_attn_idxs")  # Lfm2Config reads it only without layer_types
         return [TYPE_NAMES[t] for t in given]
     if model_type == "gemma2":  # Gemma2Config: even layers local, odd layers global
         return ["sliding" if i % 2 == 0 else "full" for i in range(L)]
-    if model_type == "gemma4_text":  # Gemma4TextConfig: one global layer in 6, and the last layer always global
+    if model_type == "gemma4_text":  # Gemma4TextConfig: one global layer in 6, and the last one global
         return ["full" if (i + 1) % 6 == 0 or i == L - 1 else "sliding" for i in range(L)]
     if model_type == "gemma3_text":  # Gemma3TextConfig: one global layer after every (pattern - 1) local ones
         period = r.int("sliding_window_pattern", 6)
@@ -243,13 +245,13 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     return ["full"] * L
 
 
-DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3n_text",
-               "gemma4_text", "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text", "nemotron_h", "granitemoehybrid",
-               "smollm3", "lfm2")
+DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text",
+               "gemma3n_text", "gemma4_text", "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text",
+               "nemotron_h", "granitemoehybrid", "smollm3", "lfm2")
 LATENT_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_linear")
 # Multimodal wrappers: the cache is the text decoder's.
-WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "gemma4": "text_config", "llama4": "text_config",
-            "qwen3_5": "text_config"}
+WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "gemma4": "text_config",
+            "llama4": "text_config", "qwen3_5": "text_config"}
 SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
 
 
@@ -291,14 +293,16 @@ def parse_config(data: Any, where: str, name: str | None = None,
                        LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1], **state[2])
                        for i, kind in enumerate(kinds))
         if indexer:
-            notes.append(f"lightning indexer: each layer also stores one key of {indexer} elements per token, and a "
-                         f"step reads the latents of only index_topk = {r.int('index_topk', 2048)} selected tokens")
+            topk = r.int("index_topk", 2048)
+            notes.append(f"lightning indexer: each layer also stores one key of {indexer} elements per "
+                         f"token, and a step reads the latents of only index_topk = {topk} selected tokens")
     else:
         d, n, k, h = _heads(r, "attention_head_dim" if model_type == "nemotron_h" else "head_dim")
         kinds = _layer_kinds(r, L, model_type)
         window = r.int("sliding_window") if "sliding" in kinds else None
         chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
-        state = _linear_state(r) if "linear" in kinds else _mamba_state(r, model_type) if "mamba" in kinds else None
+        state = (_linear_state(r) if "linear" in kinds else
+                 _mamba_state(r, model_type) if "mamba" in kinds else None)
         conv = r.int("conv_L_cache") if "conv" in kinds else None
         glob = _gemma4_global(r, k, h) if model_type == "gemma4_text" else (k, h)
         layers = []
@@ -307,7 +311,8 @@ def parse_config(data: Any, where: str, name: str | None = None,
                 layers.append(LayerGeometry(i, kind, state_elements=d * conv, conv=conv, channels=d,
                                             state_formula=f"hidden_size·conv_L_cache = {d}·{conv}"))
             elif kind in ("linear", "mamba"):
-                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1], **state[2]))
+                layers.append(LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1],
+                                            **state[2]))
             elif kind == "mlp":
                 layers.append(LayerGeometry(i, kind))
             else:
@@ -340,7 +345,8 @@ def _linear_state(r: _Reader) -> tuple[int, str, dict]:
 
 
 def _kimi_kinds(r: _Reader, L: int) -> list[str]:
-    """Kimi Linear: MLA at linear_attn_config.full_attn_layers, Kimi Delta Attention at its kda_layers (1-based)."""
+    """Kimi Linear: MLA at linear_attn_config.full_attn_layers, Kimi Delta Attention at its kda_layers
+    (1-based)."""
     config = r.data.get("linear_attn_config")
     r.read.add("linear_attn_config")
     if not isinstance(config, dict):
@@ -348,7 +354,8 @@ def _kimi_kinds(r: _Reader, L: int) -> list[str]:
     kinds: list[str | None] = [None] * L
     for key, kind in (("full_attn_layers", "latent"), ("kda_layers", "linear")):
         for layer in config.get(key) or []:
-            if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L or kinds[layer - 1]:
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L \
+                    or kinds[layer - 1]:
                 raise r._fail(f"linear_attn_config.{key}", f"distinct 1-based layer numbers up to {L}", layer)
             kinds[layer - 1] = kind
     if None in kinds:
@@ -358,18 +365,20 @@ def _kimi_kinds(r: _Reader, L: int) -> list[str]:
 
 
 def _kimi_state(r: _Reader) -> tuple[int, str, dict]:
-    """Kimi Delta Attention's per-sequence state: a d x d float32 matrix per head and the short convolution's last
-    `kernel` inputs of q, k and v, as transformers' KimiDeltaAttention keeps them (one gate per channel, not per head,
-    changes the update, not the state's size)."""
+    """Kimi Delta Attention's per-sequence state: a d x d float32 matrix per head and the short convolution's
+    last `kernel` inputs of q, k and v, as transformers' KimiDeltaAttention keeps them (one gate per channel,
+    not per head, changes the update, not the state's size)."""
     config = _Reader(r.data["linear_attn_config"], f"{r.where}: linear_attn_config")
-    heads, size, kernel = config.int("num_heads"), config.int("head_dim"), config.int("short_conv_kernel_size")
+    heads, size = config.int("num_heads"), config.int("head_dim")
+    kernel = config.int("short_conv_kernel_size")
     elements = heads * size * size + 3 * heads * size * kernel
     formula = (f"H·d·d float32 + 3·H·d·kernel activations = {heads}·{size}·{size} × 4 B + "
                f"{3 * heads * size}·{kernel}")
-    return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size, conv=kernel)
+    return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size,
+                                   conv=kernel)
 
 
-# Mamba-2 fields: heads, head size, state size, groups, convolution width (Nemotron-H's names, Granite 4.0-H's)
+# Mamba-2 fields: heads, head size, state size, groups, convolution width (Nemotron-H's, Granite 4.0-H's)
 MAMBA_FIELDS = {
     "nemotron_h": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"),
     "granitemoehybrid": ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv"),
@@ -377,12 +386,12 @@ MAMBA_FIELDS = {
 
 
 def _mamba_state(r: _Reader, model_type: str) -> tuple[int, str, dict]:
-    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060) as transformers allocates it: an N x P
-    float32 matrix per head (state size N, head size P), and the short causal convolution's last `kernel` inputs
-    over x, B and C in the activation dtype."""
+    """A Mamba-2 layer's per-sequence state (Dao & Gu, arXiv 2405.21060) as transformers allocates it: an
+    N x P float32 matrix per head (state size N, head size P), and the short causal convolution's last
+    `kernel` inputs over x, B and C in the activation dtype."""
     names = MAMBA_FIELDS[model_type]
     heads = r.int(names[0])
-    if model_type == "granitemoehybrid" and r.data.get(names[1], "auto") == "auto":  # expand · hidden / heads
+    if model_type == "granitemoehybrid" and r.data.get(names[1], "auto") == "auto":  # expand·hidden / heads
         r.read.add(names[1])
         inner = r.int("mamba_expand", 2) * r.int("hidden_size")
         if inner % heads:
@@ -393,33 +402,34 @@ def _mamba_state(r: _Reader, model_type: str) -> tuple[int, str, dict]:
     n, groups, kernel = r.int(names[2]), r.int(names[3]), r.int(names[4])
     conv_dim = heads * p + 2 * groups * n  # x, then B and C for each group
     elements = heads * p * n + conv_dim * kernel
-    formula = (f"heads·P·N float32 + (heads·P + 2·groups·N)·kernel activations = {heads}·{p}·{n} × 4 B + "
-               f"({heads * p} + {2 * groups * n})·{kernel}")
-    return elements, formula, dict(value_heads=heads, value_size=p, state_size=n, conv=kernel, channels=conv_dim)
+    formula = (f"heads·P·N float32 + (heads·P + 2·groups·N)·kernel activations = "
+               f"{heads}·{p}·{n} × 4 B + ({heads * p} + {2 * groups * n})·{kernel}")
+    return elements, formula, dict(value_heads=heads, value_size=p, state_size=n, conv=kernel,
+                                   channels=conv_dim)
 
 
 def _gemma4_global(r: _Reader, k: int, h: int) -> tuple[int, int]:
-    """Gemma 4's global layers: K and H of their own (Gemma4TextConfig: head size global_head_dim, default 512;
-    K = num_global_key_value_heads where attention_k_eq_v, whose keys double as values before their norms, so
-    both are still cached). Returns (K, H) of a full layer."""
+    """Gemma 4's global layers: K and H of their own (Gemma4TextConfig: head size global_head_dim, default
+    512; K = num_global_key_value_heads where attention_k_eq_v, whose keys double as values before their
+    norms, so both are still cached). Returns (K, H) of a full layer."""
     size = r.int("global_head_dim", 512)
     r.read.add("use_bidirectional_attention")
     if r.data.get("use_bidirectional_attention") == "all":  # Gemma4TextConfig then halves the window (+1)
-        raise ValueError(f"{r.where}: use_bidirectional_attention: 'all' changes the sliding window in a way the "
-                         "ledger does not model (a bidirectional encoder); it is not guessed")
+        raise ValueError(f"{r.where}: use_bidirectional_attention: 'all' changes the sliding window in a way "
+                         "the ledger does not model (a bidirectional encoder); it is not guessed")
     r.read.add("num_global_key_value_heads")
     if r.bool("attention_k_eq_v", False) and r.has("num_global_key_value_heads"):
         k = r.int("num_global_key_value_heads")
     n = r.int("num_attention_heads")
     if n % k:
-        raise ValueError(f"{r.where}: num_global_key_value_heads: expected a divisor of num_attention_heads ({n}), "
-                         f"got {k}")
+        raise ValueError(f"{r.where}: num_global_key_value_heads: expected a divisor of num_attention_heads "
+                         f"({n}), got {k}")
     return k, size
 
 
 def _share(r: _Reader, layers: list[LayerGeometry], L: int) -> list[LayerGeometry]:
-    """Gemma 3n, Gemma 4: the last num_kv_shared_layers layers read the cache of the last earlier layer of their
-    kind."""
+    """Gemma 3n, Gemma 4: the last num_kv_shared_layers layers read the cache of the last earlier layer of
+    their kind."""
     shared = r.int("num_kv_shared_layers", 0, minimum=0)
     if shared >= L:
         raise ValueError(f"{r.where}: num_kv_shared_layers: expected fewer than num_hidden_layers ({L}), got "
