@@ -2,6 +2,7 @@
 
     records = class_records()      # $DANTINOX_CLASSROOM_DB when set (the service's store), else illustrative
     learner_table_html(learner_rows(records.attempts, records.entries), records.entries)
+    exercise_table_html(exercise_rows(records.attempts))   # the dashboard's per-exercise table
 
 The notebook needs no code edit to look at a real class: start JupyterLab with DANTINOX_CLASSROOM_DB
 pointing at the service's classroom.sqlite (or a copy of it).
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import content
-from classroom.illustrative import illustrative_attempts
+from classroom.illustrative import illustrative_attempts, illustrative_checks, learner_names
 from classroom.store import AnswerStore, Attempt
 
 ENV_VAR = "DANTINOX_CLASSROOM_DB"  # the variable the classroom service reads its store from
@@ -55,6 +56,8 @@ def class_records(learners: int = 24, seed: int = 0) -> ClassRecords:
     with store:
         for attempt in illustrative_attempts(entries, learners=learners, seed=seed):
             store.add(attempt)
+        for attempt in illustrative_checks(learner_names(learners), seed=seed):
+            store.add(attempt)
         attempts = store.attempts()
     return ClassRecords(attempts, entries, "illustrative records")
 
@@ -70,4 +73,22 @@ def learner_table_html(rows: list[dict[str, Any]], entries: dict[str, Any]) -> s
         cells = "".join(f"<td align=right>{esc(str(r['entries'].get(e, '–')))}</td>" for e in ids)
         out.append(f"<tr style='border-top:1px solid #ddd'><td>{esc(r['learner'])}</td>"
                    f"<td align=right>{r['first_try_right']}/{r['answered']}</td>{cells}</tr>")
+    return "".join(out) + "</table>"
+
+
+def exercise_table_html(rows: list[dict[str, Any]]) -> str:
+    """One row per exercise (`classroom.summary.exercise_rows`, the rows the dashboard's "Per exercise" table
+    shows): learners who checked, checks, who passed, who has not yet, the commonest known mistake."""
+    esc = html.escape
+    head = ("exercise", "learners", "checks", "passed", "passed by", "not yet",
+            "commonest mistake (learners)")
+    out = ["<table style='border-collapse:collapse'><tr>" + "".join(f"<th align=left>{h}</th>" for h in head)
+           + "</tr>"]
+    for r in rows:
+        mistake = (f"{r['commonest_mistake']} ({r['commonest_mistake_learners']})" if r["commonest_mistake"]
+                   else "–")
+        out.append(f"<tr style='border-top:1px solid #ddd;vertical-align:top'><td>{esc(r['title'])}</td>"
+                   f"<td align=right>{r['learners']}</td><td align=right>{r['checks']}</td>"
+                   f"<td align=right>{r['passed']}</td><td>{esc(', '.join(r['passed_by']))}</td>"
+                   f"<td style='color:#777'>{esc(', '.join(r['not_yet']))}</td><td>{esc(mistake)}</td></tr>")
     return "".join(out) + "</table>"
