@@ -275,12 +275,45 @@ ENTRY %main.2 (c: f32[2,2,48,8]) -> (f32[2]) {
         profile_decode_step(model, 1, 65)
 
 
-def test_lab_profiles_the_step_of_its_current_setting(entry):
-    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=16, batches=(1, 2), prompts=(8,), repeats=1)
+def test_lab_profile_stops_between_stages_then_profiles_an_mla_step(entry, monkeypatch):
+    from dantinox.accounting import profile as profiling
+    from widgets._a11y import LIVE
+    from widgets.roofline_lab import PROFILE_STAGES
+
+    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=16, batches=(1, 2), prompts=(8,), repeats=1,
+                      attention="mla", latent=16)
+    cfg = lab.reading.cfg
+    assert cfg.variant == "mla" and (cfg.kv_latent_dim, cfg.rope_head_dim) == (16, 4) and lab.error == ""
+    assert lab.kv_heads.layout.display == "none" and lab.latent.layout.display is None  # C instead of K
+    assert "MLA (C=16, R=4)" in lab.figure.layout.title.text
     assert "press <b>where does a step's time go?</b>" in lab.profile_html.value
-    profile = lab.profile_step()
-    assert lab.error == "" and profile.batch == 2 and profile.context == 16
+    seen, categorize = [], profiling.categorize
+
+    def stop_while_compiling(*args):  # the learner presses stop while XLA compiles: it ends before the next stage
+        seen.append((lab.status_html.value, lab.stop_button.disabled, lab.profile_button.disabled,
+                     lab.profile_button.description, lab.latent.disabled))
+        lab.stop_button.click()
+        return categorize(*args)
+
+    monkeypatch.setattr(profiling, "categorize", stop_while_compiling)
+    lab.profile_button.click()  # as a learner presses it: in a thread, so the kernel hears stop
+    lab.wait(120)
+    status, stop_off, profile_off, label, latent_off = seen[0]
+    assert "compiling the decode loop (stage 2 of 5)" in status and "stop</b> ends it" in status  # said, live
+    assert LIVE in lab.status_html._dom_classes and not stop_off and profile_off and latent_off
+    assert label.startswith("working")
+    assert (f"Stopped the profile before {PROFILE_STAGES[2]} (done: building the model, compiling the decode "
+            "loop)") in lab.status_html.value and lab.error == ""
+    assert "press" in lab.profile_html.value and lab.profile is None  # nothing half-made is shown or kept
+    assert lab.stop_button.disabled and not lab.profile_button.disabled and not lab.latent.disabled
+    monkeypatch.undo()
+    profile = lab.profile_step()  # the whole profile, of the MLA step: its latent attention sorted by scope
+    assert lab.error == "" and profile.batch == 2 and profile.context == 16 and profile.cfg == cfg
+    assert profile.seconds[profiling.ATTENTION] > 0 and profile.seconds[profiling.WEIGHTS] > 0
+    assert profile.read_bytes[profiling.ATTENTION] == dantinox.kv_cache_bytes(cfg, 2, 16)
     assert "weight matmuls" in lab.profile_html.value and "attention over the cache" in lab.profile_html.value
     assert "measured" in lab.profile_html.value and "GB/s" in lab.profile_html.value
     lab.batch.value = 4  # another setting: the profile of B=2 is not shown as if it were this one's
     assert "press" in lab.profile_html.value
+    lab.attention.value = "gqa"  # back to K: the latent control gives way
+    assert lab.kv_heads.layout.display is None and lab.latent.layout.display == "none"

@@ -368,6 +368,24 @@ def _stop_the_timing(page, name: str) -> None:
     _stop_by_keyboard(page, name, button, press, r"Stopped after \d+ of \d+ timings")
 
 
+def _stop_the_profile(page, name: str) -> None:
+    """The roofline lab: a batch not profiled yet (one key on its slider), then 'where does a step's time go?'
+    pressed with Enter and stopped before its next stage (it compiles for seconds first)."""
+    handle = _slider(page, "batch B").locator(".noUi-handle")
+    before = handle.get_attribute("aria-valuenow")
+    handle.focus()
+    page.keyboard.press("ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight")
+    _wait_for(lambda: handle.get_attribute("aria-valuenow") != before, 10, f"{name}: batch B did not move")
+    _kernel_settled(page)
+    button = _button(page, "where does a step's time go?").first
+
+    def press() -> None:
+        button.focus()
+        page.keyboard.press("Enter")
+
+    _stop_by_keyboard(page, name, button, press, r"Stopped the profile before")
+
+
 FRONTIER_POINTS = """cell => {  // each point of the memory-savers frontier but the selection ring: label, centre
   const gd = [...cell.querySelectorAll('.js-plotly-plot')]
     .find(g => ((g.layout.title || {}).text || '').startsWith('Cache bytes vs quality'));
@@ -748,6 +766,7 @@ SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
              "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes, "stop_the_timing": _stop_the_timing,
+             "stop_the_profile": _stop_the_profile,
              "point_click_selects": _point_click_selects}
 
 
