@@ -60,7 +60,7 @@ class Lab(widgets.VBox):
     # What a refresh does, for a lab where one can take a second or more (a new shape traced and compiled, arrays
     # allocated): a refresh still running after WORKING_AFTER_S then shows `working`'s state. "": never.
     WORKING = ""
-    WORKING_AFTER_S = 0.3
+    WORKING_AFTER_S = 0.5
     RESULT = "reading"  # the trait each refresh stores its result in
     error = traitlets.Unicode("")  # the last refresh's error, "" after a good one
 

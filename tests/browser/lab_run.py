@@ -618,6 +618,22 @@ def _when_enabled(locator, what: str, timeout_s: float = 120.0) -> None:
               f"{what} stayed disabled")
 
 
+def _press_until(page, control, key: str, moved, what: str, timeout_s: float = 10.0, tries: int = 3) -> None:
+    """`key` on `control` until `moved()`. A lab holds its controls while a slow recomputation runs, from the
+    moment it has run Lab.WORKING_AFTER_S: a key pressed just as that happens lands on a disabled control and
+    is lost (as a learner's would be, the lab then saying it is working); press it again once it is enabled."""
+    for attempt in range(tries):
+        _when_enabled(control, what)
+        control.focus()
+        page.keyboard.press(key)
+        try:
+            _wait_for(moved, timeout_s, "")
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise AssertionError(f"waited {timeout_s:.0f} s, {tries} times: {what}") from None
+
+
 def _tab_order(page, name: str) -> None:
     """In each output, Tab from its first control reaches every control in page order (between outputs
     JupyterLab's own keys move, and plotly's modebar is left out: each plot says what it shows under it)."""
@@ -663,10 +679,8 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
         assert label and "null" not in label, f"{name}: slider handle {i} has no name a screen reader can read"
         there = "ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight"
         back = "ArrowRight" if there == "ArrowLeft" else "ArrowLeft"
-        handle.focus()
-        page.keyboard.press(there)
-        _wait_for(lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b, 10,
-                  f"{name}: {label!r} did not move with {there}")
+        _press_until(page, handle, there, lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b,
+                     f"{name}: {label!r} did not move with {there}")
         _wait_for(lambda h=handle, t=label: (h.get_attribute("aria-label") or t) != t, 30,
                   f"{name}: {label!r} moved, but its name still says the old value")
         if there_and_back:
@@ -703,12 +717,9 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
         buttons = rows.nth(i).locator("button.widget-toggle-button")
         chosen = next(k for k in range(buttons.count()) if buttons.nth(k).get_attribute("aria-pressed") == "true")
         for k in ((chosen + 1) % buttons.count(), chosen):  # another, then back
-            _when_enabled(buttons.nth(k), f"{name}: toggle row {i}")
-            buttons.nth(k).focus()
-            page.keyboard.press("Space")
             button = buttons.nth(k)
-            _wait_for(lambda b=button: b.get_attribute("aria-pressed") == "true", 30,
-                      f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
+            _press_until(page, button, "Space", lambda b=button: b.get_attribute("aria-pressed") == "true",
+                         f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
 
     _kernel_settled(page)  # a toggle may have disabled a dropdown (MQA: one KV head) and enabled it again
     selects, i = page.locator(".jp-OutputArea-output select").filter(visible=True), -1
