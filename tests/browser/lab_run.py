@@ -698,6 +698,7 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
             _wait_for(lambda h=handle, t=there_label: (h.get_attribute("aria-label") or t) != t, 30,
                       f"{name}: {there_label!r} moved back with {back}, but its name still says the old value")
 
+    _kernel_settled(page)  # the last slider's recomputation has ended: no lab takes its controls while typing
     numbers = page.locator(NUMBER_INPUTS).filter(visible=True)
     for i in range(numbers.count()):
         number = numbers.nth(i)
