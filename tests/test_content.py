@@ -247,6 +247,9 @@ INDEPENDENT = {
     "MLA latent cache size": lambda v: v["L"] * v["B"] * v["T"] * (v["C"] + v["R"]) * v["bytes"],
     "Equivalent GQA KV heads": lambda v: (v["C"] + v["R"]) / v["d_h"] / 2,
     "MLA cache relative to MHA": lambda v: (v["C"] + v["R"]) / (2 * v["N"] * v["d_h"]),
+    "Absorbed MLA decode attention FLOPs": lambda v: 2 * v["L"] * v["B"] * v["N"] * (  # multiply-adds per head:
+        v["T"] * (v["C"] + v["R"]) + v["T"] * v["C"]  # a score per cached row, a sum of the cached latents
+        + v["d_h"] * v["C"] + v["C"] * v["d_h"]),  # the query through W_UK, the summed latent through W_UV
     "Pages per sequence": lambda v: -(-v["T"] // v["P"]),
     "Paged cache size": lambda v: -(-v["T"] // v["P"]) * v["P"] * 2 * v["L"] * v["H_kv"] * v["d_h"] * v["bytes"],
     "Wasted share of the allocation": lambda v: 1 - v["T"] / (-(-v["T"] // v["P"]) * v["P"]),

@@ -17,6 +17,7 @@ from widgets.roofline_reading import points, read_decode, read_prefill, roofline
 # The test preset: D=32, L=2, N=4, H=8, F=64, V=259, tied embeddings, float32.
 MHA = dantinox.ModelConfig.preset("test")
 GQA = dantinox.ModelConfig.preset("test", kv_heads=2, cache_dtype="bfloat16")
+MLA = dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=8, rope_head_dim=4, cache_dtype="bfloat16")
 TOY = roofline.Machine("toy", bandwidth=2e9, peak_flops=1e10, compute_dtype="float32", kind="measured",
                        source="hand-made for tests", memory_bytes=10**9)
 
@@ -34,6 +35,38 @@ def test_weights_counted_by_hand_and_equal_to_the_parameter_arrays():
     assert roofline.weight_count(GQA) == 2 * gqa_layer + 259 * 32 + 32 == 26_880
     for cfg in (MHA, GQA, dantinox.ModelConfig.preset("reference", kv_heads=1)):
         assert roofline.weight_count(cfg) * 4 == dantinox.param_bytes(cfg)  # measured from the shapes
+
+
+def test_mla_weights_by_hand_and_equal_to_the_parameter_arrays_native_and_converted():
+    # per layer: query 32·4·(8 + 4) = 1536, latent 32·8 = 256, RoPE key 32·4 = 128, W_UK and W_UV 8·4·(8 + 8)
+    # = 512, output 1024, MLP 6144, norms 64 + the latent's 8
+    assert roofline.weight_count(MLA) == 2 * (1536 + 256 + 128 + 512 + 1024 + 6144 + 72) + 259 * 32 + 32 == 27_664
+    native = (MLA, MLA.replace(q_latent_dim=16, mla_decode="materialized"))
+    converted = dantinox.convert_attention(dantinox.Transformer(GQA, rngs=nnx.Rngs(0)), to="mla", latent_dim=8,
+                                           rope_pairs=1, keep="high")  # MHA2MLA: 2 RoPE key heads, nope 6, no norm
+    for cfg in native:
+        assert roofline.weight_count(cfg) * 4 == dantinox.param_bytes(cfg)  # measured from the shapes
+    assert roofline.weight_count(converted.cfg) * 4 == dantinox.param_bytes(converted)  # its arrays
+    assert roofline.decode_cost(converted.cfg, 2, 16).cache_read_bytes == 2 * 2 * 16 * (8 + 4) * 2  # bf16, as GQA
+
+
+def test_mla_step_reads_the_latent_cache_and_counts_the_absorbed_decode_as_the_content_does():
+    """The MLA entry's cache size and absorbed-decode FLOPs; the materialized path re-forms K and V instead."""
+    mla = content.load_entry("multi-head-latent-attention")
+    size = dict(L=2, B=3, C=8, R=4, bytes=2)  # bf16 latents
+    c = roofline.decode_cost(MLA, batch=3, context=16)
+    assert c.cache_read_bytes == content.evaluate(mla, "MLA latent cache size", T=16, **size) == 2_304
+    assert c.cache_write_bytes == content.evaluate(mla, "MLA latent cache size", T=1, **size) == 144
+    up = 8 * 4 * (8 + 8)  # W_UK and W_UV of a layer, multiplied once per query in the absorbed path
+    assert c.matmul_flops == 2 * 3 * (2 * (1536 + 256 + 128 + up + 1024 + 6144) + 259 * 32)
+    attention = content.evaluate(mla, "Absorbed MLA decode attention FLOPs", L=2, B=3, T=16, N=4, C=8, R=4, d_h=8)
+    assert c.attention_flops + 2 * 3 * 2 * up == attention == 21_504  # scores C + R wide, sums C wide, + folds
+    m = roofline.decode_cost(MLA.replace(mla_decode="materialized"), batch=3, context=16)
+    assert m.bytes == c.bytes  # the same cache read: only the arithmetic differs
+    assert m.matmul_flops == c.matmul_flops - 2 * 3 * 2 * up + 2 * 3 * 16 * 2 * up  # every cached latent, up
+    assert m.attention_flops == 3 * 16 * 2 * 2 * 4 * (8 + 4 + 8)  # per head: nope + R key, then an 8-wide value
+    p = roofline.prefill_cost(MLA, batch=1, prompt=8)
+    assert p.attention_flops == 8 * 8 * 2 * 2 * 4 * (2 * 8 + 4) and p.cache_write_bytes == 2 * 8 * 12 * 2
 
 
 def test_decode_step_bytes_and_flops_by_hand():
@@ -119,8 +152,6 @@ def test_datasheet_machines_come_from_content(entry):
     (lambda: roofline.decode_cost(MHA, 0, 16), "batch: expected a positive integer"),
     (lambda: roofline.prefill_cost(MHA, 1, -3), "prompt: expected a positive integer"),
     (lambda: roofline.generate_seconds(MHA, 1, 4, -1, TOY), "new_tokens: expected"),
-    (lambda: roofline.decode_cost(dantinox.ModelConfig.preset("test", attention="latent", kv_latent_dim=8,
-                                                              rope_head_dim=4), 1, 8), "attention: the roofline"),
     (lambda: roofline.decode_step_seconds(dantinox.Transformer(MHA, rngs=nnx.Rngs(0)), 1, 65),
      "context: expected at most max_context=64"),
 ])
@@ -244,12 +275,45 @@ ENTRY %main.2 (c: f32[2,2,48,8]) -> (f32[2]) {
         profile_decode_step(model, 1, 65)
 
 
-def test_lab_profiles_the_step_of_its_current_setting(entry):
-    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=16, batches=(1, 2), prompts=(8,), repeats=1)
+def test_lab_profile_stops_between_stages_then_profiles_an_mla_step(entry, monkeypatch):
+    from dantinox.accounting import profile as profiling
+    from widgets._a11y import LIVE
+    from widgets.roofline_lab import PROFILE_STAGES
+
+    lab = RooflineLab(entry, TOY, preset="test", batch=2, context=16, batches=(1, 2), prompts=(8,), repeats=1,
+                      attention="mla", latent=16)
+    cfg = lab.reading.cfg
+    assert cfg.variant == "mla" and (cfg.kv_latent_dim, cfg.rope_head_dim) == (16, 4) and lab.error == ""
+    assert lab.kv_heads.layout.display == "none" and lab.latent.layout.display is None  # C instead of K
+    assert "MLA (C=16, R=4)" in lab.figure.layout.title.text
     assert "press <b>where does a step's time go?</b>" in lab.profile_html.value
-    profile = lab.profile_step()
-    assert lab.error == "" and profile.batch == 2 and profile.context == 16
+    seen, categorize = [], profiling.categorize
+
+    def stop_while_compiling(*args):  # the learner presses stop while XLA compiles: it ends before the next stage
+        seen.append((lab.status_html.value, lab.stop_button.disabled, lab.profile_button.disabled,
+                     lab.profile_button.description, lab.latent.disabled))
+        lab.stop_button.click()
+        return categorize(*args)
+
+    monkeypatch.setattr(profiling, "categorize", stop_while_compiling)
+    lab.profile_button.click()  # as a learner presses it: in a thread, so the kernel hears stop
+    lab.wait(120)
+    status, stop_off, profile_off, label, latent_off = seen[0]
+    assert "compiling the decode loop (stage 2 of 5)" in status and "stop</b> ends it" in status  # said, live
+    assert LIVE in lab.status_html._dom_classes and not stop_off and profile_off and latent_off
+    assert label.startswith("working")
+    assert (f"Stopped the profile before {PROFILE_STAGES[2]} (done: building the model, compiling the decode "
+            "loop)") in lab.status_html.value and lab.error == ""
+    assert "press" in lab.profile_html.value and lab.profile is None  # nothing half-made is shown or kept
+    assert lab.stop_button.disabled and not lab.profile_button.disabled and not lab.latent.disabled
+    monkeypatch.undo()
+    profile = lab.profile_step()  # the whole profile, of the MLA step: its latent attention sorted by scope
+    assert lab.error == "" and profile.batch == 2 and profile.context == 16 and profile.cfg == cfg
+    assert profile.seconds[profiling.ATTENTION] > 0 and profile.seconds[profiling.WEIGHTS] > 0
+    assert profile.read_bytes[profiling.ATTENTION] == dantinox.kv_cache_bytes(cfg, 2, 16)
     assert "weight matmuls" in lab.profile_html.value and "attention over the cache" in lab.profile_html.value
     assert "measured" in lab.profile_html.value and "GB/s" in lab.profile_html.value
     lab.batch.value = 4  # another setting: the profile of B=2 is not shown as if it were this one's
     assert "press" in lab.profile_html.value
+    lab.attention.value = "gqa"  # back to K: the latent control gives way
+    assert lab.kv_heads.layout.display is None and lab.latent.layout.display == "none"

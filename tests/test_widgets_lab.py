@@ -178,3 +178,34 @@ def test_the_plot_axis_takes_the_unit_that_fits_its_numbers(entry):
     assert plot.figure.data[0].y[-1] == pytest.approx(plot.figure.data[0].customdata[-1] / factor)
     lab.update(preset="reference", batch=256)  # ~1e5 MiB stayed in MiB
     assert max(plot.figure.data[0].y) < 1024 and plot.figure.layout.yaxis.title.text.endswith("(GiB)")
+
+
+def test_a_slow_recomputation_says_it_is_working_and_holds_the_controls_a_quick_one_does_not(lab, monkeypatch):
+    """A setting whose cache is built for the first time can take a second or more (1.0-1.7 s measured on this
+    project's 2-core machine for a new attention or dtype of the reference model); the lab says so in its live
+    status line and disables its controls meanwhile, and gives both back after."""
+    import time
+
+    from widgets._a11y import LIVE
+
+    seen, real = [], widgets.cache_lab.read_kv_cache
+
+    def slow(*args, **kwargs):  # holds the refresh until the working state is on screen (at most 10 s)
+        deadline = time.monotonic() + 10
+        while not lab.attention.disabled and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append((lab.status_html.value, [getattr(lab, c).disabled for c in lab.CONTROLS]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(widgets.cache_lab, "read_kv_cache", slow)
+    lab.attention.value = "mha"  # MHA: one choice of K, so its dropdown is disabled by the variant, not the work
+    status, disabled = seen[0]
+    assert "working… building this setting's cache" in status and all(disabled)
+    assert LIVE in lab.status_html._dom_classes and "working" not in lab.status_html.value
+    assert lab.reading.cfg.variant == "mha" and lab.kv_heads.disabled  # the variant's own state comes back
+    assert not any(getattr(lab, c).disabled for c in lab.CONTROLS if c != "kv_heads")
+    monkeypatch.setattr(widgets.cache_lab, "read_kv_cache", real)
+    states = []
+    lab.observe(lambda _: states.append(lab.tokens.disabled), names="reading")
+    lab.attention.value = "gqa"  # built when the lab started: milliseconds, well under WORKING_AFTER_S
+    assert states == [False] and "working" not in lab.status_html.value  # no flicker, nothing said

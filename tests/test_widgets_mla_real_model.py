@@ -55,11 +55,25 @@ def test_live_decode_measures_the_latent_cache_the_converted_model_wrote():
     assert d["shapes"]["ckv"] == [1, 11, 20]
 
 
-def test_the_button_decodes_with_the_selected_model(entry, smollm):
+def test_the_button_decodes_with_the_selected_model(entry, smollm, monkeypatch):
+    import widgets.mla_real_model as section
+    from widgets._a11y import LIVE
+
     lab = RealModelMlaLab(entry, variant="GQA (published)")
     lab.prompt.value = "The cache"
+    held, decode = [], section.decode_live
+
+    def watched(*args):  # seconds here, a minute the first time: the lab says it works and holds its controls
+        held.append((lab.status_html.value, [c.disabled for c in (lab.variant, lab.prompt, lab.new_tokens,
+                                                                  lab.button)]))
+        return decode(*args)
+
+    monkeypatch.setattr(section, "decode_live", watched)
     lab.button.click()
     assert lab.error == "", lab.error
+    assert "working… decoding 16 new tokens with GQA (published)" in held[0][0] and all(held[0][1])
+    assert LIVE in lab.status_html._dom_classes and "Decoded 16 new tokens" in lab.status_html.value
+    assert not any(c.disabled for c in (lab.variant, lab.prompt, lab.new_tokens, lab.button))
     d = lab.decoded
     assert d["cache_bytes"] == d["formula_bytes"] == 30 * d["tokens"] * 2 * 3 * 64 * 4
     assert "nbytes of the arrays the model wrote" in lab.decode_html.value

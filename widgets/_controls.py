@@ -8,13 +8,14 @@ stored in the trait named by `RESULT` and any error in the `error` trait and the
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import ipywidgets as widgets
 import traitlets
 
 from widgets._a11y import LIVE, Aria
-from widgets._html import error_box
+from widgets._html import error_box, note_box
 from widgets.number_input import NumberInput
 
 
@@ -56,6 +57,10 @@ class Lab(widgets.VBox):
     """Base of the lab widgets: one refresh per change or per `update(...)`, errors kept and shown."""
 
     CONTROLS: tuple[str, ...] = ()  # attribute names of the controls `update` may set, in the order it sets them
+    # What a refresh does, for a lab where one can take a second or more (a new shape traced and compiled, arrays
+    # allocated): a refresh still running after WORKING_AFTER_S then shows `working`'s state. "": never.
+    WORKING = ""
+    WORKING_AFTER_S = 0.5
     RESULT = "reading"  # the trait each refresh stores its result in
     error = traitlets.Unicode("")  # the last refresh's error, "" after a good one
 
@@ -75,6 +80,45 @@ class Lab(widgets.VBox):
                 yield
         finally:
             self._quiet = quiet
+
+    @contextlib.contextmanager
+    def working(self, note: str, *controls: widgets.Widget, after: float = 0.0):
+        """For work of a second or more: `controls` disabled (a move made meanwhile would queue a second run
+        behind it) and "working… `note`" in the status line, a live region; each control's own disabled state
+        comes back after, and the status line too unless the work wrote its own. With `after` > 0 the state
+        shows only once the work has run that long (from a timer thread: the kernel sends it while the work
+        holds the main thread), so work served from a cache never flickers."""
+        lock, done, shown = threading.Lock(), [], []
+        busy = note_box(f"working… {note}")
+
+        def show() -> None:
+            with lock:
+                if done:
+                    return
+                shown.append(([control.disabled for control in controls], self.status_html.value))
+                for control in controls:
+                    control.disabled = True
+                self.status_html.value = busy
+
+        timer = threading.Timer(after, show) if after > 0 else None
+        if timer is None:
+            show()
+        else:
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+            with lock:
+                done.append(True)
+                if shown:
+                    was, status = shown[0]
+                    for control, disabled in zip(controls, was, strict=True):
+                        control.disabled = disabled
+                    if self.status_html.value == busy:
+                        self.status_html.value = status
 
     def observe_controls(self, *controls: widgets.Widget) -> None:
         for control in controls:
@@ -104,7 +148,15 @@ class Lab(widgets.VBox):
         control.value = value
 
     def refresh(self) -> Any:
-        """Recompute and redraw; an error is shown in the lab and kept in `.error`, never hidden."""
+        """Recompute and redraw; an error is shown in the lab and kept in `.error`, never hidden. A lab with a
+        WORKING note says it is working, its controls disabled, while a slow refresh runs."""
+        if not self.WORKING:
+            return self._refresh()
+        with self.working(self.WORKING, *(getattr(self, name) for name in self.CONTROLS),
+                          after=self.WORKING_AFTER_S):
+            return self._refresh()
+
+    def _refresh(self) -> Any:
         try:
             result = self._read()
         except Stopped:

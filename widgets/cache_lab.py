@@ -93,6 +93,8 @@ class CacheLab(Lab):
 
     ATTENTIONS = ("mha", "gqa", "mqa")
     CONTROLS = ("preset", "attention", "kv_heads", "cache_dtype", "device", "tokens", "batch")
+    WORKING = ("building this setting's cache to measure it (a shape not seen yet is traced and allocated first, "
+               "a second or more)")
     reading = traitlets.Instance(CacheReading, allow_none=True)
 
     def __init__(self, entry: Any, *, preset: str = "reference", tokens: int | None = None, batch: int = 1,

@@ -133,6 +133,8 @@ class MeshLab(Lab):
     """Controls for the mesh shape, KV heads, batch and context; a device grid and a table of what each holds."""
 
     CONTROLS = ("mesh_shape", "kv_heads", "batch", "context")
+    WORKING = ("placing this setting's cache on the mesh to measure each device's share (a shape or mesh not seen "
+               "yet is traced and allocated first, a second or more)")
     reading = traitlets.Instance(MeshReading, allow_none=True)
 
     def __init__(self, *, preset: str = "reference", mesh_shape: str | None = None, kv_heads: int = 2,

@@ -51,6 +51,8 @@ class MlaLab(Lab):
     """Sliders for C, R, tokens and batch on a fixed model; readouts, the shapes cached, and a plot."""
 
     CONTROLS = ("latent", "rope", "tokens", "batch")
+    WORKING = ("building the latent cache and its MHA, GQA and MQA peers to measure them (shapes not seen yet are "
+               "traced and allocated first, a second or more)")
     reading = traitlets.Instance(MlaReading, allow_none=True)
 
     def __init__(self, entry: Any, kv_entry: Any = None, *, preset: str = "reference", latent: int = 64,

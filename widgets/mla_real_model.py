@@ -176,11 +176,19 @@ class RealModelMlaLab(Lab):
         ])
 
     def decode(self, prompt: str, new_tokens: int) -> dict[str, Any]:
-        """Decode `prompt` with the selected variant's model; the cache it writes is measured beside the formula."""
+        """Decode `prompt` with the selected variant's model; the cache it writes is measured beside the formula.
+
+        It takes seconds (a minute the first time: loading, converting, compiling), so the controls are held and
+        the live status line says what runs, then what came out."""
         self._set("new_tokens", new_tokens)
-        self.decode_html.value = "<i>loading the model (a conversion to MLA takes about a minute the first time)</i>"
-        _, model, tok = converted(self.variant.value, self.path)
-        d = decode_live(model, tok, prompt, new_tokens)
+        variant = self.variant.value
+        with self.working(f"decoding {new_tokens} new tokens with {esc(variant)}: loading the model first (a "
+                          "conversion to MLA takes about a minute the first time), then compiling, then seconds",
+                          self.variant, self.prompt, self.new_tokens, self.button):
+            _, model, tok = converted(variant, self.path)
+            d = decode_live(model, tok, prompt, new_tokens)
+            self.status_html.value = note_box(f"Decoded {d['new_tokens']} new tokens with {esc(variant)} in "
+                                              f"{d['seconds']:.1f} s: the text and its cache are below.")
         self.decoded = d
         self.decode_html.value = (
             f"<div><b>{esc(self.variant.value)}</b>: {esc(prompt)}<b>{esc(d['text'])}</b></div>" + readout_table([

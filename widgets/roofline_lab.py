@@ -8,8 +8,12 @@
 
 Sliders change only derived curves (instant); one button times the current model on this machine, the
 other profiles one of its decode steps at the current batch and context (where the time goes). Pressed in the
-page, the timing runs in a thread so that its stop button is heard: it stops before the next batch or prompt
-length, and the ones timed are kept for the next press. The profile is one run and cannot be stopped.
+page, each runs in a thread so that the stop button is heard. The timing stops before its next batch or
+prompt length, and the ones timed are kept for the next press. The profile stops before its next stage
+(building the model, compiling the decode loop, a warm-up run, the profiled run, reading the trace:
+`PROFILE_STAGES`); a stage already started runs to its end, and nothing of a stopped profile is kept. The
+attention control offers MLA too (a latent of width C, the "latent width C" control, and a RoPE key of
+H / 2, as DeepSeek-V2 sizes it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from plotly.subplots import make_subplots
 
 import dantinox
 from dantinox.accounting import roofline
-from dantinox.accounting.profile import CATEGORIES, StepProfile
+from dantinox.accounting.profile import CATEGORIES, STAGES, StepProfile
 from dantinox.architectures.config import DTYPES, heads_fields
 from widgets._controls import Lab, Stopped, describe
 from widgets._figure import FigureWidget
@@ -33,6 +37,7 @@ from widgets._html import badge, error_box, esc, note_box
 from widgets.cache_lab import fit_kv_heads
 from widgets.number_input import NumberInput
 from widgets.roofline_reading import (
+    BUILDING,
     RooflineReading,
     Sweep,
     joined,
@@ -43,6 +48,7 @@ from widgets.roofline_reading import (
 )
 
 BATCH_GRID = np.unique(np.round(2 ** np.linspace(0, 8, 41)).astype(int)).tolist()  # 1 … 256
+PROFILE_STAGES = (BUILDING, *STAGES)  # a stop takes effect before the next of these
 
 
 def _ms(seconds: float) -> str:
@@ -52,14 +58,15 @@ def _ms(seconds: float) -> str:
 class RooflineLab(Lab):
     """Sliders for batch, context, attention variant, KV heads and cache dtype; a plot and readouts."""
 
-    ATTENTIONS = ("mha", "gqa", "mqa")
-    CONTROLS = ("attention", "kv_heads", "cache_dtype", "batch", "context")
+    ATTENTIONS = ("mha", "gqa", "mqa", "mla")
+    CONTROLS = ("attention", "kv_heads", "latent", "cache_dtype", "batch", "context")
     reading = traitlets.Instance(RooflineReading, allow_none=True)
 
     def __init__(self, entry: Any, machine: roofline.Machine, *, decode: Sweep | None = None,
                  prefill: Sweep | None = None, devices: tuple[roofline.Machine, ...] = (),
                  preset: str = "reference", batch: int = 8, context: int = 128, attention: str = "gqa",
-                 kv_heads: int | None = 2, cache_dtype: str = "bfloat16", batches: tuple[int, ...] = (1, 16, 64),
+                 kv_heads: int | None = 2, latent: int | None = None, cache_dtype: str = "bfloat16",
+                 batches: tuple[int, ...] = (1, 16, 64),
                  prompts: tuple[int, ...] = (32, 128, 512), repeats: int = 3):
         self.entry, self.machine, self.devices = entry, machine, tuple(devices)
         self.base = dantinox.ModelConfig.preset(preset)
@@ -76,6 +83,10 @@ class RooflineLab(Lab):
                                    unit="slots", style=style, layout=layout)
         self.attention = widgets.ToggleButtons(options=list(self.ATTENTIONS), description="attention", style=style)
         self.kv_heads = widgets.Dropdown(description="KV heads K", style=style, layout=layout)
+        H = self.base.head_size  # an MLA model's latent widths, in head sizes; shown for MLA instead of K
+        self.latent = widgets.Dropdown(options=[H // 2, H, 2 * H, 4 * H, 8 * H], value=2 * H,
+                                       description="latent width C", style=style,
+                                       layout=widgets.Layout(width="520px", display="none"))
         self.cache_dtype = widgets.Dropdown(options=list(DTYPES), description="cache dtype", style=style,
                                             layout=layout)
         self.measure_button = widgets.Button(description="time this model here", icon="stopwatch",
@@ -83,7 +94,8 @@ class RooflineLab(Lab):
         self.profile_button = widgets.Button(description="where does a step's time go?", icon="search",
                                              layout=widgets.Layout(width="260px"))
         self.stop_button = widgets.Button(description="stop", icon="stop", disabled=True, tooltip=(
-            "stop the timing before its next batch or prompt length; what was timed is kept"))
+            "stop the timing before its next batch or prompt length (what was timed is kept), or the profile "
+            "before its next stage"))
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None  # a timing the button started, in the background
         self.readout_html, self.devices_html, self.profile_html = widgets.HTML(), widgets.HTML(), widgets.HTML()
@@ -92,21 +104,28 @@ class RooflineLab(Lab):
             "decode: one step vs batch", "prefill: one call vs prompt length")))
         self._build_traces()
         buttons = widgets.HBox([self.measure_button, self.profile_button, self.stop_button])
-        controls = [self.batch, self.context, self.attention, self.kv_heads, self.cache_dtype, buttons]
+        controls = [self.batch, self.context, self.attention, self.kv_heads, self.latent, self.cache_dtype,
+                    buttons]
         super().__init__([*controls, status := widgets.HTML(), self.figure, self.readout_html, self.profile_html,
                           self.devices_html], status)
         self.attention.observe(self._on_attention, names="value")
-        self.observe_controls(self.batch, self.context, self.kv_heads, self.cache_dtype)
-        self.measure_button.on_click(lambda _: self._in_background())
-        self.profile_button.on_click(lambda _: self.profile_step())
+        self.observe_controls(self.batch, self.context, self.kv_heads, self.latent, self.cache_dtype)
+        self.measure_button.on_click(lambda _: self._in_background(self.measure))
+        self.profile_button.on_click(lambda _: self._in_background(self.profile_step))
         self.stop_button.on_click(lambda _: self._stop.set())
         with self.batched():
             self._fit_kv_heads()
-        self.update(batch=batch, context=context, attention=attention, kv_heads=kv_heads, cache_dtype=cache_dtype)
+        self.update(batch=batch, context=context, attention=attention, latent=latent, cache_dtype=cache_dtype,
+                    kv_heads=None if attention == "mla" else kv_heads)
 
     # Controls -----------------------------------------------------------------------------------
     def _fit_kv_heads(self) -> None:
-        fit_kv_heads(self.kv_heads, self.attention.value, self.base.n_heads)
+        """K for the heads variants; for MLA, K gives way to the latent width C."""
+        mla = self.attention.value == "mla"
+        fit_kv_heads(self.kv_heads, "gqa" if mla else self.attention.value, self.base.n_heads)
+        self.kv_heads.disabled = self.kv_heads.disabled or mla
+        self.kv_heads.layout.display = "none" if mla else None
+        self.latent.layout.display = None if mla else "none"
 
     def _on_attention(self, _change) -> None:
         with self.batched():
@@ -114,7 +133,11 @@ class RooflineLab(Lab):
         self._on_change()
 
     def config(self) -> dantinox.ModelConfig:
-        """The model the controls describe."""
+        """The model the controls describe (MLA: a latent of the chosen width C and a RoPE key of H / 2)."""
+        if self.attention.value == "mla":
+            return self.base.replace(attention="latent", kv_latent_dim=self.latent.value,
+                                     rope_head_dim=self.base.head_size // 2,
+                                     cache_dtype=self.cache_dtype.value)
         return self.base.replace(**heads_fields(self.attention.value, self.base.n_heads, self.kv_heads.value),
                                  cache_dtype=self.cache_dtype.value)
 
@@ -153,27 +176,48 @@ class RooflineLab(Lab):
                              "this machine (compiles first); <b>stop</b> ends it before the next one …", time_it,
                              stop=stop, stopped=stopped)
 
-    def _in_background(self) -> None:
-        """The timing button: measure in a thread, so the kernel hears the stop button meanwhile."""
+    def _in_background(self, work) -> None:
+        """A button: `work(stop)` (the timing or the profile) in a thread, so the kernel hears the stop button
+        meanwhile."""
+        if self._worker is not None and self._worker.is_alive():  # a click that reached the kernel late
+            return
         self._stop.clear()
-        self._worker = threading.Thread(target=self.measure, args=(self._stop,), daemon=True)
+        self._worker = threading.Thread(target=work, args=(self._stop,), daemon=True)
         self._worker.start()
 
     def wait(self, timeout: float | None = None) -> None:
-        """Until a timing the button started has ended (for tests and scripts)."""
+        """Until a timing or profile a button started has ended (for tests and scripts)."""
         if self._worker is not None:
             self._worker.join(timeout)
 
-    def profile_step(self) -> StepProfile | None:
-        """Profile one decode step of the current model at the current batch and context (XLA's profiler)."""
+    def profile_step(self, stop: threading.Event | None = None) -> StepProfile | None:
+        """Profile decode steps of the current model at the current batch and context (XLA's profiler); once
+        `stop` is set, it stops before the next of PROFILE_STAGES and keeps nothing."""
         cfg, batch, context = self.config(), self.batch.value, self.context.value
+        what = f"Profiling decode steps at B = {batch}, {context} cache slots on this machine"
+        reached: list[str] = []
+
+        def before(stage: str) -> None:
+            if stop is not None and stop.is_set():
+                raise Stopped
+            reached.append(stage)
+            ends = "; <b>stop</b> ends it before the next stage" if stop is not None else ""
+            self.status_html.value = note_box(f"{what}: {esc(stage)} (stage {len(reached)} of "
+                                              f"{len(PROFILE_STAGES)}){ends} …")
+
+        got: list[StepProfile] = []
 
         def profile_it() -> None:
-            self.profile = read_step_profile(cfg, batch, context)
+            got.append(read_step_profile(cfg, batch, context, before=before))
+            self.profile = got[0]
 
-        reading = self._measure(f"Profiling decode steps at B = {batch}, {context} cache slots on this machine "
-                                "(compiles first; one profiled run, it cannot be stopped) …", profile_it)
-        return None if reading is None else self.profile
+        def stopped() -> str:
+            done = ", ".join(reached) or "nothing"
+            return (f"Stopped the profile before {esc(PROFILE_STAGES[len(reached)])} (done: {esc(done)}); "
+                    f"nothing of it is kept, so <b>where does a step's time go?</b> starts it again.")
+
+        self._measure(f"{what} (compiles first) …", profile_it, stop=stop, stopped=stopped)
+        return got[0] if got else None
 
     def _measure(self, note: str, work, stop: threading.Event | None = None,
                  stopped=None) -> RooflineReading | None:
@@ -182,7 +226,7 @@ class RooflineLab(Lab):
         then redraw; an error is shown, never raised; a stop redraws what there is and says `stopped()`."""
         self.status_html.value = note_box(note)
         busy = (self.measure_button, self.profile_button, self.batch, self.context, self.attention, self.kv_heads,
-                self.cache_dtype)
+                self.latent, self.cache_dtype)
         was = [c.disabled for c in busy]  # the KV-heads dropdown is disabled for MHA and MQA: keep that
         labels = [(b, b.description, b.icon) for b in (self.measure_button, self.profile_button)]
         for control in busy:
@@ -262,8 +306,10 @@ class RooflineLab(Lab):
             knee = r.measured_knee
             data[9].update(x=[knee] * 2 if knee else [], y=[lo, hi] if knee else [])
             data[10].update(x=[r.batch], y=[1e3 * r.decode_cost.time(self.machine)])
+            mla = cfg.variant == "mla"
+            shape = f"C={cfg.kv_latent_dim}, R={cfg.rope_head_dim}" if mla else f"K={cfg.n_kv_heads}"
             self.figure.layout.title.text = (
-                f"{cfg.variant.upper()} (K={cfg.n_kv_heads}), {cfg.cache_dtype} cache, {r.context} slots — "
+                f"{cfg.variant.upper()} ({shape}), {cfg.cache_dtype} cache, {r.context} slots — "
                 f"lines derived from the config and the measured machine; dots measured here")
         self._render_readouts(r)
         self._render_profile(r)

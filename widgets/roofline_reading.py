@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ import dantinox
 from dantinox.accounting import roofline
 from dantinox.accounting.profile import StepProfile, profile_decode_step
 
+BUILDING = "building the model"  # the stage before the profile's own (dantinox.accounting.profile.STAGES)
 CRITICAL_TITLE = "Critical batch size"
 FLOOR_TITLE = "Decode step time lower bound"
 
@@ -124,10 +126,24 @@ def joined(sweeps: list[Sweep]) -> Sweep:
                  tuple(t for s in sweeps for t in s.seconds), first.repeats)
 
 
-@functools.lru_cache(maxsize=16)
-def read_step_profile(cfg: dantinox.ModelConfig, batch: int, context: int) -> StepProfile:
-    """One decode step's time by category (weight matmuls, attention, cache write, the rest), XLA's profiler."""
-    return profile_decode_step(_model(cfg), batch, context)
+_PROFILES: dict[tuple[dantinox.ModelConfig, int, int], StepProfile] = {}  # the latest 16 settings profiled
+
+
+def read_step_profile(cfg: dantinox.ModelConfig, batch: int, context: int,
+                      before: Callable[[str], object] | None = None) -> StepProfile:
+    """One decode step's time by category (weight matmuls, attention, cache write, the rest), XLA's profiler;
+    cached per setting. `before(stage)` is called before building the model and before each of the profile's
+    stages (dantinox.accounting.profile.STAGES): it may raise to stop there, and nothing is cached then."""
+    key = (cfg, batch, context)
+    if key not in _PROFILES:
+        if before is not None:
+            before(BUILDING)
+        model = _model(cfg)
+        profile = profile_decode_step(model, batch, context, before=before)
+        while len(_PROFILES) >= 16:
+            _PROFILES.pop(next(iter(_PROFILES)))
+        _PROFILES[key] = profile
+    return _PROFILES[key]
 
 
 @dataclasses.dataclass(frozen=True)

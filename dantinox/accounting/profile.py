@@ -9,6 +9,10 @@ generate's compiled decode loop (the one dantinox.accounting.roofline times) run
 the model's named scopes (`jax.named_scope` in dantinox/architectures/model.py) found in the compiled HLO's
 metadata. XLA drops that metadata from some ops it rewrites; those are sorted by shape (see `categorize`). The
 profiler adds a little to every op, so the categories may sum to more than an unprofiled step.
+
+A profile runs in STAGES (compile, a warm-up run, the profiled run, reading the trace); `before`, if given,
+is called with each stage's name before it starts, so a caller can say which one runs, or raise to end the
+profile there (a stage already started runs to its end: XLA's compile and a compiled call cannot be cut).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import gzip
 import json
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -34,6 +39,7 @@ WEIGHTS, ATTENTION, CACHE_WRITE, OTHER = ("weight matmuls", "attention over the 
 CATEGORIES = (WEIGHTS, ATTENTION, CACHE_WRITE, OTHER)
 SCOPES = ("norm", "qkv", "cache_write", "attend", "out_proj", "mlp", "embed", "logits", "sample")
 _NOT_WORK = ("while", "conditional", "call", "parameter", "get-tuple-element", "tuple", "constant")
+STAGES = ("compiling the decode loop", "a warm-up run", "the profiled run", "reading the profiler's trace")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w\-]+)\((.*)$", re.MULTILINE)
 
 
@@ -106,9 +112,10 @@ def categorize(hlo_text: str, slots: int) -> dict[str, str]:
     return out
 
 
-def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int | None = None) -> StepProfile:
+def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int | None = None,
+                        before: Callable[[str], object] | None = None) -> StepProfile:
     """Profile `steps` decode steps (default: 20, or `context` if fewer) of `model` over a cache of `context`
-    slots; seconds per step by category."""
+    slots; seconds per step by category. `before(stage)` is called before each of STAGES starts."""
     cfg = model.cfg
     check_variant(cfg)
     batch, context = positive_int("batch", batch), check_fits(cfg, "context", context)
@@ -116,6 +123,9 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
     if steps > context:
         raise ValueError(f"steps: each step writes one of the {context} slots; expected at most {context}, "
                          f"got {steps}")
+    stage = before or (lambda _: None)
+    compiling, warming, profiling, reading = STAGES
+    stage(compiling)
     graphdef, params = nnx.split(model)
     # the last `steps` slots; each reads all of them
     state = timing_state(cfg, batch, context, context - steps)
@@ -123,10 +133,13 @@ def profile_decode_step(model: nnx.Module, batch: int, context: int, steps: int 
     compiled = loop.lower(graphdef, params, state, None, context, top_k=None, use_cache=True,
                           bucket=context).compile()
     category = categorize(compiled.as_text(), context)
+    stage(warming)
     jax.block_until_ready(compiled(params, state, None, context))  # warm before the profiled call
+    stage(profiling)
     with tempfile.TemporaryDirectory() as out:
         with jax.profiler.trace(out, create_perfetto_trace=True):
             jax.block_until_ready(compiled(params, state, None, context))
+        stage(reading)
         trace = json.load(gzip.open(next(Path(out).rglob("*perfetto_trace.json.gz"))))
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     micros: collections.Counter = collections.Counter()

@@ -9,7 +9,10 @@ and the timings that test it.
 What is counted (per step): every weight read once; the cache slots attention reads (every slot of the
 cache it is given) and the slots the step writes; 2 FLOPs per multiply-add of every matmul, and the
 4·N·H FLOPs per query per key slot of attention (scores and weighted values). Activations, attention
-scores included, are not counted. Only mha, gqa and mqa models are covered.
+scores included, are not counted. MLA (attention="latent") reads and writes C + R elements per slot and
+layer; its absorbed decode scores every cached row C + R wide and sums the latents C wide, 2·N·(2C + R)
+FLOPs per query per slot, and multiplies each query by W_UK and W_UV once (weights like the others); its
+materialized decode instead up-projects every cached latent to per-head keys and values at every step.
 """
 
 from __future__ import annotations
@@ -109,31 +112,78 @@ class StepCost:
 
 
 def check_variant(cfg: ModelConfig) -> None:
-    if cfg.attention == "latent":
-        raise ValueError("attention: the roofline counts mha, gqa and mqa models, got 'mla'")
     if not cfg.uniform_heads:
         raise ValueError("layer_specs: the roofline counts one K and H for every layer; "
                          "this config's layers differ")
 
 
+def _latent_up_weights(cfg: ModelConfig) -> int:
+    """W_UK and W_UV of one latent layer: the latent C up to each head's unrotated key and to its value."""
+    return cfg.kv_latent_dim * cfg.n_heads * (cfg.qk_nope_dim + cfg.head_size)
+
+
+def _attention_matrices(cfg: ModelConfig) -> int:
+    """Weights of one layer's attention matmuls: QKV and output, or MLA's query, latent, RoPE key, W_UK, W_UV
+    and output projections (a converted model's query head is its nope width plus its share of R)."""
+    D, N, H = cfg.d_model, cfg.n_heads, cfg.head_size
+    if cfg.attention != "latent":
+        return D * (N + 2 * cfg.n_kv_heads) * H + N * H * D
+    C, R = cfg.kv_latent_dim, cfg.rope_head_dim
+    X = cfg.qk_nope_dim + R // cfg.mla_rope_heads
+    Cq = cfg.q_latent_dim
+    query = D * N * X if Cq is None else D * Cq + Cq * N * X
+    return query + D * C + D * R + _latent_up_weights(cfg) + N * H * D
+
+
 def weight_count(cfg: ModelConfig) -> int:
-    """Parameters of the model: L blocks (QKV, output, SwiGLU, two norms), the embedding, the final norm."""
+    """Parameters of the model: L blocks (attention, gated MLP, two norms; MLA's latent and query-latent norms
+    where it has them), the embedding, the final norm."""
     check_variant(cfg)
-    D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
-    block = D * (N + 2 * K) * H + N * H * D + D * 2 * F + F * D + 2 * D
+    D, F, V = cfg.d_model, cfg.mlp_width, cfg.vocab_size
+    norms = 2 * D
+    if cfg.attention == "latent":
+        norms += (cfg.kv_latent_dim if cfg.mla_latent_norm else 0) + (cfg.q_latent_dim or 0)
+    block = _attention_matrices(cfg) + D * 2 * F + F * D + norms
     return cfg.n_layers * block + V * D + D + (0 if cfg.tie_embeddings else D * V)
 
 
+def _materialized(cfg: ModelConfig) -> bool:
+    return cfg.attention == "latent" and cfg.mla_decode == "materialized"
+
+
 def matmul_weights_per_token(cfg: ModelConfig) -> int:
-    """Weights each token multiplies by: every block's matmuls and the output head
-    (the embedding when tied)."""
+    """Weights each token multiplies by: every block's matmuls and the output head (the embedding when
+    tied). MLA's materialized path multiplies W_UK and W_UV by the cached latents instead
+    (`_up_projection_flops`)."""
     check_variant(cfg)
-    D, N, K, H, F, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.mlp_width, cfg.vocab_size
-    return cfg.n_layers * (D * (N + 2 * K) * H + N * H * D + 3 * D * F) + D * V
+    D, F, V = cfg.d_model, cfg.mlp_width, cfg.vocab_size
+    attention = _attention_matrices(cfg) - (_latent_up_weights(cfg) if _materialized(cfg) else 0)
+    return cfg.n_layers * (attention + 3 * D * F) + D * V
+
+
+def _up_projection_flops(cfg: ModelConfig, batch: int, slots: int) -> int:
+    """MLA's materialized path: every step up-projects each sequence's `slots` cached latents to keys and
+    values."""
+    return 2 * batch * slots * cfg.n_layers * _latent_up_weights(cfg) if _materialized(cfg) else 0
+
+
+def _score_flops_per_slot(cfg: ModelConfig) -> int:
+    """FLOPs of one query against one cached slot in one layer: a score and a weighted sum per head.
+
+    K/V heads: H wide each (4·N·H). MLA absorbed: the score runs over the cached row, C + R wide (a
+    converted model's query faces its group's RoPE channels and zeros elsewhere: still R), the sum over the
+    latent, C wide. MLA materialized: a head's unrotated key and its RoPE share, then its value."""
+    N, H = cfg.n_heads, cfg.head_size
+    if cfg.attention != "latent":
+        return 4 * N * H
+    C, R = cfg.kv_latent_dim, cfg.rope_head_dim
+    if _materialized(cfg):
+        return 2 * N * (cfg.qk_nope_dim + R // cfg.mla_rope_heads + H)
+    return 2 * N * (2 * C + R)
 
 
 def _attention_flops(cfg: ModelConfig, queries: int, context: int) -> int:
-    return 4 * queries * context * cfg.n_layers * cfg.n_heads * cfg.head_size
+    return queries * context * cfg.n_layers * _score_flops_per_slot(cfg)
 
 
 def _paged_read(cfg: ModelConfig, batch: int, context: int) -> tuple[int, int, str]:
@@ -173,14 +223,13 @@ def decode_cost(cfg: ModelConfig, batch: int, context: int) -> StepCost:
     or, for a paged pool read whole, each query's scores over every sequence's pages)."""
     batch, context = positive_int("batch", batch), positive_int("context", context)
     layers, slots, read = _paged_read(cfg, batch, context)
-    pool_scores = 0
-    if read == "whole":
-        pool_scores = 4 * batch * (batch * slots - context) * layers * cfg.n_heads * cfg.head_size
+    others = batch * slots - context  # the pool beyond its own slots, which each query scores too
+    pool_scores = batch * others * layers * _score_flops_per_slot(cfg) if read == "whole" else 0
     return StepCost(
         phase="decode", batch=batch, tokens=1, context=context,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
         cache_read_bytes=kv_read_bytes(cfg, batch, context), cache_write_bytes=kv_cache_bytes(cfg, batch, 1),
-        matmul_flops=2 * batch * matmul_weights_per_token(cfg),
+        matmul_flops=2 * batch * matmul_weights_per_token(cfg) + _up_projection_flops(cfg, batch, context),
         attention_flops=_attention_flops(cfg, batch, context) + pool_scores,
         page_gather_bytes=page_gather_bytes(cfg, batch, context))
 
@@ -197,7 +246,8 @@ def prefill_cost(cfg: ModelConfig, batch: int, prompt: int) -> StepCost:
         phase="prefill", batch=batch, tokens=prompt, context=prompt,
         weight_bytes=weight_count(cfg) * jnp.dtype(cfg.param_jnp_dtype).itemsize,
         cache_read_bytes=cache, cache_write_bytes=cache,
-        matmul_flops=2 * batch * prompt * matmul_weights_per_token(cfg),
+        matmul_flops=(2 * batch * prompt * matmul_weights_per_token(cfg)
+                      + _up_projection_flops(cfg, batch, prompt)),
         attention_flops=_attention_flops(cfg, batch * prompt, prompt))
 
 

@@ -220,22 +220,26 @@ class LatentAttention(nnx.Module):
         B, T, _ = x_BTD.shape
         N, H, Hn, Kr = cfg.n_heads, cfg.head_size, cfg.qk_nope_dim, cfg.mla_rope_heads
         freqs_KP = self.rope_freqs()
-        q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
-        q_BTNX = self.q_up(q_in).reshape(B, T, N, Hn + cfg.rope_head_dim // Kr)
-        q_nope_BTNH = q_BTNX[..., :Hn]
-        freqs_NP = np.repeat(freqs_KP, N // Kr, axis=0)  # a group's
-        q_rope_BTNR = rotate_pairs(q_BTNX[..., Hn:], pos_BT, freqs_NP)
-        if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
-            q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.layer.rope_base)
-        c_BTC = self.kv_down(x_BTD)
-        c_BTC = c_BTC if self.kv_norm is None else self.kv_norm(c_BTC)
-        k_rope_BTKR = rotate_pairs(self.k_rope(x_BTD).reshape(B, T, Kr, -1), pos_BT, freqs_KP)
-        ckv_BTX = jnp.concatenate([c_BTC, k_rope_BTKR.reshape(B, T, -1)], axis=-1)
-        new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
-        cache, view = _view(layout, cache, new, pos_BT, fill)
-        read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
-        out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
-        return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, view
+        with jax.named_scope("qkv"):  # the scopes Attention uses: they sort the ops of a profile
+            q_in = x_BTD if self.q_down is None else self.q_norm(self.q_down(x_BTD))
+            q_BTNX = self.q_up(q_in).reshape(B, T, N, Hn + cfg.rope_head_dim // Kr)
+            q_nope_BTNH = q_BTNX[..., :Hn]
+            freqs_NP = np.repeat(freqs_KP, N // Kr, axis=0)  # a group's
+            q_rope_BTNR = rotate_pairs(q_BTNX[..., Hn:], pos_BT, freqs_NP)
+            if cfg.mla_rope_on_latent:  # the query side of rotating the compressed keys
+                q_nope_BTNH = apply_rope(q_nope_BTNH, pos_BT, self.layer.rope_base)
+            c_BTC = self.kv_down(x_BTD)
+            c_BTC = c_BTC if self.kv_norm is None else self.kv_norm(c_BTC)
+            k_rope_BTKR = rotate_pairs(self.k_rope(x_BTD).reshape(B, T, Kr, -1), pos_BT, freqs_KP)
+            ckv_BTX = jnp.concatenate([c_BTC, k_rope_BTKR.reshape(B, T, -1)], axis=-1)
+        with jax.named_scope("cache_write"):
+            new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
+            cache, view = _view(layout, cache, new, pos_BT, fill)
+        with jax.named_scope("attend"):
+            read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
+            out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
+        with jax.named_scope("out_proj"):
+            return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, view
 
     @property
     def scale(self) -> float:
@@ -267,8 +271,9 @@ class LatentAttention(nnx.Module):
         C, N, Kr = self.cfg.kv_latent_dim, self.cfg.n_heads, self.cfg.mla_rope_heads
         ckv_B1SX = view.payload.ckv[:, None]
         scale_B1S = None if view.payload.ckv_scale is None else view.payload.ckv_scale[:, None]
-        q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
-                                self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
+        with jax.named_scope("qkv"):  # a weight matmul per query, as the query projection is
+            q_lat_BTNC = jnp.einsum("BTNH,CNH->BTNC", q_nope_BTNH.astype(jnp.float32),
+                                    self.w_uk[...].astype(jnp.float32))  # W_UK folded into the query
         q_rope_BTNR = q_rope_BTNR.astype(jnp.float32)
         if Kr > 1:  # a query head's RoPE part faces its group's R / Kr cached channels, zeros the others'
             group_NK = np.repeat(np.eye(Kr, dtype=np.float32), N // Kr, axis=0)
@@ -278,7 +283,8 @@ class LatentAttention(nnx.Module):
         out_BT1NC = attend(q_BT1NX, ckv_B1SX, ckv_B1SX[..., :C], mask_BTS, self.scale, scale_B1S, scale_B1S,
                            keys_slot_last=False)
         # W_UV applied after attention, to T query rows only: values are never formed for the S cached tokens.
-        return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
+        with jax.named_scope("out_proj"):
+            return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
 
 def _delta_rule_step(S_BVHH: jax.Array, t: tuple) -> tuple[jax.Array, jax.Array]:

@@ -368,6 +368,24 @@ def _stop_the_timing(page, name: str) -> None:
     _stop_by_keyboard(page, name, button, press, r"Stopped after \d+ of \d+ timings")
 
 
+def _stop_the_profile(page, name: str) -> None:
+    """The roofline lab: a batch not profiled yet (one key on its slider), then 'where does a step's time go?'
+    pressed with Enter and stopped before its next stage (it compiles for seconds first)."""
+    handle = _slider(page, "batch B").locator(".noUi-handle")
+    before = handle.get_attribute("aria-valuenow")
+    handle.focus()
+    page.keyboard.press("ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight")
+    _wait_for(lambda: handle.get_attribute("aria-valuenow") != before, 10, f"{name}: batch B did not move")
+    _kernel_settled(page)
+    button = _button(page, "where does a step's time go?").first
+
+    def press() -> None:
+        button.focus()
+        page.keyboard.press("Enter")
+
+    _stop_by_keyboard(page, name, button, press, r"Stopped the profile before")
+
+
 FRONTIER_POINTS = """cell => {  // each point of the memory-savers frontier but the selection ring: label, centre
   const gd = [...cell.querySelectorAll('.js-plotly-plot')]
     .find(g => ((g.layout.title || {}).text || '').startsWith('Cache bytes vs quality'));
@@ -600,6 +618,22 @@ def _when_enabled(locator, what: str, timeout_s: float = 120.0) -> None:
               f"{what} stayed disabled")
 
 
+def _press_until(page, control, key: str, moved, what: str, timeout_s: float = 10.0, tries: int = 3) -> None:
+    """`key` on `control` until `moved()`. A lab holds its controls while a slow recomputation runs, from the
+    moment it has run Lab.WORKING_AFTER_S: a key pressed just as that happens lands on a disabled control and
+    is lost (as a learner's would be, the lab then saying it is working); press it again once it is enabled."""
+    for attempt in range(tries):
+        _when_enabled(control, what)
+        control.focus()
+        page.keyboard.press(key)
+        try:
+            _wait_for(moved, timeout_s, "")
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise AssertionError(f"waited {timeout_s:.0f} s, {tries} times: {what}") from None
+
+
 def _tab_order(page, name: str) -> None:
     """In each output, Tab from its first control reaches every control in page order (between outputs
     JupyterLab's own keys move, and plotly's modebar is left out: each plot says what it shows under it)."""
@@ -645,10 +679,8 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
         assert label and "null" not in label, f"{name}: slider handle {i} has no name a screen reader can read"
         there = "ArrowLeft" if before == handle.get_attribute("aria-valuemax") else "ArrowRight"
         back = "ArrowRight" if there == "ArrowLeft" else "ArrowLeft"
-        handle.focus()
-        page.keyboard.press(there)
-        _wait_for(lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b, 10,
-                  f"{name}: {label!r} did not move with {there}")
+        _press_until(page, handle, there, lambda h=handle, b=before: h.get_attribute("aria-valuenow") != b,
+                     f"{name}: {label!r} did not move with {there}")
         _wait_for(lambda h=handle, t=label: (h.get_attribute("aria-label") or t) != t, 30,
                   f"{name}: {label!r} moved, but its name still says the old value")
         if there_and_back:
@@ -666,6 +698,7 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
             _wait_for(lambda h=handle, t=there_label: (h.get_attribute("aria-label") or t) != t, 30,
                       f"{name}: {there_label!r} moved back with {back}, but its name still says the old value")
 
+    _kernel_settled(page)  # the last slider's recomputation has ended: no lab takes its controls while typing
     numbers = page.locator(NUMBER_INPUTS).filter(visible=True)
     for i in range(numbers.count()):
         number = numbers.nth(i)
@@ -685,12 +718,9 @@ def _keyboard_only(page, name: str, there_and_back: bool = False) -> None:
         buttons = rows.nth(i).locator("button.widget-toggle-button")
         chosen = next(k for k in range(buttons.count()) if buttons.nth(k).get_attribute("aria-pressed") == "true")
         for k in ((chosen + 1) % buttons.count(), chosen):  # another, then back
-            _when_enabled(buttons.nth(k), f"{name}: toggle row {i}")
-            buttons.nth(k).focus()
-            page.keyboard.press("Space")
             button = buttons.nth(k)
-            _wait_for(lambda b=button: b.get_attribute("aria-pressed") == "true", 30,
-                      f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
+            _press_until(page, button, "Space", lambda b=button: b.get_attribute("aria-pressed") == "true",
+                         f"{name}: toggle row {i}: Space on {button.inner_text()!r} did not choose it")
 
     _kernel_settled(page)  # a toggle may have disabled a dropdown (MQA: one KV head) and enabled it again
     selects, i = page.locator(".jp-OutputArea-output select").filter(visible=True), -1
@@ -748,6 +778,7 @@ SCENARIOS = {"explorer_after_switching_entry": _explorer_after_switching_entry,
              "exercise_typed_solution": _exercise_typed_solution,
              "decode_ratio_needs_equal_settings": _decode_ratio_needs_equal_settings,
              "labels_clear": _labels_clear, "stop_new_sizes": _stop_new_sizes, "stop_the_timing": _stop_the_timing,
+             "stop_the_profile": _stop_the_profile,
              "point_click_selects": _point_click_selects}
 
 

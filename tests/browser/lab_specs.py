@@ -71,11 +71,11 @@ SPECS: dict[str, LabSpec] = {
     # on one of its points selects that configuration
     "memory-savers": LabSpec(slider="tokens decoded", scenarios=("labels_clear", "point_click_selects"), seconds=39),
     # "time this model here" is pressed only to be stopped (its whole sweep took 16 s of a 70 s test here);
-    # tests/test_roofline.py presses it and checks its readings
+    # tests/test_roofline.py presses it and checks its readings; the profile runs once whole, once stopped
     "roofline": LabSpec(slider="batch B", presses=(
         Press(label="where does a step's time go?", expect=r"attention over the cache.*GB/s", timeout_s=120.0,
               busy=r"working"),),
-        scenarios=("stop_the_timing",), seconds=45),
+        scenarios=("stop_the_timing", "stop_the_profile"), seconds=45),
     # re-serves the trace: waste bar and page tables follow; every label readable, no readout cut off
     # a published model's ledger: the T stops are powers of two up to the model's context; then its working model
     # decodes a typed number of tokens (a new cache length: built and compiled again) and the fill is read back
