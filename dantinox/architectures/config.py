@@ -209,6 +209,9 @@ class ModelConfig:
     norm_eps: float = 1e-6  # RMSNorm epsilon
     qk_norm: bool = False  # RMSNorm on every query and key head before RoPE (Gemma 3, OLMo 2); K/V heads only
     tie_embeddings: bool = True  # output head reuses the token embedding matrix
+    scale_embeddings: bool = False  # the embedding rows times sqrt(D) before the first layer (Gemma)
+    # RMSNorm on the attention's and the MLP's outputs before each joins the residual (Gemma 2 and 3)
+    post_norms: bool = False
     # a tied head divides logits by sqrt(D) (dantinox's init); Llama's does not
     scale_tied_logits: bool = True
     # Multi-head latent attention (attention="latent").

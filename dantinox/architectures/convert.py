@@ -194,6 +194,9 @@ def _to_latent(model: Transformer, latent_dim: Any, rope_pairs: int, keep: str,
     if cfg.qk_norm:
         raise ValueError("model: qk_norm normalizes each key head before RoPE, which a linear latent cannot "
                          "carry; convert a model without qk_norm to mla")
+    if cfg.post_norms or cfg.scale_embeddings:  # the calibration forward (_pair_scores) reads neither
+        raise ValueError("model: post_norms and scale_embeddings (Gemma's) are not converted to mla; "
+                         "convert a model without them")
     D, N, K, G, H = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.groups, cfg.head_size
     pairs = kept_pairs(model, rope_pairs, keep, calibration_ids)
     r = len(pairs[0][0])

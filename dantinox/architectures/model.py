@@ -389,11 +389,17 @@ class Block(nnx.Module):
                      else Attention(cfg, layer, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
+        if cfg.post_norms:  # each branch's output normalized before the residual add (Gemma 2 and 3)
+            self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
+            self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
+        else:
+            self.attn_out_norm = self.mlp_out_norm = None
 
     def __call__(self, x, pos_BT, cache=None, fill=None, layout=None, source_view=None):
         h, cache, view = self.attn(self.norm1(x), pos_BT, cache, fill, layout, source_view)
-        x = x + h
-        x = x + self.mlp(self.norm2(x))
+        x = x + (h if self.attn_out_norm is None else self.attn_out_norm(h))
+        h = self.mlp(self.norm2(x))
+        x = x + (h if self.mlp_out_norm is None else self.mlp_out_norm(h))
         return x, cache, view
 
 
@@ -486,6 +492,8 @@ class Transformer(nnx.Module):
         with jax.named_scope("embed"):
             x = ops.take_rows(self.embed.embedding[...], ids_BT)  # nnx.Embed's lookup
             x = x.astype(self.cfg.jnp_dtype)
+            if self.cfg.scale_embeddings:  # sqrt(D) rounded to the compute dtype first, as Gemma's reference
+                x = x * jnp.asarray(self.cfg.d_model**0.5, self.cfg.jnp_dtype)
         new_layers, views = [], []
         block_layouts = zip(self.blocks, layouts(self.config_for(kv_caches)), strict=True)
         for i, (block, layout) in enumerate(block_layouts):
