@@ -14,11 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen3Config
+
+TINY = ("tiny-llama", "tiny-mistral", "tiny-qwen3", "tiny-gemma3")
 
 
-def tiny_checkpoints(out: Path) -> None:
-    """Two tiny random models, saved by Hugging Face in bfloat16 (weights exact in float32 on both sides)."""
+def tiny_checkpoints(out: Path, names: list[str]) -> None:
+    """Tiny random models, saved by Hugging Face in bfloat16 (weights exact in float32 on both sides)."""
     shared = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   head_dim=8, max_position_embeddings=256, initializer_range=0.3, bos_token_id=1, eos_token_id=2)
     configs = {
@@ -28,10 +30,27 @@ def tiny_checkpoints(out: Path) -> None:
         # tied embeddings, one KV head, a sliding window shorter than the prompts
         "tiny-mistral": MistralConfig(**shared, num_key_value_heads=1, tie_word_embeddings=True, sliding_window=16,
                                       rms_norm_eps=1e-6),
+        # QK-norm, GQA, untied head
+        "tiny-qwen3": Qwen3Config(**shared, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 20_000.0}),
+        # sliding (window 16, RoPE base 10k) and global (1M) layers, QK-norm, GeGLU, scaled embeddings,
+        # (1 + w) norms before and after attention and MLP, a query scale apart from the head size
+        "tiny-gemma3": Gemma3TextConfig(
+            **{**shared, "num_hidden_layers": 3}, num_key_value_heads=2, sliding_window=16,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], query_pre_attn_scalar=16,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}),
     }
     for i, (name, cfg) in enumerate(configs.items()):
+        if name not in names:
+            continue
         torch.manual_seed(i)
-        model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(cfg)
+        with torch.no_grad():  # norm weights start at 1 (or 0 for Gemma's 1 + w): random, so a mix-up shows
+            for key, w in model.named_parameters():
+                if "norm" in key:
+                    w.add_(0.3 * torch.randn_like(w))
+        model = model.to(torch.bfloat16)
         model.save_pretrained(out / name)
         for extra in ("generation_config.json",):  # not read by dantinox
             (out / name / extra).unlink(missing_ok=True)
@@ -69,14 +88,18 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec["threads"])
     data = Path(spec["data_dir"])
-    if spec["write_checkpoints"]:
-        tiny_checkpoints(data)
+    tiny = spec["tiny"]
+    tiny_checkpoints(data, [name for name in tiny if spec["write_checkpoints"] or not (data / name).is_dir()])
     result = {"torch": torch.__version__, "transformers": transformers.__version__, "models": {}}
     rs = np.random.RandomState(1)
-    for name in ("tiny-llama", "tiny-mistral"):
-        model = AutoModelForCausalLM.from_pretrained(data / name, dtype=torch.float32).eval()
+    for name in TINY:  # every model's prompts drawn in order, whichever run: each keeps its own
         prompts = [rs.randint(0, 256, size=n).tolist() for n in (120, 104)]
-        result["models"][name] = answers(model, prompts, spec["greedy"], 32, 0)
+        if name in tiny:
+            model = AutoModelForCausalLM.from_pretrained(data / name, dtype=torch.float32).eval()
+            result["models"][name] = answers(model, prompts, spec["greedy"], 32, 0)
+    if spec["gguf"] is None:  # only some tiny models asked for
+        print(json.dumps(result))
+        return
     gguf = Path(spec["gguf"])
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()

