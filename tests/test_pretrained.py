@@ -175,6 +175,7 @@ def test_tiny_checkpoints_map_their_configs(tiny):
                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
      "rope_type='linear' is not supported"),
     ({"layer_types": ["sliding_attention"]}, "layer_types: expected 3 entries"),
+    ({"hidden_size": None}, "field hidden_size is missing (expected a whole number)"),
 ])
 def test_unsupported_gemma3_config_fields_are_one_line(tmp_path, change, message):
     folder = tmp_path / "gemma3"

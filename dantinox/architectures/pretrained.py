@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.config import LayerSpec, ModelConfig
 from dantinox.architectures.model import Transformer
 
 if TYPE_CHECKING:  # the tokenizer's libraries load with the first checkpoint, not with `import dantinox`
@@ -350,6 +350,10 @@ def _hf_config(folder: Path) -> tuple[ModelConfig, HFArchitecture, dict[str, Any
     if name not in HF_ARCHITECTURES:
         raise ValueError(f"{path}: architecture {name} is not supported; dantinox loads {SUPPORTED}")
     arch = HF_ARCHITECTURES[name]
+    missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads", "max_position_embeddings") if not isinstance(c.get(k), int)]
+    if missing:
+        raise ValueError(f"{path}: field {missing[0]} is missing (expected a whole number)")
     if arch.extra_fields is not None:
         unknown = sorted(set(c) - arch.extra_fields)
         if unknown:
@@ -384,8 +388,6 @@ def _hf_config(folder: Path) -> tuple[ModelConfig, HFArchitecture, dict[str, Any
     if len(set(bases)) == 1 and any(sliding):  # one RoPE base: the windows alone are per layer
         cfg = cfg.replace(sliding_windows=tuple(window if s else None for s in sliding))
     elif len(set(bases)) > 1:  # per layer: its window and RoPE base
-        from dantinox.architectures.config import LayerSpec
-
         cfg = cfg.replace(layer_specs=tuple(
             LayerSpec(kind="sliding", window=window, rope_base=b) if s else LayerSpec(rope_base=b)
             for s, b in zip(sliding, bases, strict=True)))
