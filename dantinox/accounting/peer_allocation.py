@@ -2,7 +2,9 @@
 sources (derived, not measured). Not dantinox's own serving engine (dantinox/engine/).
 
     dantinox.accounting.peer_allocation.vllm_column(arch, tokens, batch, "bfloat16", budget_bytes=...)
-    dantinox.accounting.peer_allocation.llama_cpp_column(arch, n_ctx, "float16")
+    dantinox.accounting.peer_allocation.llama_cpp_column(arch, n_ctx, "float16", n_seq=1)
+    dantinox.accounting.peer_allocation.vllm_pool(arch, available_bytes).log_line
+    dantinox.accounting.peer_allocation.llama_cpp_size_lines(arch, n_ctx, n_seq=4)["recurrent"]["mib"]
 
 Read in vLLM 0.33.0 (the PyPI wheel's sources) and in llama.cpp as vendored by llama-cpp-python 0.3.36 (its
 sdist); file:line below. Own code, own words: only the rules are carried over.
@@ -30,13 +32,40 @@ llama.cpp
                   (src/llama-kv-cache-iswa.cpp:73), unless swa_full, which sizes it like the base cache
                   (iswa.cpp:76-81); the library's default is swa_full = true (src/llama-context.cpp:3788)
   the log line    "llama_kv_cache: CPU KV buffer size = X MiB", one per cache (src/llama-kv-cache.cpp:291)
+  state layers    llama_memory_recurrent (src/llama-memory-recurrent.cpp, https://github.com/ggml-org/llama.cpp/
+                  blob/master/src/llama-memory-recurrent.cpp): one cell per sequence (n_seq_max), holding per
+                  state layer an R tensor of n_embd_r = (d_conv - 1) · conv channels and an S tensor
+                  of n_embd_s elements (Mamba-2: d_state · d_inner; Gated DeltaNet: d_k · d_v per value
+                  head), both f32 by default; its size line counts every layer of the model, its bytes
+                  only the state layers
+  several seqs    with a unified cache (kv_unified, `4/1 seqs` in the size line) the n_ctx cells are shared by
+                  the sequences; the SWA cache holds n_swa · n_seq_max + n_ubatch cells, padded to 256
+                  (src/llama-kv-cache-iswa.cpp, https://github.com/ggml-org/llama.cpp/blob/master/src/
+                  llama-kv-cache-iswa.cpp)
+
+vLLM's pool (vllm_pool; vllm/v1/core/kv_cache_utils.py, https://github.com/vllm-project/vllm/blob/main/vllm/
+v1/core/kv_cache_utils.py, get_kv_cache_config / _get_kv_cache_groups_uniform_page_size)
+  one page size   every KV-cache group's page holds the same bytes: a layer kind whose token is smaller gets
+                  a proportionally larger block (gemma-4's global layers, 4 × 512 against 16 × 256: 32 tokens)
+  groups          the layers of each kind are cut into groups of group_size = the smallest kind's layer count
+                  (the largest's, when it is under 1.25 × the smallest), the last group of a kind padded; one
+                  tensor per group position is shared by one layer of every group, so a pool page costs
+                  page bytes · group_size, and a sliding layer's share of the pool is a full layer's
+  the log line    in the releases the published logs in docs/engine_logs.md came from, "GPU KV cache size:
+                  N tokens" with N = num_blocks // groups · min block size (_report_kv_cache_config; the
+                  rule vLLM PR #40384 discusses): for a hybrid model it counts the pool as if every layer
+                  held every token; 0.33.0 prints max concurrency · max_model_len (above; also
+                  https://github.com/vllm-project/vllm/issues/51041)
+  state layers    MambaSpec (vllm/v1/kv_cache_interface.py): one page per sequence, holding the convolution
+                  window ((d_conv - 1) · channels) and the recurrent state, constant in T
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from dantinox.architectures.catalogue import Architecture
+from dantinox.architectures.catalogue import Architecture, LayerGeometry
 from dantinox.architectures.config import DTYPES
 
 VLLM_PAGE = 16
@@ -54,6 +83,23 @@ def _float_size(cache_dtype: str, engine: str) -> int:
                          f"({', '.join(DTYPES)}); its quantized caches keep their scales differently, got "
                          f"{cache_dtype!r}")
     return {"float32": 4, "bfloat16": 2, "float16": 2}[cache_dtype]
+
+
+def conv_channels(layer: LayerGeometry) -> int:
+    """The channels a state layer's short convolution keeps: Gated DeltaNet convolves q, k and v
+    (2·K·d_k + V·d_v), Mamba-2 its x, B and C (the config's conv channels)."""
+    if layer.kind == "linear":
+        return 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
+    return layer.channels
+
+
+def state_elements(layer: LayerGeometry) -> int:
+    """Elements one sequence's state holds in the engines: d_conv - 1 convolution inputs and the recurrent
+    state (Gated DeltaNet: V heads of d_k × d_v; Mamba-2: V heads of head size × N)."""
+    if layer.kind not in ("linear", "mamba"):
+        raise ValueError(f"layer {layer.index}: a {layer.kind} layer keeps no recurrent state")
+    depth = layer.head_size if layer.kind == "linear" else layer.state_size
+    return (layer.conv - 1) * conv_channels(layer) + layer.value_heads * layer.value_size * depth
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +122,13 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
             page = VLLM_PAGE * (layer.latent + layer.rope) * s
         elif layer.kind in ("full", "sliding", "chunked"):
             page = VLLM_PAGE * layer.kv_heads * 2 * layer.head_size * s
+        elif layer.kind in ("linear", "mamba"):
+            page = state_elements(layer) * s  # one page per sequence (MambaSpec), constant in T
         else:
             page = 0
-        if layer.kind in ("full", "latent") or (layer.kind == "sliding" and not hybrid_allocator):
+        if layer.kind in ("linear", "mamba"):
+            n = 1
+        elif layer.kind in ("full", "latent") or (layer.kind == "sliding" and not hybrid_allocator):
             n = _ceil(tokens, VLLM_PAGE)
         elif layer.kind == "sliding":
             n = min(_ceil(tokens, VLLM_PAGE), _ceil(layer.window - 1, VLLM_PAGE) + 1)
@@ -89,18 +139,16 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
         pages.append(n)
         page_bytes.append(page)
     per_layer = [batch * n * p for n, p in zip(pages, page_bytes, strict=True)]
-    if arch.count("mamba"):
-        notes.append("Mamba-2 layers: vLLM keeps each sequence's state in one page of its own (MambaSpec); "
-                     "not counted in this column")
+    if arch.count("mamba") or arch.count("linear"):
+        notes.append("state layers: one page per sequence (MambaSpec), the convolution window and the "
+                     "recurrent state in the cache dtype; vLLM also pads them to the attention page, which "
+                     "this column does not add")
     if any(layer.indexer for layer in arch.layers):
         notes.append("lightning-indexer keys (DeepSeek-V3.2): vLLM keeps them in a cache of their own; not "
                      "counted in this column")
     if arch.count("conv"):
         notes.append("short-convolution layers: vLLM keeps each sequence's state in one page of its own; not "
                      "counted in this column")
-    if arch.count("linear"):
-        notes.append("linear-attention layers: vLLM keeps each sequence's state in one page of its own "
-                     "(vllm/v1/kv_cache_interface.py:1094, MambaSpec); not counted in this column")
     log = None
     kinds = {layer.kind for layer in arch.layers}
     if budget_bytes is not None:
@@ -110,38 +158,136 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
             per_request = _ceil(arch.max_context, VLLM_PAGE)
             log = f"GPU KV cache size: {int(n_pages / per_request * arch.max_context):,} tokens"
         else:
-            notes.append("the log line for a hybrid model depends on how vLLM groups its layers; "
-                         "not derived here")
+            try:
+                log = vllm_pool(arch, budget_bytes, cache_dtype).log_line
+            except ValueError as e:
+                notes.append(f"no log line: {e}")
+            else:
+                notes.append("the log line for a hybrid model: the blocks // groups rule of the releases "
+                              "before 0.33.0 (vllm_pool)")
     return EngineColumn("vLLM", tuple(per_layer), sum(per_layer), log, tuple(notes))
 
 
 def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16",
-                     swa_full: bool = True) -> EngineColumn:
-    """llama.cpp's KV buffers for one sequence at context n_ctx (padded), and its "KV buffer size" lines."""
+                     swa_full: bool = True, n_seq: int = 1) -> EngineColumn:
+    """llama.cpp's KV buffers at context n_ctx (padded) for n_seq sequences sharing one unified cache, its
+    recurrent states (one cell per sequence, f32) and its "KV buffer size" lines."""
     s = _float_size(cache_dtype, "llama.cpp")
-    if any(arch.count(kind) for kind in ("latent", "linear", "chunked", "mamba", "conv")):
-        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding and shared layers "
-                         "only (beside MLP blocks)")
+    if any(arch.count(kind) for kind in ("latent", "chunked", "conv")):
+        raise ValueError(f"{arch.name}: the llama.cpp column is derived for full, sliding, shared, "
+                         "Gated DeltaNet and Mamba-2 layers only (beside MLP blocks)")
+    if not isinstance(n_seq, int) or n_seq < 1:
+        raise ValueError(f"n_seq: expected a positive int (llama.cpp's n_seq_max), got {n_seq!r}")
     size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
     windows = {layer.window for layer in arch.layers if layer.kind == "sliding"}
-    swa = size if swa_full or not windows else _ceil(min(size, max(windows) + LLAMA_CPP_UBATCH),
+    swa = size if swa_full or not windows else _ceil(min(size, max(windows) * n_seq + LLAMA_CPP_UBATCH),
                                                      LLAMA_CPP_PAD) * LLAMA_CPP_PAD
     per_layer = []
-    base = swa_cache = 0
+    base = swa_cache = state = 0
     for layer in arch.layers:
         if layer.kind in ("shared", "mlp"):
             per_layer.append(0)
             continue
-        cells = swa if layer.kind == "sliding" else size
-        nbytes = 2 * layer.kv_heads * layer.head_size * cells * s
-        per_layer.append(nbytes)
-        if layer.kind == "sliding":
-            swa_cache += nbytes
+        if layer.kind in ("linear", "mamba"):
+            nbytes = n_seq * state_elements(layer) * 4  # R and S in f32
+            state += nbytes
         else:
-            base += nbytes
+            cells = swa if layer.kind == "sliding" else size
+            nbytes = 2 * layer.kv_heads * layer.head_size * cells * s
+            if layer.kind == "sliding":
+                swa_cache += nbytes
+            else:
+                base += nbytes
+        per_layer.append(nbytes)
     lines = [f"llama_kv_cache: CPU KV buffer size = {base / 2**20:8.2f} MiB"]
     if windows:
         lines.append(f"llama_kv_cache: CPU KV buffer size = {swa_cache / 2**20:8.2f} MiB  (the SWA cache, "
                      f"{swa:,} cells{', swa_full' if swa_full else ''})")
+    if state:
+        lines.append(f"llama_memory_recurrent: CPU RS buffer size = {state / 2**20:8.2f} MiB")
     return EngineColumn("llama.cpp", tuple(per_layer), sum(per_layer), "\n".join(lines),
                         (f"n_ctx {n_ctx:,} padded to {size:,} cells",))
+
+
+def llama_cpp_size_lines(arch: Architecture, n_ctx: int, cache_dtype: str = "float16",
+                         swa_full: bool = True, n_seq: int = 1) -> dict[str, dict]:
+    """The numbers of llama.cpp's `size = X MiB (C cells, L layers, ...)` lines: per cache ("kv", "swa",
+    "recurrent") its MiB, cells and the layers it names."""
+    column = llama_cpp_column(arch, n_ctx, cache_dtype, swa_full, n_seq)
+    size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
+    out: dict[str, dict] = {}
+    for cache, kinds in (("kv", ("full",)), ("swa", ("sliding",)), ("recurrent", ("linear", "mamba"))):
+        layers = [i for i, layer in enumerate(arch.layers) if layer.kind in kinds]
+        if not layers:
+            continue
+        nbytes = sum(column.per_layer_bytes[i] for i in layers)
+        if cache == "recurrent":
+            cells, named = n_seq, len(arch.layers)  # its line names every layer of the model
+        elif cache == "swa":
+            one = arch.layers[layers[0]]
+            cells, named = nbytes // (len(layers) * 2 * one.kv_heads * one.head_size
+                                      * _float_size(cache_dtype, "llama.cpp")), len(layers)
+        else:
+            cells, named = size, len(layers)
+        out[cache] = {"mib": nbytes / 2**20, "bytes": nbytes, "cells": cells, "layers": named}
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmPool:
+    """vLLM's KV-cache pool for a budget: its groups, the unified page, the blocks it holds, its log line."""
+    page_bytes: int  # one page of one layer, the same in every group
+    group_size: int  # layers per group (padded)
+    groups: tuple[tuple[str, int], ...]  # (layer kind, tokens per block) per group
+    num_blocks: int
+    tokens: int  # the "GPU KV cache size: N tokens" number
+    log_line: str
+
+
+def vllm_pool(arch: Architecture, available_bytes: int, cache_dtype: str = "bfloat16") -> VllmPool:
+    """The pool vLLM's hybrid allocator builds in `available_bytes` ("Available KV cache memory") and the
+    "GPU KV cache size" it logs (the group rule in the module docstring)."""
+    s = _float_size(cache_dtype, "vLLM")
+    if arch.count("linear") or arch.count("mamba") or arch.count("conv"):
+        raise ValueError(f"{arch.name}: vLLM's pool is derived here for attention layers only; its state "
+                         "layers pad their pages to the attention page, not derived")
+    token_bytes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for layer in arch.layers:
+        if layer.kind == "latent":
+            t = (layer.latent + layer.rope) * s
+        elif layer.kind in ("full", "sliding", "chunked"):
+            t = 2 * layer.kv_heads * layer.head_size * s
+        else:
+            continue  # shared layers read another layer's pages; MLP blocks keep none
+        key = f"{layer.kind}:{t}:{layer.window}"
+        if token_bytes.setdefault(key, t) != t:
+            raise AssertionError(key)
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        raise ValueError(f"{arch.name}: no layer keeps a KV cache")
+    page = max(VLLM_PAGE * t for t in token_bytes.values())
+    blocks = {}
+    for key, t in token_bytes.items():
+        if page % t:
+            raise ValueError(f"{arch.name}: vLLM cannot give {key.split(':')[0]} layers of {t} B per token "
+                             f"a page of {page} B")
+        blocks[key] = page // t
+    group_size = min(counts.values())
+    if max(counts.values()) < 1.25 * group_size:
+        group_size = max(counts.values())
+    groups = tuple((key.split(":")[0], blocks[key]) for key in counts
+                   for _ in range(_ceil(counts[key], group_size)))
+    num_blocks = available_bytes // (page * group_size)
+    tokens = num_blocks // len(groups) * min(b for _, b in groups)
+    return VllmPool(page, group_size, groups, num_blocks, tokens, f"GPU KV cache size: {tokens:,} tokens")
+
+
+def vllm_concurrency(arch: Architecture, available_bytes: int, max_model_len: int,
+                     cache_dtype: str = "bfloat16") -> float:
+    """vLLM's "Maximum concurrency for max_model_len tokens per request": the pool's blocks over the blocks
+    one request of max_model_len holds, for a model whose layers are all full (one group)."""
+    pool = vllm_pool(arch, available_bytes, cache_dtype)
+    if len(pool.groups) != 1 or pool.groups[0][0] not in ("full", "latent"):
+        raise ValueError(f"{arch.name}: the concurrency line is derived here for one group of full layers")
+    return pool.num_blocks / math.ceil(max_model_len / pool.groups[0][1])
