@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 ROOT = HERE.parent
-DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md")
+DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md", ROOT / "docs" / "engine_logs.md")
 
 
 def _load_range(loads: list[float]) -> str:
@@ -156,8 +156,32 @@ def smollm2_chat(r: dict) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"decode-smollm2-135m": decode_pretrained, "llama-cpp-smollm2-135m": llama_cpp,
-             "serving-engine": serving_engine, "memory_savers_smollm2": smollm2_savers,
+def _engine_number(quantity: str, value: float) -> str:
+    return f"{value:.2f}" if quantity in ("vllm_concurrency", "llama_kv_mib", "llama_swa_mib",
+                                          "llama_recurrent_mib") else f"{int(value):,}"
+
+
+def engine_logs(r: dict) -> str:
+    """benchmarks/engine_logs.py: published engine log lines beside the project's prediction for their settings."""
+    lines = ["| engine | model | settings (from the source) | the engine printed | the project predicts | |",
+             "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        pred = row["predicted"]
+        if row["engine"] == "vLLM":
+            gib = row["settings"]["available_gib"]
+            low, high = sorted((row["low"], row["high"]))
+            pred += (f" at {gib:.2f} GiB; {_engine_number(row['quantity'], low)}–"
+                     f"{_engine_number(row['quantity'], high)} from {gib - 0.005:.3f} to {gib + 0.005:.3f} GiB")
+        model = row["model"] if "config_url" not in row else f"[{row['model']}]({row['config_url']})"
+        text = row["settings_text"].replace("|", "\\|")
+        lines.append(f"| {row['engine']} | {model} | {text} | [`{row['line']}`]({row['url']}) | {pred} | "
+                     f"{row['relation']} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretrained,
+             "llama-cpp-smollm2-135m": llama_cpp, "serving-engine": serving_engine,
+             "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 
 
