@@ -1,6 +1,6 @@
 """Store the project's prediction beside each published engine log line in benchmarks/data/engine-logs.json.
 
-    .venv/bin/python benchmarks/engine_logs.py      # then benchmarks/doc_tables.py renders docs/engine_logs.md
+    .venv/bin/python benchmarks/engine_logs.py   # then benchmarks/doc_tables.py renders docs/engine_logs.md
 
 Each row's facts (URL, model, settings, the engine's line and number) are typed from its public source; this
 script adds `predicted` (the number as the engine would print it), `low`/`high` (vLLM: the ends of the printed

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dantinox.accounting.engine_logs import DIFFERS, EQUAL, ROUNDING, architecture, predict
-from dantinox.accounting.peer_allocation import llama_cpp_column, llama_cpp_size_lines, state_elements, vllm_pool
+from dantinox.accounting.peer_allocation import llama_cpp_column as llama_column
+from dantinox.accounting.peer_allocation import llama_cpp_size_lines, state_elements, vllm_pool
 from dantinox.architectures.catalogue import load_architecture
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "engine-logs.json"
@@ -32,9 +33,13 @@ def test_llama_cpp_rows_name_the_cells_and_layers_the_rules_give():
     for row in (r for r in ROWS if r["engine"] == "llama.cpp"):
         cells, layers = map(int, re.search(r"\(\s*(\d+) cells,\s*(\d+) layers", row["line"]).groups())
         s = row["settings"]
-        line = llama_cpp_size_lines(architecture(row, "row"), s["n_ctx"], s["cache_dtype"],
-                                    n_seq=s["n_seq"])[row["quantity"].split("_")[1]]
+        lines = llama_cpp_size_lines(architecture(row, "row"), s["n_ctx"], s["cache_dtype"],
+                                     s.get("swa_full", True), s["n_seq"], s.get("pad", 256))
+        line = lines[row["quantity"].split("_")[1]]
         assert (line["cells"], line["layers"]) == (cells, layers), row["line"]
+    # the 2025 release padded to 32 cells without flash attention: today's 256 would not give its 2016 cells
+    old = next(r for r in ROWS if r["settings"].get("pad") == 32 and r["quantity"] == "llama_kv_mib")
+    assert predict({**old, "settings": {**old["settings"], "pad": 256}}).relation == DIFFERS
 
 
 def test_a_published_number_the_rules_do_not_give_is_reported_as_a_difference():
@@ -70,13 +75,13 @@ def test_vllm_groups_share_one_page_size_and_count_the_pool_as_if_every_layer_he
 def test_llama_cpp_keeps_one_f32_state_cell_per_sequence_for_state_layers():
     arch = load_architecture("granite-4.0-h-tiny")
     mamba = next(layer for layer in arch.layers if layer.kind == "mamba")
-    column = llama_cpp_column(arch, 4096, n_seq=3)
+    column = llama_column(arch, 4096, n_seq=3)
     assert column.per_layer_bytes[mamba.index] == 3 * 4 * (
         (mamba.conv - 1) * mamba.channels + mamba.value_heads * mamba.value_size * mamba.state_size)
-    assert llama_cpp_column(arch, 100_000, n_seq=3).per_layer_bytes[mamba.index] == \
+    assert llama_column(arch, 100_000, n_seq=3).per_layer_bytes[mamba.index] == \
         column.per_layer_bytes[mamba.index]  # constant in n_ctx
     qwen = load_architecture("qwen3.5-9b")
     linear = next(layer for layer in qwen.layers if layer.kind == "linear")
     assert state_elements(linear) == 3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128
     with pytest.raises(ValueError, match="n_seq"):
-        llama_cpp_column(qwen, 4096, n_seq=0)
+        llama_column(qwen, 4096, n_seq=0)

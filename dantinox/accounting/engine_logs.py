@@ -76,7 +76,8 @@ def predict(row: dict[str, Any], where: str = "row") -> Prediction:
     elif quantity in LLAMA_QUANTITIES:
         lines = llama_cpp_size_lines(arch, _setting(row, "n_ctx", where, int),
                                      row["settings"].get("cache_dtype", "float16"),
-                                     row["settings"].get("swa_full", True), row["settings"].get("n_seq", 1))
+                                     row["settings"].get("swa_full", True), row["settings"].get("n_seq", 1),
+                                     row["settings"].get("pad", 256))
         cache = quantity.split("_")[1]
         if cache not in lines:
             raise ValueError(f"{where}: {row['model']} has no {cache} cache in llama.cpp")

@@ -24,7 +24,8 @@ vLLM
                   kv_cache_planning.py:681); derived here for models whose layers are all of one kind (one
                   KV-cache group, bytes per page across layers = L · page bytes)
 llama.cpp
-  context         n_ctx rounded up to a multiple of 256 (src/llama-context.cpp:290)
+  context         n_ctx rounded up to a multiple of 256 (src/llama-context.cpp:290); releases of 2025
+                  padded the cache to get_padding() = 256 with flash attention, 32 without (pad=32)
   tensors         per layer K [n_embd_k_gqa, kv_size] and V [n_embd_v_gqa, kv_size] of type_k / type_v
                   (src/llama-kv-cache.cpp:233-234), f16 by default (src/llama-context.cpp:3780-3781); layers
                   without their own KV (shared) get none (src/llama-kv-cache.cpp:166)
@@ -32,12 +33,12 @@ llama.cpp
                   (src/llama-kv-cache-iswa.cpp:73), unless swa_full, which sizes it like the base cache
                   (iswa.cpp:76-81); the library's default is swa_full = true (src/llama-context.cpp:3788)
   the log line    "llama_kv_cache: CPU KV buffer size = X MiB", one per cache (src/llama-kv-cache.cpp:291)
-  state layers    llama_memory_recurrent (src/llama-memory-recurrent.cpp, https://github.com/ggml-org/llama.cpp/
-                  blob/master/src/llama-memory-recurrent.cpp): one cell per sequence (n_seq_max), holding per
-                  state layer an R tensor of n_embd_r = (d_conv - 1) · conv channels and an S tensor
-                  of n_embd_s elements (Mamba-2: d_state · d_inner; Gated DeltaNet: d_k · d_v per value
-                  head), both f32 by default; its size line counts every layer of the model, its bytes
-                  only the state layers
+  state layers    llama_memory_recurrent (src/llama-memory-recurrent.cpp, https://github.com/ggml-org/
+                  llama.cpp/blob/master/src/llama-memory-recurrent.cpp): one cell per sequence
+                  (n_seq_max), holding per state layer an R tensor of n_embd_r = (d_conv - 1) · conv
+                  channels and an S tensor of n_embd_s elements (Mamba-2: d_state · d_inner; Gated
+                  DeltaNet: d_k · d_v per value head), both f32 by default; its size line counts every
+                  layer of the model, its bytes only the state layers
   several seqs    with a unified cache (kv_unified, `4/1 seqs` in the size line) the n_ctx cells are shared by
                   the sequences; the SWA cache holds n_swa · n_seq_max + n_ubatch cells, padded to 256
                   (src/llama-kv-cache-iswa.cpp, https://github.com/ggml-org/llama.cpp/blob/master/src/
@@ -46,7 +47,8 @@ llama.cpp
 vLLM's pool (vllm_pool; vllm/v1/core/kv_cache_utils.py, https://github.com/vllm-project/vllm/blob/main/vllm/
 v1/core/kv_cache_utils.py, get_kv_cache_config / _get_kv_cache_groups_uniform_page_size)
   one page size   every KV-cache group's page holds the same bytes: a layer kind whose token is smaller gets
-                  a proportionally larger block (gemma-4's global layers, 4 × 512 against 16 × 256: 32 tokens)
+                  a proportionally larger block (gemma-4's global layers, 4 × 512 against 16 × 256:
+                  32 tokens)
   groups          the layers of each kind are cut into groups of group_size = the smallest kind's layer count
                   (the largest's, when it is under 1.25 × the smallest), the last group of a kind padded; one
                   tensor per group position is shared by one layer of every group, so a pool page costs
@@ -169,7 +171,7 @@ def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = 
 
 
 def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16",
-                     swa_full: bool = True, n_seq: int = 1) -> EngineColumn:
+                     swa_full: bool = True, n_seq: int = 1, pad: int = LLAMA_CPP_PAD) -> EngineColumn:
     """llama.cpp's KV buffers at context n_ctx (padded) for n_seq sequences sharing one unified cache, its
     recurrent states (one cell per sequence, f32) and its "KV buffer size" lines."""
     s = _float_size(cache_dtype, "llama.cpp")
@@ -178,10 +180,13 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
                          "Gated DeltaNet and Mamba-2 layers only (beside MLP blocks)")
     if not isinstance(n_seq, int) or n_seq < 1:
         raise ValueError(f"n_seq: expected a positive int (llama.cpp's n_seq_max), got {n_seq!r}")
-    size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
+    if pad not in (32, 256):
+        raise ValueError(f"pad: expected 256 (llama.cpp) or 32 (releases before, without flash attention), "
+                         f"got {pad!r}")
+    size = _ceil(n_ctx, pad) * pad
     windows = {layer.window for layer in arch.layers if layer.kind == "sliding"}
     swa = size if swa_full or not windows else _ceil(min(size, max(windows) * n_seq + LLAMA_CPP_UBATCH),
-                                                     LLAMA_CPP_PAD) * LLAMA_CPP_PAD
+                                                     pad) * pad
     per_layer = []
     base = swa_cache = state = 0
     for layer in arch.layers:
@@ -210,11 +215,11 @@ def llama_cpp_column(arch: Architecture, n_ctx: int, cache_dtype: str = "float16
 
 
 def llama_cpp_size_lines(arch: Architecture, n_ctx: int, cache_dtype: str = "float16",
-                         swa_full: bool = True, n_seq: int = 1) -> dict[str, dict]:
+                         swa_full: bool = True, n_seq: int = 1, pad: int = LLAMA_CPP_PAD) -> dict[str, dict]:
     """The numbers of llama.cpp's `size = X MiB (C cells, L layers, ...)` lines: per cache ("kv", "swa",
     "recurrent") its MiB, cells and the layers it names."""
-    column = llama_cpp_column(arch, n_ctx, cache_dtype, swa_full, n_seq)
-    size = _ceil(n_ctx, LLAMA_CPP_PAD) * LLAMA_CPP_PAD
+    column = llama_cpp_column(arch, n_ctx, cache_dtype, swa_full, n_seq, pad)
+    size = _ceil(n_ctx, pad) * pad
     out: dict[str, dict] = {}
     for cache, kinds in (("kv", ("full",)), ("swa", ("sliding",)), ("recurrent", ("linear", "mamba"))):
         layers = [i for i, layer in enumerate(arch.layers) if layer.kind in kinds]
