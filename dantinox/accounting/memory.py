@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from dantinox.architectures.config import ModelConfig
+from dantinox.architectures.config import RECURRENT_KINDS, ModelConfig
 from dantinox.cache import cache_shapes, init_cache, tree_nbytes
 from dantinox.cache.eviction import budget_cache_bytes
 from dantinox.cache.kivi import kivi_cache_bytes
@@ -113,14 +113,14 @@ def layer_cache_bytes(cfg: ModelConfig, batch_size: int, tokens: int) -> list[in
     """Each layer's term of `kv_cache_bytes` (a per-layer layout: not KIVI, not eviction)."""
     per_layer = []
     for layer in cfg.layers:  # each layer with its own K, H and ring
-        if layer.kind == "shared":  # reads another layer's cache, stores none
+        if layer.kind in ("shared", "mlp"):  # reads another layer's cache, or none: stores none
             per_layer.append(0)
             continue
-        if layer.kind == "state":  # a recurrent state: the same bytes at any number of tokens
+        if layer.kind in RECURRENT_KINDS:  # a recurrent state: the same bytes at any number of tokens
             per_layer.append(batch_size * state_bytes(cfg, layer))
             continue
-        if cfg.attention == "latent":  # one scale per latent
-            elements, scales = cfg.kv_elements_per_token_per_layer, 1
+        if cfg.attention == "latent":  # one scale per latent, and one per indexer key (DeepSeek-V3.2)
+            elements, scales = cfg.kv_elements_per_token_per_layer, 1 + (cfg.index_topk is not None)
         else:  # one scale per K/V head
             elements, scales = 2 * layer.kv_heads * layer.head_size, 2 * layer.kv_heads
         per_slot = elements * cfg.cache_itemsize + (scales * SCALE_BYTES if cfg.quantized_cache else 0)
@@ -132,13 +132,26 @@ def layer_cache_bytes(cfg: ModelConfig, batch_size: int, tokens: int) -> list[in
 
 def kv_read_bytes(cfg: ModelConfig, batch_size: int = 1, tokens: int | None = None) -> int:
     """Bytes of cache one decode step's attention reads at `tokens` tokens: `kv_cache_bytes`, plus, for every
-    shared layer, its source layer's bytes again (stored once, read by each layer that attends over it)."""
+    shared layer, its source layer's bytes again (stored once, read by each layer that attends over it); with
+    DeepSeek-V3.2's indexer, every indexer key but only the top-k latents (`indexed_read_bytes`)."""
     tokens = cfg.max_context if tokens is None else tokens
+    if cfg.index_topk is not None:  # DeepSeek-V3.2: every indexer key, and only the top k latents
+        return cfg.n_layers * int(batch_size) * indexed_read_bytes(cfg, int(tokens))
     if not cfg.shared_layers:
         return kv_cache_bytes(cfg, batch_size, tokens)
     per_layer = layer_cache_bytes(cfg, int(batch_size), int(tokens))
     return sum(per_layer[s.source] if s.kind == "shared" else b
                for s, b in zip(cfg.layers, per_layer, strict=True))
+
+
+def indexed_read_bytes(cfg: ModelConfig, tokens: int) -> int:
+    """Bytes one decode step of one sequence reads from one layer with DeepSeek-V3.2's indexer, `tokens` held:
+    the indexer scores all T stored keys (I elements each), the attention reads min(k, T) latents (C + R);
+    a quantized cache adds each one's float32 scale. The layer stores T of both (`layer_cache_bytes`)."""
+    scale = SCALE_BYTES if cfg.quantized_cache else 0
+    latent = (cfg.kv_latent_dim + cfg.rope_head_dim) * cfg.cache_itemsize + scale
+    key = cfg.index_head_size * cfg.cache_itemsize + scale
+    return tokens * key + min(cfg.index_topk, tokens) * latent
 
 
 # Content symbol -> (code letter, ModelConfig property): the one place the content's alphabet meets the

@@ -30,12 +30,16 @@ QUANT_CACHE_DTYPES = {"int8": jnp.int8, "fp8_e4m3": jnp.float8_e4m3fn}
 # float16 scales and zeros.
 KIVI_CACHE_DTYPES = {"kivi4": 4, "kivi2": 2}
 MLA_DECODE_PATHS = ("absorbed", "materialized")
+INDEX_FIELDS = ("index_heads", "index_head_size", "index_topk")  # DeepSeek-V3.2's lightning indexer
 # the gate's activation: silu (Llama, SmolLM2) or tanh-approximated gelu (Gemma)
 MLP_KINDS = ("swiglu", "geglu")
 CACHE_LAYOUTS = ("contiguous", "paged")
 EVICTIONS = ("h2o",)  # score-based eviction policies (dantinox/cache/eviction.py)
 # Which keys a layer's queries read (LayerSpec.kind); the names of dantinox.architectures.catalogue.KINDS.
-LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state")
+LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state", "conv", "mamba", "mlp")
+# Layers whose cache is a state of constant size, rewritten by each call: Gated DeltaNet ("state"), LFM2's
+# gated short convolution ("conv") and Mamba-2 ("mamba"); dantinox/cache/state.py holds their payloads.
+RECURRENT_KINDS = ("state", "conv", "mamba")
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -62,7 +66,8 @@ class LayerSpec:
     value; `ModelConfig.layers` gives every layer's spec with each field filled in.
     """
 
-    # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state"
+    # "full" | "sliding" (window W) | "chunked" (chunk C) | "shared" (layer j's cache) | "state" (Gated
+    # DeltaNet) | "conv" (LFM2's gated short convolution) | "mamba" (a Mamba-2 mixer) | "mlp" (no token mixer)
     kind: str = "full"
     # W of a sliding layer (the current token and W - 1 before it), C of a chunked one
     window: int | None = None
@@ -70,9 +75,13 @@ class LayerSpec:
     head_size: int | None = None  # H of this layer's queries, keys and values
     rope_base: float | None = None  # RoPE wavelength base of this layer (Gemma 3: 10k local, 1M global)
     source: int | None = None  # "shared": the earlier layer whose cache this one reads (Gemma 3n)
-    # "state": value heads of the recurrent state (default: kv_heads, its key heads)
+    # "state": value heads of the recurrent state (default: kv_heads, its key heads); "mamba": its SSM heads
+    # (head_size channels each)
     value_heads: int | None = None
-    conv: int | None = None  # "state": width of its short causal convolution (default 4)
+    conv: int | None = None  # "state", "conv", "mamba": width of the short causal convolution (default 4)
+    ssm_state: int | None = None  # "mamba": N, the state size of each SSM head (ssm_state_size)
+    ssm_groups: int | None = None  # "mamba": groups of heads that share one B and C projection (n_groups)
+    channels: int | None = None  # "conv": channels of its convolution (default d_model, as in LFM2)
     # MLA with partial RoPE (a converted model, MHA2MLA): per RoPE key head, the frequency pairs i its keys
     # keep, each turning at base^(-2i / head width); None: the RoPE key's own pairs
     # 0 .. R / rope heads / 2 - 1
@@ -225,6 +234,11 @@ class ModelConfig:
     mla_nope_dim: int | None = None  # width of each head's unrotated query and key; None: head_size
     # RMSNorm on the latent (DeepSeek-V2); a converted latent is a plain projection
     mla_latent_norm: bool = True
+    # DeepSeek-V3.2's sparse attention (DSA) on a latent model: a lightning indexer with one cached key per
+    # token picks the index_topk tokens each query reads (dantinox/cache/indexer.py); all three or none
+    index_heads: int | None = None  # the indexer's query heads (index_n_heads)
+    index_head_size: int | None = None  # I, its cached key's and query heads' width (index_head_dim)
+    index_topk: int | None = None  # k, cached tokens each query attends to (index_topk); None: dense MLA
     # Local layers (dantinox/cache/ring.py), one entry per layer; None: every layer global. See local_layers.
     # W per layer: sees the current token and W - 1 before
     sliding_windows: tuple[int | None, ...] | None = None
@@ -356,7 +370,7 @@ class ModelConfig:
     def _check_mla(self) -> None:
         mla_fields = ("kv_latent_dim", "rope_head_dim")
         if self.attention != "latent":
-            unset = dict.fromkeys((*mla_fields, "q_latent_dim", "mla_nope_dim"))
+            unset = dict.fromkeys((*mla_fields, "q_latent_dim", "mla_nope_dim", *INDEX_FIELDS))
             for name, default in {**unset, "mla_rope_heads": 1, "mla_latent_norm": True}.items():
                 if getattr(self, name) != default:
                     raise ValueError(f"{name}: only used with attention='latent', got "
@@ -377,6 +391,18 @@ class ModelConfig:
                              f"head an even share of rope_head_dim ({self.rope_head_dim}), got {heads}")
         if self.mla_nope_dim is not None:
             positive_int("mla_nope_dim", self.mla_nope_dim)
+        index = [getattr(self, name) for name in INDEX_FIELDS]
+        if index != [None] * 3:
+            if None in index:
+                given = dict(zip(INDEX_FIELDS, index, strict=True))
+                raise ValueError(f"{INDEX_FIELDS[index.index(None)]}: the indexer (DeepSeek-V3.2's sparse "
+                                 f"attention) needs all of {', '.join(INDEX_FIELDS)}, got {given}")
+            for name in INDEX_FIELDS:
+                positive_int(name, getattr(self, name))
+            if self.index_head_size % 2 or self.index_head_size < self.rope_head_dim:
+                raise ValueError(f"index_head_size: the indexer's keys rotate their first rope_head_dim "
+                                 f"({self.rope_head_dim}) channels, so it must be even and at least that, "
+                                 f"got {self.index_head_size}")
         if self.mla_decode not in MLA_DECODE_PATHS:
             raise ValueError(f"mla_decode: expected one of {', '.join(MLA_DECODE_PATHS)}, got "
                              f"{self.mla_decode!r}")
@@ -434,11 +460,12 @@ class ModelConfig:
             elif spec.source is not None:
                 raise ValueError(f"{at}.source: only a 'shared' layer reads another layer's cache, got "
                                  f"{spec.source}")
-            if spec.kind == "state":
+            if spec.kind in RECURRENT_KINDS:
                 self._check_state(at, spec)
-            elif (spec.value_heads, spec.conv) != (None, None):
-                raise ValueError(f"{at}.value_heads: value_heads and conv describe a 'state' layer's "
-                                 f"recurrent state, got kind={spec.kind!r}")
+            elif (spec.value_heads, spec.conv, spec.ssm_state, spec.ssm_groups, spec.channels) != (None,) * 5:
+                raise ValueError(f"{at}.value_heads: value_heads, conv, ssm_state, ssm_groups and channels "
+                                 f"describe a recurrent layer's state ({', '.join(RECURRENT_KINDS)}), got "
+                                 f"kind={spec.kind!r}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
                 if self.n_heads % spec.kv_heads and spec.kind != "state":  # a state layer has its own heads
@@ -468,10 +495,10 @@ class ModelConfig:
         if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
             raise ValueError(f"{at}.source: a shared layer reads an earlier layer's cache, expected a layer "
                              f"index in 0..{i - 1}, got {j!r}")
-        if specs[j].kind == "shared":
+        if specs[j].kind in ("shared", "mlp"):
             raise ValueError(f"{at}.source: layer {j} is itself shared and stores nothing; name the layer it "
                              f"reads ({specs[j].source})")
-        if specs[j].kind == "state":
+        if specs[j].kind in RECURRENT_KINDS:
             raise ValueError(f"{at}.source: layer {j} keeps a recurrent state, not keys and values to read")
         if self.attention == "latent":
             raise ValueError(f"{at}.kind: shared layers read K/V heads; "
@@ -483,22 +510,50 @@ class ModelConfig:
                                  f"({theirs}); leave it out, got {getattr(spec, name)}")
 
     def _check_state(self, at: str, spec: LayerSpec) -> None:
-        """A linear-attention layer with a recurrent state (Gated DeltaNet): key heads (kv_heads) of head_size
-        channels, value heads a multiple of them, a short convolution; float storage, no latent."""
+        """A recurrent layer: Gated DeltaNet ('state': key heads (kv_heads) of head_size channels, value heads
+        a multiple of them), LFM2's short convolution ('conv': its channels, default d_model) or Mamba-2
+        ('mamba': value_heads SSM heads of head_size channels, ssm_state, ssm_groups dividing the heads); each
+        with a short convolution; float storage, no latent."""
         if self.attention == "latent":
-            raise ValueError(f"{at}.kind: 'state' layers are built beside K/V-heads layers; "
-                             "attention='latent' is not built with them")
+            raise ValueError(f"{at}.kind: {spec.kind!r} layers are built beside K/V-heads layers; "
+                             f"attention='latent' is not built with them")
+        if spec.conv is not None:
+            positive_int(f"{at}.conv", spec.conv)
+        if spec.kind != "mamba" and (spec.ssm_state, spec.ssm_groups) != (None, None):
+            raise ValueError(f"{at}.ssm_state: ssm_state and ssm_groups size a 'mamba' layer, got "
+                             f"kind={spec.kind!r}")
+        if spec.kind != "conv" and spec.channels is not None:
+            raise ValueError(f"{at}.channels: channels size a 'conv' layer's convolution, got "
+                             f"kind={spec.kind!r}")
+        if spec.kind == "conv":
+            given = [n for n in ("kv_heads", "head_size", "value_heads") if getattr(spec, n) is not None]
+            if given:
+                raise ValueError(f"{at}.{given[0]}: a 'conv' layer convolves its channels with no heads; "
+                                 f"leave it out")
+            if spec.channels is not None:
+                positive_int(f"{at}.channels", spec.channels)
+            return
+        if spec.kind == "mamba":
+            if spec.kv_heads is not None:
+                raise ValueError(f"{at}.kv_heads: a 'mamba' layer has SSM heads (value_heads), not key heads")
+            heads = (self.n_heads if spec.value_heads is None
+                     else positive_int(f"{at}.value_heads", spec.value_heads))
+            for name in ("ssm_state", "ssm_groups"):
+                if getattr(spec, name) is not None:
+                    positive_int(f"{at}.{name}", getattr(spec, name))
+            if heads % (spec.ssm_groups or 1):
+                raise ValueError(f"{at}.ssm_groups: each group serves the same number of heads, so it must "
+                                 f"divide value_heads ({heads}), got {spec.ssm_groups}")
+            return
         k = spec.kv_heads or self.n_kv_heads
         if spec.value_heads is not None and positive_int(f"{at}.value_heads", spec.value_heads) % k:
             raise ValueError(f"{at}.value_heads: each key head serves the same number of value heads, so it "
                              f"must be a multiple of kv_heads ({k}), got {spec.value_heads}")
-        if spec.conv is not None:
-            positive_int(f"{at}.conv", spec.conv)
 
     @property
     def state_layers(self) -> tuple[int, ...]:
-        """The linear-attention layers, whose cache is a recurrent state of constant size."""
-        return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind == "state")
+        """The recurrent layers (RECURRENT_KINDS), whose cache is a state of constant size."""
+        return tuple(i for i, s in enumerate(self.layer_specs or ()) if s.kind in RECURRENT_KINDS)
 
     @property
     def shared_layers(self) -> tuple[int, ...]:
@@ -553,6 +608,13 @@ class ModelConfig:
             elif s.kind == "state":
                 filled[i] = dataclasses.replace(filled[i], value_heads=s.value_heads or filled[i].kv_heads,
                                                 conv=s.conv or 4)
+            elif s.kind == "conv":  # no heads: every d_model channel has its own kernel
+                filled[i] = dataclasses.replace(filled[i], kv_heads=None, head_size=None, conv=s.conv or 4,
+                                                channels=s.channels or self.d_model)
+            elif s.kind == "mamba":  # defaults: transformers' Mamba2Config (ssm_state_size 128, n_groups 1)
+                filled[i] = dataclasses.replace(filled[i], kv_heads=None,
+                                                value_heads=s.value_heads or self.n_heads, conv=s.conv or 4,
+                                                ssm_state=s.ssm_state or 128, ssm_groups=s.ssm_groups or 1)
         return tuple(filled)
 
     @property
@@ -639,8 +701,8 @@ class ModelConfig:
     @property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements one token adds to one layer: 2·K·H, or C + R for MLA."""
-        if self.attention == "latent":
-            return self.kv_latent_dim + self.rope_head_dim
+        if self.attention == "latent":  # and the indexer's key, where there is one
+            return self.kv_latent_dim + self.rope_head_dim + (self.index_head_size or 0)
         return 2 * self.n_kv_heads * self.head_size
 
     @property

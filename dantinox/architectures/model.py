@@ -1,4 +1,5 @@
-"""The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention, GatedDeltaNet, MLP, Block,
+"""The dantinox transformer, top-down: RMSNorm, RoPE, Attention, LatentAttention (with DeepSeek-V3.2's
+LightningIndexer), the recurrent mixers GatedDeltaNet, ShortConv and Mamba2 (one causal_conv), MLP, Block,
 Transformer.
 
 Attention's arithmetic is dantinox/architectures/attention.py's `attend`. Shapes are named with the alphabet
@@ -20,9 +21,10 @@ import numpy as np
 from flax import nnx
 
 from dantinox import ops
-from dantinox.architectures.attention import attend
+from dantinox.architectures.attention import NEG_INF, attend
 from dantinox.architectures.config import LayerSpec, ModelConfig
 from dantinox.cache import (
+    IndexedLatentCache,
     KVCache,
     LatentCache,
     LayerCache,
@@ -200,6 +202,8 @@ class LatentAttention(nnx.Module):
         self.w_uk = nnx.Param(init(rngs.params(), (C, N, cfg.qk_nope_dim), dtype))  # latent -> keys
         self.w_uv = nnx.Param(init(rngs.params(), (C, N, H), dtype))  # latent -> per-head value
         self.wo = _dense(N * H, D, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+        self.indexer = (None if cfg.index_topk is None
+                        else LightningIndexer(cfg, cfg.q_latent_dim or D, rngs=rngs))
 
     def rope_freqs(self) -> np.ndarray:
         """[rope heads, pairs] the angle per position of each RoPE key head's channel pairs: its own pairs
@@ -232,14 +236,26 @@ class LatentAttention(nnx.Module):
             c_BTC = c_BTC if self.kv_norm is None else self.kv_norm(c_BTC)
             k_rope_BTKR = rotate_pairs(self.k_rope(x_BTD).reshape(B, T, Kr, -1), pos_BT, freqs_KP)
             ckv_BTX = jnp.concatenate([c_BTC, k_rope_BTKR.reshape(B, T, -1)], axis=-1)
+        read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
+        if self.indexer is None:
+            with jax.named_scope("cache_write"):
+                new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
+                cache, view = _view(layout, cache, new, pos_BT, fill)
+            with jax.named_scope("attend"):
+                out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
+            with jax.named_scope("out_proj"):
+                return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, view
+        # DeepSeek-V3.2's sparse attention: store the indexer's key too, then read only each query's top k
         with jax.named_scope("cache_write"):
-            new = LatentCache(ckv_BTX) if cache is None else layout.encode(ckv_BTX)
+            idx_BTI = self.indexer.key(x_BTD, pos_BT, self.layer.rope_base)
+            new = IndexedLatentCache(ckv_BTX, idx_BTI) if cache is None else layout.encode(ckv_BTX, idx_BTI)
             cache, view = _view(layout, cache, new, pos_BT, fill)
         with jax.named_scope("attend"):
-            read = self._read_absorbed if cfg.mla_decode == "absorbed" else self._read_materialized
-            out_BTNH = read(q_nope_BTNH, q_rope_BTNR, view, view.mask(pos_BT, cfg.causal))
+            chosen = self.indexer.select(q_in, x_BTD, pos_BT, self.layer.rope_base, view, cfg.causal)
+            rows = lambda a: a.reshape((B * T, 1) + a.shape[2:])  # noqa: E731  each query a row of its own
+            out_RNH = read(rows(q_nope_BTNH), rows(q_rope_BTNR), chosen, chosen.k_pos_BS[:, None, :] >= 0)
         with jax.named_scope("out_proj"):
-            return self.wo(out_BTNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, view
+            return self.wo(out_RNH.reshape(B, T, N * H).astype(x_BTD.dtype)), cache, chosen
 
     @property
     def scale(self) -> float:
@@ -287,6 +303,83 @@ class LatentAttention(nnx.Module):
             return jnp.einsum("BTNC,CNH->BTNH", out_BT1NC[:, :, 0], self.w_uv[...].astype(jnp.float32))
 
 
+class LightningIndexer(nnx.Module):
+    """DeepSeek-V3.2's lightning indexer (DSA, arXiv:2512.02556 §2.1): which k cached tokens a query reads.
+
+    Each token stores one key k_s of I channels (the cache's `idx_k`, beside its latent); a query token t has
+    `index_heads` query heads q_tj of I channels and a weight w_tj per head, and scores every visible cached
+    token with I(t, s) = sum_j w_tj ReLU(q_tj · k_s). The top `index_topk` scores pick the latents the main
+    attention reads. Queries come from the query latent (x without one), keys from x through a norm; both
+    rotate their first R channels by RoPE (R = rope_head_dim), as in DeepSeek's inference code
+    (https://github.com/deepseek-ai/DeepSeek-V3.2-Exp, inference/model.py, which normalises the key with a
+    LayerNorm where this uses the model's RMSNorm, and keeps the indexer's cache in fp8).
+    """
+
+    def __init__(self, cfg: ModelConfig, q_width: int, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        J, I = cfg.index_heads, cfg.index_head_size
+        self.q_up = _dense(q_width, J * I, cfg, rngs)
+        self.k_proj = _dense(cfg.d_model, I, cfg, rngs)
+        self.k_norm = RMSNorm(I, cfg.norm_eps, cfg.param_jnp_dtype)
+        self.weights = _dense(cfg.d_model, J, cfg, rngs)
+
+    def _rope(self, x: jax.Array, pos_BT: jax.Array, base: float) -> jax.Array:
+        R = self.cfg.rope_head_dim  # the first R channels turn with the position, the rest do not
+        return jnp.concatenate([apply_rope(x[..., :R], pos_BT, base), x[..., R:]], axis=-1)
+
+    def key(self, x_BTD: jax.Array, pos_BT: jax.Array, base: float) -> jax.Array:
+        """[B, T, I] the key each new token stores."""
+        return self._rope(self.k_norm(self.k_proj(x_BTD)), pos_BT, base)
+
+    def scores(self, q_in: jax.Array, x_BTD: jax.Array, pos_BT: jax.Array, base: float,
+               keys_BSI: jax.Array) -> jax.Array:
+        """[B, T, S] I(t, s) of the T new queries against S stored keys."""
+        B, T, _ = x_BTD.shape
+        J, I = self.cfg.index_heads, self.cfg.index_head_size
+        q_BTJI = self._rope(self.q_up(q_in).reshape(B, T, J, I), pos_BT, base).astype(jnp.float32)
+        w_BTJ = self.weights(x_BTD).astype(jnp.float32) * (J * I) ** -0.5  # the heads' weights, scaled once
+        dots_BTJS = jax.nn.relu(jnp.einsum("BTJI,BSI->BTJS", q_BTJI, keys_BSI.astype(jnp.float32)))
+        return jnp.einsum("BTJS,BTJ->BTS", dots_BTJS, w_BTJ)
+
+    def select(self, q_in: jax.Array, x_BTD: jax.Array, pos_BT: jax.Array, base: float, view: View,
+               causal: bool) -> View:
+        """The View the main attention reads: for each query token (a row of its own, B · T rows) the latents
+        of its top-k visible tokens by I(t, s), k = min(index_topk, S); a selected slot it may not see is
+        -1."""
+        B, T, _ = x_BTD.shape
+        payload = view.payload
+        S = payload.slots
+        rows_B = jnp.arange(B) if payload.ckv.shape[0] == B else jnp.zeros((B,), jnp.int32)  # a pool: one row
+        visible_BTS = view.mask(pos_BT, causal)
+        scores_BTS = self.scores(q_in, x_BTD, pos_BT, base, payload.index_keys()[rows_B])
+        _, top_BTk = jax.lax.top_k(jnp.where(visible_BTS, scores_BTS, NEG_INF), min(self.cfg.index_topk, S))
+        at = (rows_B[:, None, None], top_BTk)  # gather only the k chosen slots of each query
+        k_pos_BTS = jnp.where(visible_BTS, jnp.broadcast_to(view.k_pos_BS[:, None], visible_BTS.shape), -1)
+        k_pos_Rk = jnp.take_along_axis(k_pos_BTS, top_BTk, axis=-1).reshape(B * T, -1)
+        scale = None if payload.ckv_scale is None else payload.ckv_scale[at].reshape(B * T, -1)
+        chosen = LatentCache(payload.ckv[at].reshape((B * T, -1, payload.ckv.shape[-1])), scale)
+        return View(chosen, k_pos_Rk, view.addressing)
+
+
+def causal_conv(window_BCW: jax.Array | None, new_BTC: jax.Array, kernel_CW: jax.Array, live_BT: jax.Array,
+                dtype: Any) -> tuple[jax.Array, jax.Array]:
+    """A short causal depthwise convolution over the T new inputs after the W the window holds (zeros before
+    the first token): each output channel c sums kernel[c, j] times its input W - 1 - j steps back, j < W.
+
+    Returns the float32 outputs [B, T, C] and the window [B, C, W] the next call needs: the last W live inputs
+    of each row (live tokens come first in a row, so a ragged row's padding never enters it).
+    """
+    B, T, C = new_BTC.shape
+    W = kernel_CW.shape[-1]
+    window = jnp.zeros((B, C, W), dtype) if window_BCW is None else window_BCW
+    inputs = jnp.concatenate([window.swapaxes(1, 2), new_BTC.astype(window.dtype)], axis=1)  # [B, W + T, C]
+    kernel = kernel_CW.astype(jnp.float32)
+    out_BTC = sum(inputs[:, 1 + j:1 + j + T].astype(jnp.float32) * kernel[:, j] for j in range(W))
+    n_B = jnp.sum(live_BT, axis=1)
+    last = jax.vmap(lambda seq, n: jax.lax.dynamic_slice_in_dim(seq, n, W, axis=0))(inputs, n_B)
+    return out_BTC, last.swapaxes(1, 2)
+
+
 def _delta_rule_step(S_BVHH: jax.Array, t: tuple) -> tuple[jax.Array, jax.Array]:
     """One token of the gated delta rule: decay the state, correct what it returns for k towards v, read q."""
     q_t, k_t, v_t, g_t, b_t = t
@@ -330,18 +423,14 @@ class GatedDeltaNet(nnx.Module):
         `fill` leave it as it was). Returns the output, the new state and no view (nothing to share)."""
         layer = self.layer
         B, T, _ = x_BTD.shape
-        K, V, H, W = layer.kv_heads, layer.value_heads, layer.head_size, layer.conv
+        K, V, H = layer.kv_heads, layer.value_heads, layer.head_size
         with jax.named_scope("qkv"):
             qkvz = self.in_proj(x_BTD)
             qkv, z_BTVH = qkvz[..., :(2 * K + V) * H], qkvz[..., (2 * K + V) * H:].reshape(B, T, V, H)
             b_BTV, a_BTV = jnp.split(self.gates(x_BTD).astype(jnp.float32), 2, axis=-1)
             live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
-            window = (jnp.zeros((B, qkv.shape[-1], W), self.cfg.jnp_dtype) if cache is None else cache.window)
-            parts = [window.swapaxes(1, 2), qkv.astype(window.dtype)]
-            inputs = jnp.concatenate(parts, axis=1)  # [B, W + T, C]
-            kernel = self.conv[...].astype(jnp.float32)
-            mixed = sum(inputs[:, 1 + j:1 + j + T].astype(jnp.float32) * kernel[:, j] for j in range(W))
-            # [B, T, C]: causal, each output sees its input and the W - 1 before it
+            mixed, window = causal_conv(None if cache is None else cache.window, qkv, self.conv[...], live_BT,
+                                        self.cfg.jnp_dtype)
             mixed = jax.nn.silu(mixed)
             q, k, v = jnp.split(mixed, [K * H, 2 * K * H], axis=-1)
             unit = lambda t: t * jax.lax.rsqrt(jnp.sum(t * t, -1, keepdims=True) + 1e-6)  # noqa: E731
@@ -358,12 +447,102 @@ class GatedDeltaNet(nnx.Module):
             steps = tuple(jnp.swapaxes(t, 0, 1) for t in (q, k, v, decay, beta))  # time first
             S, o_TBVH = jax.lax.scan(_delta_rule_step, S0, steps)
             o_BTVH = self.norm(jnp.swapaxes(o_TBVH, 0, 1)) * jax.nn.silu(z_BTVH.astype(jnp.float32))
-        if cache is not None:  # the last W live inputs of each row (live tokens come first in a row)
-            n_B = jnp.sum(live_BT, axis=1)
-            last = jax.vmap(lambda seq, n: jax.lax.dynamic_slice_in_dim(seq, n, W, axis=0))(inputs, n_B)
-            cache = type(cache)(S, last.swapaxes(1, 2))
+        if cache is not None:
+            cache = type(cache)(S, window)
         with jax.named_scope("out_proj"):
             return self.out(o_BTVH.reshape(B, T, V * H).astype(x_BTD.dtype)), cache, None
+
+
+class ShortConv(nnx.Module):
+    """LFM2's gated short convolution (a 'conv' layer; LFM2 technical report, arXiv:2511.23404, and
+    transformers' `Lfm2ShortConv`): three projections B, C and x of the input to the layer's channels
+    (LFM2: D); B·x through a causal depthwise convolution of `conv` taps; the result gated by C and projected
+    back to D. No attention and no position: its cache is the convolution's last inputs
+    (dantinox/cache/state.py's ConvCache), constant in the number of tokens.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
+        self.cfg, self.layer = cfg, layer
+        C, W = layer.channels, layer.conv
+        self.in_proj = _dense(cfg.d_model, 3 * C, cfg, rngs)  # B, C, x
+        init = nnx.initializers.normal(stddev=W**-0.5)
+        self.conv = nnx.Param(init(rngs.params(), (C, W), cfg.param_jnp_dtype))
+        self.out = _dense(C, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+
+    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: Any = None, fill: Fill | None = None,
+                 layout: Layout | None = None,
+                 source_view: View | None = None) -> tuple[jax.Array, Any, None]:
+        """The T new tokens through the convolution, after the inputs the cache's window holds."""
+        B, T, _ = x_BTD.shape
+        b, c, h = jnp.split(self.in_proj(x_BTD), 3, axis=-1)  # [B, T, channels] each
+        live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
+        mixed, window = causal_conv(None if cache is None else cache.window, b * h, self.conv[...], live_BT,
+                                    self.cfg.jnp_dtype)
+        y = c.astype(jnp.float32) * mixed
+        return self.out(y.astype(x_BTD.dtype)), None if cache is None else type(cache)(window), None
+
+
+def _ssm_step(h_BNPS: jax.Array, t: tuple) -> tuple[jax.Array, jax.Array]:
+    """One token of Mamba-2's scan: decay each head's state by exp(Δ·A), add Δ · x ⊗ B, read it with C."""
+    x_BNP, b_BNS, c_BNS, dt_BN, decay_BN = t
+    write_BNPS = (dt_BN[..., None] * x_BNP)[..., None] * b_BNS[:, :, None]
+    h_BNPS = h_BNPS * jnp.exp(decay_BN)[..., None, None] + write_BNPS
+    return h_BNPS, jnp.einsum("BNPS,BNS->BNP", h_BNPS, c_BNS)
+
+
+class Mamba2(nnx.Module):
+    """A Mamba-2 mixer (a 'mamba' layer; Dao and Gu, arXiv:2405.21060; the M layers of Nemotron-H and
+    Granite 4.0-H), run as the plain sequential scan of its recurrence.
+
+    One projection gives z (the gate), the inputs x of `value_heads` heads of P = head_size channels, B and C
+    (N = ssm_state channels per group of heads) and Δ per head; x, B and C go through a short causal
+    convolution and SiLU. Per head, with A < 0 a learned scalar: h ← exp(Δ·A) h + Δ · x ⊗ B, y = h·C + D·x.
+    The output is RMS-normalised per group after the SiLU(z) gate, then projected back to D. The cache is
+    dantinox/cache/state.py's MambaCache: the heads' P x N states and the convolution's window.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
+        self.cfg, self.layer = cfg, layer
+        Nh, P, S, G, W = layer.value_heads, layer.head_size, layer.ssm_state, layer.ssm_groups, layer.conv
+        conv_dim = Nh * P + 2 * G * S
+        self.in_proj = _dense(cfg.d_model, Nh * P + conv_dim + Nh, cfg, rngs)  # z, then x B C, then Δ
+        self.conv = nnx.Param(nnx.initializers.normal(stddev=W**-0.5)(rngs.params(), (conv_dim, W),
+                                                                        cfg.param_jnp_dtype))
+        self.dt_bias = nnx.Param(jnp.zeros((Nh,), jnp.float32))
+        rates = jax.random.uniform(rngs.params(), (Nh,), jnp.float32, 1.0, 16.0)  # A = -rate per head
+        self.a_log = nnx.Param(jnp.log(rates))
+        self.skip = nnx.Param(jnp.ones((Nh,), jnp.float32))  # D: the input's direct path
+        self.norm = RMSNorm(Nh * P // G, cfg.norm_eps, cfg.param_jnp_dtype)
+        self.out = _dense(Nh * P, cfg.d_model, cfg, rngs, scale=(2 * cfg.n_layers) ** -0.5)
+
+    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: Any = None, fill: Fill | None = None,
+                 layout: Layout | None = None,
+                 source_view: View | None = None) -> tuple[jax.Array, Any, None]:
+        """The T new tokens through the scan, from the cache's state and into it (tokens not live in `fill`
+        leave it as it was: their Δ is 0)."""
+        layer = self.layer
+        B, T, _ = x_BTD.shape
+        Nh, P, S, G = layer.value_heads, layer.head_size, layer.ssm_state, layer.ssm_groups
+        proj = self.in_proj(x_BTD)
+        z_BTE, xbc, dt_BTN = jnp.split(proj, [Nh * P, proj.shape[-1] - Nh], axis=-1)
+        live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
+        mixed, window = causal_conv(None if cache is None else cache.window, xbc, self.conv[...], live_BT,
+                                    self.cfg.jnp_dtype)
+        mixed = jax.nn.silu(mixed)
+        x, b, c = jnp.split(mixed, [Nh * P, Nh * P + G * S], axis=-1)
+        x_BTNP = x.reshape(B, T, Nh, P)
+        # each head reads its group's B and C
+        b_BTNS, c_BTNS = (jnp.repeat(t.reshape(B, T, G, S), Nh // G, axis=2) for t in (b, c))
+        rate = jax.nn.softplus(dt_BTN.astype(jnp.float32) + self.dt_bias[...])
+        dt = jnp.where(live_BT[..., None], rate, 0.0)
+        decay = -jnp.exp(self.a_log[...]) * dt  # log of exp(Δ·A): 0 for a padding token, keeps the state
+        h0 = jnp.zeros((B, Nh, P, S), jnp.float32) if cache is None else cache.ssm
+        steps = tuple(jnp.swapaxes(t, 0, 1) for t in (x_BTNP, b_BTNS, c_BTNS, dt, decay))  # time first
+        h, y_TBNP = jax.lax.scan(_ssm_step, h0, steps)
+        y_BTNP = jnp.swapaxes(y_TBNP, 0, 1) + self.skip[...][:, None] * x_BTNP
+        gated = y_BTNP.reshape(B, T, Nh * P) * jax.nn.silu(z_BTE.astype(jnp.float32))
+        y = self.norm(gated.reshape(B, T, G, Nh * P // G)).reshape(B, T, Nh * P)
+        return self.out(y.astype(x_BTD.dtype)), None if cache is None else type(cache)(h, window), None
 
 
 class MLP(nnx.Module):
@@ -383,10 +562,14 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
-        self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
-        self.attn = (GatedDeltaNet(cfg, layer, rngs=rngs) if layer.kind == "state"
-                     else LatentAttention(cfg, layer, rngs=rngs) if cfg.attention == "latent"
-                     else Attention(cfg, layer, rngs=rngs))
+        mixers = {"state": GatedDeltaNet, "conv": ShortConv, "mamba": Mamba2}  # the recurrent kinds
+        if layer.kind == "mlp":  # an MLP-only block (Nemotron-H): no token mixer
+            self.norm1, self.attn = None, None
+        else:
+            self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
+            self.attn = (mixers[layer.kind](cfg, layer, rngs=rngs) if layer.kind in mixers
+                         else LatentAttention(cfg, layer, rngs=rngs) if cfg.attention == "latent"
+                         else Attention(cfg, layer, rngs=rngs))
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.param_jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
         if cfg.post_norms:  # each branch's output normalized before the residual add (Gemma 2 and 3)
@@ -396,6 +579,8 @@ class Block(nnx.Module):
             self.attn_out_norm = self.mlp_out_norm = None
 
     def __call__(self, x, pos_BT, cache=None, fill=None, layout=None, source_view=None):
+        if self.attn is None:  # its cache (nothing) passes through
+            return x + self.mlp(self.norm2(x)), cache, None
         h, cache, view = self.attn(self.norm1(x), pos_BT, cache, fill, layout, source_view)
         x = x + (h if self.attn_out_norm is None else self.attn_out_norm(h))
         h = self.mlp(self.norm2(x))

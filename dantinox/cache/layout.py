@@ -8,7 +8,8 @@ architecture allows):
               paged.py), `Budget` (H2O, eviction.py)
   storage     the dtype of the stored values: a float dtype, or int8 / fp8 codes with a float32 scale per
               token and head (quant.py; `SCALE_LAYOUT` declares how scales lie); KIVI (kivi.py)
-  payload     `LayerCache` (K/V heads) or `LatentCache` (MLA's latent and RoPE key)
+  payload     `LayerCache` (K/V heads) or `LatentCache` (MLA's latent and RoPE key), here; the indexed latent
+              (indexer.py), the shared layer's nothing (shared.py) and the recurrent states (state.py)
 Attention asks its layout for a `View` (the arrays to attend over, each slot's position, and the layout's
 visibility rule) and has one code path for all of them. Keys are cached after RoPE.
 

@@ -3,8 +3,9 @@
 Three tables, one per axis of a layout (layout.py):
   ADDRESSING  layer kind ("full", "sliding", "chunked") or, for full layers, the cache's `cache_layout`
               ("contiguous", "paged") -> build(cfg, layer) -> an addressing
-  PAYLOAD     a layer kind ("shared") or the model's attention kind ("latent") -> a payload type; any
-              other layer stores K/V heads
+  PAYLOAD     a layer kind ("shared", "state", "conv", "mamba") or the model's attention kind ("latent";
+              "indexed_latent" for a latent model with DeepSeek-V3.2's indexer) -> a payload type; any other
+              layer stores K/V heads
   MODES       a whole-cache storage mode that brings its own layout (KIVI, H2O eviction): name -> build(cfg,
               layer) -> a Layout; `mode_of(cfg)` names the one a cache config asks for
 A layout module registers its own entries when the package `dantinox.cache` is imported, so adding a layout
@@ -57,7 +58,9 @@ def layer_layout(cfg: ModelConfig, layer: LayerSpec) -> Layout:
     if key not in ADDRESSING:
         raise ValueError(f"layers: no cache layout is registered for {key!r} (registered: "
                          f"{', '.join(sorted(ADDRESSING))})")
-    payload = PAYLOAD.get(layer.kind) or PAYLOAD.get(cfg.attention, LayerCache)
+    indexed = cfg.attention == "latent" and cfg.index_topk is not None  # MLA with the lightning indexer
+    payload = (PAYLOAD.get(layer.kind)
+               or PAYLOAD.get("indexed_latent" if indexed else cfg.attention, LayerCache))
     return Layout(ADDRESSING[key](cfg, layer), payload, layer, cfg.cache)
 
 

@@ -7,7 +7,8 @@ https://huggingface.co/docs/transformers/model_doc/gemma3n). In dantinox such a 
 its attention the View layer j's write produced (dantinox/architectures/model.py). So the cache is stored once
 and read twice: the bytes a decode step reads are not the bytes the cache holds (accounting/roofline.py).
 
-Registered here: the "shared" layer kind's addressing and payload (registry.py).
+Registered here: the "shared" layer kind's addressing and payload (registry.py), and the "mlp" kind's (a block
+with no token mixer, Nemotron-H's MLP and MoE layers: nothing stored, nothing read).
 """
 
 from __future__ import annotations
@@ -42,20 +43,28 @@ class SharedCache(Payload, _NoFields):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReadsLayer(Contiguous):
-    """No slot of its own: the layer's queries read layer `source`'s view (its keys, positions and mask)."""
+class NoSlots(Contiguous):
+    """No slot of its own: an MLP-only block (Nemotron-H's '-' and 'E' layers), which mixes no tokens."""
 
-    source: int
     bounded: ClassVar[bool] = True  # 0 slots whatever the length
 
     def slots(self, length: int) -> int:
         return 0
 
     def locate(self, pos_BT, live_BT, after_B, S, table):
-        """No token is written here (slot -1 for every one): the source layer holds them."""
+        """No token is written here (slot -1 for every one)."""
         rows = jnp.broadcast_to(jnp.arange(pos_BT.shape[0])[:, None], pos_BT.shape)
         return rows, jnp.full(pos_BT.shape, -1, jnp.int32)
 
 
+@dataclasses.dataclass(frozen=True)
+class ReadsLayer(NoSlots):
+    """No slot of its own: the layer's queries read layer `source`'s view (its keys, positions and mask)."""
+
+    source: int
+
+
 register(ADDRESSING, "shared")(lambda cfg, layer: ReadsLayer(layer.source))
 register(PAYLOAD, "shared")(SharedCache)
+register(ADDRESSING, "mlp")(lambda cfg, layer: NoSlots())  # an MLP-only block stores nothing either
+register(PAYLOAD, "mlp")(SharedCache)
