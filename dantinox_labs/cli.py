@@ -150,7 +150,8 @@ def _kv(args: argparse.Namespace) -> int:
 
     arch = load_architecture(args.config)
     ledger = kv_ledger(arch, args.tokens, args.batch, args.cache_dtype, args.device, args.weight_bytes,
-                       measure=not args.measure, weights_format=args.weights_format)
+                       measure=not args.measure, weights_format=args.weights_format, mtp=args.mtp)
+    arch = arch.with_mtp_layers() if args.mtp else arch  # the layers the ledger counted
     if args.measure:
         ledger = with_working_model(ledger, arch)
     print(json.dumps(ledger.to_json()) if args.json else ledger_table(ledger, arch))
@@ -330,6 +331,9 @@ def build_parser(presets: list[str] | None = None) -> argparse.ArgumentParser:
                     help="how the weights are stored, for the fit: fp32, bf16, fp8 or mxfp4 (default: the published "
                          "checkpoint's format where the catalogue names it, else bf16)")
     kv.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    kv.add_argument("--mtp", action="store_true",
+                    help="count the model's multi-token-prediction layers (num_nextn_predict_layers) as an engine "
+                         "drafting with them caches them (vLLM's deepseek_mtp); plain decoding caches none")
     kv.add_argument("--measure", action="store_true",
                     help="build a working model with the real per-layer cache geometry (narrow widths, random "
                          "weights), decode with it and print each layer's measured bytes beside the ledger")

@@ -86,13 +86,17 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
     lines += ["", f"total: {ledger.total_bytes:,} B ({format_bytes(ledger.total_bytes)}); {how}: "
               f"{ledger.measured_bytes:,} B",
               f"per token: one more token adds {ledger.per_token_bytes:,} B to a sequence at T = {ledger.tokens:,}",
+              *([f"read per decode step (derived): {ledger.read_total_bytes:,} B "
+                 f"({format_bytes(ledger.read_total_bytes)}) of the {ledger.total_bytes:,} B stored: every indexer "
+                 "key, only the top-k latents"]
+                if any(r.kind == "latent" and r.read_bytes is not None for r in ledger.rows) else []),
               f"naive calculator: {ledger.naive_formula} = {ledger.naive_bytes:,} B "
               f"({format_bytes(ledger.naive_bytes)}), {ledger.naive_error_pct:+.1f} % against the ledger"]
     lines += [f"  - {term}" for term in ledger.gap_terms]
     crossover = None if arch is None else state_crossover_tokens(arch, ledger.cache_dtype)
     if crossover is not None:
         lines.append(f"crossover (derived): from T = {crossover:,} tokens on, the attention layers' K/V take more "
-                     "bytes than the constant states of the linear-attention / Mamba-2 layers")
+                     "bytes than the constant states of the linear-attention / Mamba-2 / convolution layers")
     lines += [f"note: {note}" for note in ledger.notes]
     fit = ledger.fit
     if fit is not None:

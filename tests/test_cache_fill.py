@@ -22,6 +22,10 @@ TINY = Architecture(
         LayerGeometry(2, "chunked", kv_heads=1, head_size=8, window=C),
         LayerGeometry(3, "shared", kv_heads=2, head_size=8, shares=1),
         LayerGeometry(4, "linear", kv_heads=1, head_size=8, value_heads=2, value_size=8, conv=4)))
+UNEQUAL = Architecture(
+    name="unequal heads", model_type="test", d_model=16, n_heads=2, config_kv_heads=2, max_context=64,
+    source="tests/test_cache_fill.py", layers=(
+        LayerGeometry(0, "linear", kv_heads=1, head_size=8, value_heads=2, value_size=16, conv=4),))
 LATENT = Architecture(
     name="tiny latent", model_type="test", d_model=16, n_heads=2, config_kv_heads=2, max_context=64,
     source="tests/test_cache_fill.py", layers=tuple(LayerGeometry(i, "latent", latent=16, rope=8) for i in range(2)))
@@ -65,8 +69,8 @@ def test_the_latent_holds_one_small_slot_per_token():
 
 
 def test_what_cannot_run_here_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="Mamba-2") as err:
-        fill_plan(load_architecture("nemotron-h-8b"), 16)
+    with pytest.raises(ValueError, match="keys of 8 and values of 16") as err:
+        fill_plan(UNEQUAL, 16)
     with pytest.raises(ValueError, match="above the labs' .* allocation guard; lower the tokens") as err2:
         fill_plan(TINY, 10, guard=1000)
     with pytest.raises(ValueError, match="at most max_position_embeddings = 64") as err3:
@@ -79,8 +83,10 @@ def test_the_panel_decodes_draws_any_step_and_stops_on_request(monkeypatch):
     from widgets.cache_fill_panel import CacheFillPanel
 
     panel = CacheFillPanel(model="tiny hybrid", tokens=10,
-                           archs={"tiny hybrid": TINY, "nemotron-h-8b": load_architecture("nemotron-h-8b")})
-    assert list(panel.model.options) == ["tiny hybrid"]  # a model whose working model does not build is not offered
+                           archs={"tiny hybrid": TINY, "nemotron-h-8b": load_architecture("nemotron-h-8b"),
+                                  "unequal heads": UNEQUAL})
+    assert list(panel.model.options) == ["tiny hybrid", "nemotron-h-8b"]  # a model whose working model does not
+    # build (Gated DeltaNet values wider than its keys) is not offered
     panel.run(wait=True)
     assert panel.error == "" and len(panel.steps) == 10 and (panel.step.max, panel.step.value) == (10, 10)
     assert "at every step so far" in panel.readout.value and "wrapped 2x" in panel.readout.value

@@ -99,9 +99,12 @@ def test_deepseek_v32_stores_the_indexer_key_beside_the_latent():
     arch = load_architecture("deepseek-v3.2")
     runs = FIXTURE["models"]["deepseek-v3.2"]["tokens"]["4096"]
     assert runs[0][2]["indexer_keys"][0] == [FIXTURE["batch"], 4096, 128]
-    ledger = kv_ledger(arch, 4096, 1, measure=False)
-    assert ledger.per_token_bytes == 61 * (512 + 64 + 128) * 2 and all(r.derived for r in ledger.rows)
-    assert any("index_topk = 2048" in n for n in ledger.notes) and any("indexer adds" in t for t in ledger.gap_terms)
+    ledger = kv_ledger(arch, 4096, 1)
+    assert ledger.per_token_bytes == 61 * (512 + 64 + 128) * 2 and not any(r.derived for r in ledger.rows)
+    assert all(r.measured_bytes == r.bytes for r in ledger.rows)  # dantinox builds the indexer's cache
+    assert all(r.read_bytes == 4096 * 128 * 2 + 2048 * 576 * 2 for r in ledger.rows)  # every key, k latents
+    assert any("index_topk = 2048" in n for n in ledger.notes)
+    assert any("reads every indexer key" in t for t in ledger.gap_terms)
 
 
 def test_the_linear_attention_states_match_transformers_arrays():

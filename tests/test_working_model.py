@@ -17,7 +17,6 @@ from dantinox.cache import cache_shapes, tree_nbytes
 # what transformers allocates per layer, at T below, at and above each window (benchmarks/kv_conformance.py)
 TRANSFORMERS = json.loads((Path(__file__).parent / "data" / "kv_conformance.json").read_text())
 # the kinds the working model does not build, each refused in one line naming the layer: the ledger derives them
-LEDGER_ONLY = {"mamba": "Mamba-2 state", "mlp": "MLP block", "conv": "short convolution's state"}
 
 
 # Every kind the working model builds, once each (a run costs seconds: one dispatch per op and layer): gpt-oss
@@ -39,15 +38,14 @@ def test_the_working_model_decodes_and_its_arrays_equal_the_ledger(name, tokens,
 def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
     """For every catalogue model the working model builds, the cache it decodes with (its pytree, as shapes: the
     decodes above show the arrays equal them) equals the ledger and what transformers allocates, layer by layer, at
-    every T of the transformers fixture (below, at and above each window). A kind it does not build (Mamba-2,
-    short convolutions, MLP-only blocks, DeepSeek-V3.2's indexer, MLA beside other kinds) stops in one line."""
+    every T of the transformers fixture (below, at and above each window). What it does not build (MLA beside
+    other kinds, a linear layer with values wider than its keys) stops in one line."""
     built = 0
     for name in catalogue():
         arch = load_architecture(name)
         kinds = {layer.kind for layer in arch.layers}
-        refused = [why for kind, why in LEDGER_ONLY.items() if kind in kinds]
-        if any(layer.indexer for layer in arch.layers):
-            refused.append("lightning indexer")
+        refused = [f"keys of {layer.head_size} and values of {layer.value_size}" for layer in arch.layers
+                   if layer.kind == "linear" and layer.value_size != layer.head_size][:1]
         if "latent" in kinds and len(kinds - {"latent"}):
             refused.append("MLA only with one latent width")
         if refused:
@@ -77,7 +75,7 @@ def test_over_the_guard_the_same_run_is_measured_as_shapes():
     assert run.source == "shapes" and run.total_bytes == kv_ledger(arch, 20, measure=False).total_bytes
 
 
-def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys):
+def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys, tmp_path):
     from dantinox_labs.cli import main
 
     assert main(["kv", "llama-3.2-1b", "--tokens", "8", "--batch", "2", "--measure", "--json"]) == 0
@@ -93,6 +91,11 @@ def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys):
     assert "measured (each layer)" in text and "measured from the arrays of a working model" in text
     ledger = with_working_model(kv_ledger("llama-3.2-1b", 8, 2, measure=False), "llama-3.2-1b")
     assert ledger.measured_from == "working model arrays" and ledger.to_json() == out
-    assert main(["kv", "nemotron-h-8b", "--tokens", "8", "--measure"]) == 2
+    unequal = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "linear_num_key_heads": 2,
+               "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 32,
+               "linear_conv_kernel_dim": 4}  # Gated DeltaNet with values wider than keys: not built
+    (tmp_path / "config.json").write_text(json.dumps(unequal))
+    assert main(["kv", str(tmp_path / "config.json"), "--tokens", "8", "--measure"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Mamba-2 state" in err and "layer 0" in err
+    assert err.count("\n") == 1 and "keys of 16 and values of 32" in err and "layer 0" in err

@@ -13,7 +13,8 @@ slots per full layer, as the ledger's T. After each step, per layer:
   (the rule its attention masks by: a ring of W wraps, a chunk's ring keeps the last C); the bytes they take,
   from the bytes per slot of the layer's arrays; a state's arrays, whole (they do not grow); a shared layer, 0;
 - measured: the slots its query read in that step (a chunked layer reads only its own chunk, a shared layer
-  reads its source's), and their bytes;
+  reads its source's, a DeepSeek-V3.2 layer the latents of its top k of them and every indexer key), and their
+  bytes;
 - derived: the ledger's formula at that T (dantinox/accounting/kv_ledger.py: slots_held · slot_bytes + state).
 """
 
@@ -33,7 +34,7 @@ import dantinox
 from dantinox.accounting.kv_ledger import slot_bytes, slots_held, state_bytes
 from dantinox.accounting.working_model import MEMORY_GUARD, VOCAB, working_config
 from dantinox.architectures.catalogue import Architecture
-from dantinox.cache import cache_shapes, init_cache, layouts, tree_nbytes
+from dantinox.cache import IndexedLatentCache, cache_shapes, init_cache, layouts, tree_nbytes
 from dantinox.checks import positive_int
 
 FIRST_TOKEN = 1  # the decode starts from one token id; the rest are the model's own greedy choices
@@ -65,6 +66,7 @@ class FillPlan:
     per_slot: tuple[int, ...]  # measured: bytes of one slot (allocated / slots; 0 without a slot axis)
     constant: tuple[int, ...]  # measured: bytes of arrays that do not grow with tokens (a state layer's)
     sources: tuple[int | None, ...]  # the layer a shared layer reads
+    index_per_slot: tuple[int, ...] = ()  # measured: bytes of one slot's indexer key (DeepSeek-V3.2), per layer
 
     @property
     def total_allocated(self) -> int:
@@ -79,22 +81,24 @@ def fill_plan(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16",
     if tokens > arch.max_context:
         raise ValueError(f"tokens: {arch.name} reads at most max_position_embeddings = {arch.max_context:,} tokens, "
                          f"got {tokens:,}")
-    cfg = working_config(arch, tokens, cache_dtype)  # refuses Mamba-2 and MLP-only blocks in one line
+    cfg = working_config(arch, tokens, cache_dtype)  # refuses a kind it does not build in one line
     shapes = cache_shapes(cfg, 1, tokens)
     need = tree_nbytes(shapes)
     if need > guard:
         raise ValueError(f"tokens: a cache of {tokens:,} slots for {arch.name} takes {dantinox.format_bytes(need)}, "
                          f"above the labs' {dantinox.format_bytes(guard)} allocation guard; lower the tokens")
-    allocated, per_slot, constant = [], [], []
+    allocated, per_slot, constant, index = [], [], [], []
     for layer in shapes.layers:
         nbytes = tree_nbytes(layer)
         allocated.append(nbytes)
         per_slot.append(nbytes // layer.slots if layer.slots else 0)
+        keys = tree_nbytes((layer.idx_k, layer.idx_scale)) if isinstance(layer, IndexedLatentCache) else 0
+        index.append(keys // layer.slots if layer.slots else 0)
         constant.append(0 if layer.slots else nbytes)
         if layer.slots and nbytes % layer.slots:
             raise ValueError(f"{arch.name}: a layer's {nbytes} B do not divide into its {layer.slots} slots")
     return FillPlan(arch, tokens, cache_dtype, cfg, tuple(layer.kind for layer in arch.layers), tuple(allocated),
-                    tuple(per_slot), tuple(constant), tuple(layer.shares for layer in arch.layers))
+                    tuple(per_slot), tuple(constant), tuple(layer.shares for layer in arch.layers), tuple(index))
 
 
 @functools.lru_cache(maxsize=4)
@@ -143,6 +147,11 @@ def decode_fill(plan: FillPlan, seed: int = 0) -> Iterator[tuple[FillStep, danti
         for i, kind in enumerate(plan.kinds):
             src = plan.sources[i] if kind == "shared" else i
             read_bytes.append(read[src] * plan.per_slot[src] + plan.constant[src])
+        if plan.cfg.index_topk is not None:  # every indexer key is scored, only the top k latents are read
+            chosen = tuple(min(r, plan.cfg.index_topk) for r in read)
+            read_bytes = [r * key + k * (slot - key) for r, k, key, slot in zip(read, chosen, plan.index_per_slot,
+                                                                                plan.per_slot, strict=True)]
+            read = chosen
         if "shared" in plan.kinds:
             read = tuple(read[plan.sources[i]] if kind == "shared" else r
                          for i, (kind, r) in enumerate(zip(plan.kinds, read, strict=True)))
@@ -175,8 +184,10 @@ def kind_summary(plan: FillPlan, step: FillStep) -> list[tuple[str, str]]:
             reads = ", ".join(f"layer {j} ({step.read[j]:,} slots)"
                               for j in sorted({plan.sources[j] for j in idx}))
             line = f"0 slots, 0 B: each reads again the cache of {reads}"
-        elif kind == "linear":
+        elif kind in ("linear", "conv", "mamba"):
             line = f"a constant state of {each} each, whatever the tokens (0 slots)"
+        elif kind == "mlp":
+            line = "no token mixer: 0 slots, 0 B"
         elif kind == "sliding":
             wraps = (step.tokens - 1) // layer.window
             line = (f"{'/'.join(map(str, held))} of W = {layer.window:,} slots ({each} each); "
@@ -185,6 +196,10 @@ def kind_summary(plan: FillPlan, step: FillStep) -> list[tuple[str, str]]:
         elif kind == "chunked":
             line = (f"{'/'.join(map(str, held))} of C = {layer.window:,} slots ({each} each); the query read "
                     f"{step.read[i]:,} (its own chunk only)")
+        elif kind == "latent" and layer.indexer:
+            line = (f"{step.held[i]:,} slots of C + R + I = {layer.latent + layer.rope + layer.indexer} "
+                    f"elements ({each} each): the query scored every indexer key and read {step.read[i]:,} "
+                    f"latents (its top k = {layer.index_topk:,})")
         elif kind == "latent":
             line = (f"{step.held[i]:,} slots of C + R = {layer.latent + layer.rope} elements ({each} each): "
                     "one latent per token, no K/V pair per head")

@@ -19,7 +19,7 @@ import numpy as np
 
 import dantinox
 from dantinox.accounting.kv_ledger import CACHE_DTYPES
-from dantinox.accounting.working_model import BUILT_KINDS
+from dantinox.accounting.working_model import working_config
 from dantinox.architectures.catalogue import Architecture, catalogue, load_architecture
 from widgets._a11y import LIVE, Aria
 from widgets._controls import describe
@@ -35,8 +35,12 @@ HEAT_COLUMNS = 400  # the heat map shows at most this many steps (evenly spaced)
 
 
 def buildable(arch: Architecture) -> bool:
-    """Whether the working model builds every layer of `arch` (Mamba-2 and MLP-only blocks it does not)."""
-    return all(layer.kind in BUILT_KINDS for layer in arch.layers)
+    """Whether the working model builds every layer of `arch` (its config is refused otherwise, in one line)."""
+    try:
+        working_config(arch, 1)
+    except ValueError:
+        return False
+    return True
 
 
 class CacheFillPanel(widgets.VBox):

@@ -39,7 +39,7 @@ from dantinox.cache.quant import SCALE_BYTES
 from dantinox.checks import positive_int
 
 CACHE_DTYPES = (*DTYPES, *QUANT_CACHE_DTYPES)
-STATE_KINDS = ("linear", "mamba", "conv")  # a constant state per sequence (dantinox builds the linear one)
+STATE_KINDS = ("linear", "conv", "mamba")  # a constant recurrent state per sequence (dantinox builds each)
 DEFAULT_WEIGHTS_FORMAT = "bf16"  # assumed where the catalogue names no published checkpoint format
 
 
@@ -52,9 +52,12 @@ class LedgerRow:
     bytes: int  # for all B sequences
     measured_bytes: int | None  # from dantinox's cache shapes; None where dantinox builds no such layer
     formula: str  # how `bytes` follows from the config
-    derived: bool = False  # True for a row dantinox cannot build (a Mamba-2 state): formula only
+    derived: bool = False  # True for a row dantinox cannot build: formula only
     kv_heads: int | None = None  # K of a K/V layer
     head_size: int | None = None  # H of a K/V layer
+    # what one decode step at T reads, where it differs from `bytes`: DeepSeek-V3.2's T indexer keys and only
+    # min(k, T) latents; a shared layer its source's bytes
+    read_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +95,11 @@ class Ledger:
     measured_from: str = "cache shapes"
 
     @property
+    def read_total_bytes(self) -> int:
+        """Bytes one decode step at T reads from the cache, all layers (`read_bytes` where a row says)."""
+        return sum(r.bytes if r.read_bytes is None else r.read_bytes for r in self.rows)
+
+    @property
     def naive_error_pct(self) -> float:
         if not self.total_bytes:
             return float("inf")
@@ -109,6 +117,10 @@ class Ledger:
                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
                "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes}
                           for r in self.rows]}
+        if any(r.kind == "latent" and r.read_bytes is not None for r in self.rows):  # stored != read (DSA)
+            out["read_total_bytes"] = self.read_total_bytes
+            for row, r in zip(out["layers"], self.rows, strict=True):
+                row["read_bytes"] = r.bytes if r.read_bytes is None else r.read_bytes
         if self.from_working_model:
             out = {**{k: v for k, v in out.items() if k != "layers"},
                    "measured_total_bytes": self.measured_bytes,
@@ -139,9 +151,9 @@ def slots_held(layer: LayerGeometry, tokens: int) -> int:
 def slot_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
     """Bytes one slot of one sequence takes: codes plus (quantized) float32 scales."""
     s, quant = _itemsize(cache_dtype), cache_dtype in QUANT_CACHE_DTYPES
-    if layer.kind == "latent":
-        indexer = layer.indexer * s + (SCALE_BYTES if quant else 0) if layer.indexer else 0
-        return (layer.latent + layer.rope) * s + (SCALE_BYTES if quant else 0) + indexer
+    if layer.kind == "latent":  # and DeepSeek-V3.2's indexer key, each with its scale when quantized
+        index = 0 if layer.indexer is None else layer.indexer * s + (SCALE_BYTES if quant else 0)
+        return (layer.latent + layer.rope) * s + (SCALE_BYTES if quant else 0) + index
     if layer.kind in ("full", "sliding", "chunked"):
         return 2 * layer.kv_heads * layer.head_size * s + (2 * layer.kv_heads * SCALE_BYTES if quant else 0)
     return 0
@@ -155,19 +167,29 @@ def _elements(layer: LayerGeometry) -> int:
     return 0
 
 
+def indexed_read_bytes(layer: LayerGeometry, tokens: int, cache_dtype: str) -> int:
+    """Bytes one decode step of one sequence reads from a latent layer with DeepSeek-V3.2's indexer at T
+    tokens: the indexer scores all T keys, the attention reads the top min(k, T) latents (each with its
+    scale)."""
+    s, scale = _itemsize(cache_dtype), SCALE_BYTES if cache_dtype in QUANT_CACHE_DTYPES else 0
+    latent = (layer.latent + layer.rope) * s + scale
+    return tokens * (layer.indexer * s + scale) + min(layer.index_topk, tokens) * latent
+
+
 def state_bytes(layer: LayerGeometry, cache_dtype: str) -> int:
-    """One sequence's constant state in a linear, Mamba-2 or short-convolution layer (0 for any other kind),
-    as transformers allocates it: recurrent matrices in float32, a convolution's last inputs in the activation
-    dtype. A linear layer (Gated DeltaNet, Kimi Delta Attention) keeps a d_k x d_v matrix per value head, a
-    Mamba-2 layer an N x P matrix per head, an LFM2 conv layer no matrix."""
-    s = _state_itemsize(cache_dtype)
+    """One sequence's constant state in a linear, conv or Mamba-2 layer (0 for any other kind), as
+    transformers' caches hold it: a linear layer (Gated DeltaNet) keeps its recurrent matrices in float32 and
+    its convolution inputs in the activation dtype; a conv layer (LFM2) its convolution's inputs; a Mamba-2
+    layer its heads' P x N states in float32 and its convolution's inputs. The activation dtype is the cache's
+    float dtype (bf16 beside a quantized cache)."""
+    act = _state_itemsize(cache_dtype)
     if layer.kind == "linear":
         conv_dim = 2 * layer.kv_heads * layer.head_size + layer.value_heads * layer.value_size
-        return layer.value_heads * layer.head_size * layer.value_size * 4 + conv_dim * layer.conv * s
-    if layer.kind == "mamba":
-        return layer.value_heads * layer.value_size * layer.state_size * 4 + layer.channels * layer.conv * s
+        return layer.value_heads * layer.head_size * layer.value_size * 4 + conv_dim * layer.conv * act
     if layer.kind == "conv":
-        return layer.channels * layer.conv * s
+        return layer.channels * layer.conv * act
+    if layer.kind == "mamba":
+        return layer.value_heads * layer.value_size * layer.state_size * 4 + layer.channels * layer.conv * act
     return 0
 
 
@@ -202,26 +224,24 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     s = _itemsize(cache_dtype)
     slots = slots_held(layer, tokens)
     scale = f" + scales {SCALE_BYTES} B" if cache_dtype in QUANT_CACHE_DTYPES else ""
-    if layer.kind == "linear":  # dantinox builds it (a 'state' layer): measured by the working model
+    if layer.kind in STATE_KINDS:  # dantinox builds each ('state', 'conv', 'mamba' layers)
         size = _state_itemsize(cache_dtype)
         return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
                          f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T",
-                         layer.value_size != layer.head_size)  # dantinox builds equal key and value heads
-    if layer.kind in STATE_KINDS:
-        size = _state_itemsize(cache_dtype)
-        return LedgerRow(layer.index, layer.kind, 0, 0, batch * state_bytes(layer, cache_dtype), None,
-                         f"constant state: {layer.state_formula} × {size} B, × B; it does not grow with T",
-                         True)
+                         layer.kind == "linear" and layer.value_size != layer.head_size)  # equal heads built
     if layer.kind == "mlp":
         return LedgerRow(layer.index, "mlp", 0, 0, 0, 0, "an MLP or MoE block, no token mixer: no cache")
     if layer.kind == "shared":
         return LedgerRow(layer.index, "shared", 0, 0, 0, 0,
                          f"reads layer {layer.shares}'s cache: 0 new bytes")
     per_slot = slot_bytes(layer, cache_dtype)
-    if layer.kind == "latent" and layer.indexer:
+    if layer.kind == "latent" and layer.indexer is not None:
         what = (f"(C + R + I) = ({layer.latent} + {layer.rope} + {layer.indexer}) elements × {s} B"
-                f"{scale + scale if scale else ''}")
-    elif layer.kind == "latent":
+                f"{scale.replace('scales', '2 scales of')}; a step reads T indexer keys and min(T, k = "
+                f"{layer.index_topk:,}) latents")
+        return LedgerRow(layer.index, layer.kind, slots, _elements(layer), batch * slots * per_slot, None,
+                         f"B · T · {what}", read_bytes=batch * indexed_read_bytes(layer, tokens, cache_dtype))
+    if layer.kind == "latent":
         what = f"(C + R) = ({layer.latent} + {layer.rope}) elements × {s} B{scale}"
     else:
         scales = f" + 2·K·{SCALE_BYTES} B scales" if scale else ""
@@ -229,8 +249,7 @@ def _row(layer: LayerGeometry, tokens: int, batch: int, cache_dtype: str) -> Led
     held = {"full": "T", "latent": "T", "sliding": f"min(T, W={layer.window})",
             "chunked": f"min(T, chunk={layer.window})"}[layer.kind]
     return LedgerRow(layer.index, layer.kind, slots, _elements(layer), batch * slots * per_slot, None,
-                     f"B · {held} · {what}", bool(layer.indexer),  # dantinox builds no indexer cache
-                     kv_heads=layer.kv_heads, head_size=layer.head_size)
+                     f"B · {held} · {what}", kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 
 def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelConfig:
@@ -238,15 +257,20 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
     (its attention shapes are all that matter)."""
     window = dict(sliding_windows=(layer.window,)) if layer.kind == "sliding" else (
         dict(attention_chunks=(layer.window,)) if layer.kind == "chunked" else {})
-    if layer.kind == "latent":
+    if layer.kind == "latent":  # with DeepSeek-V3.2's indexer where it has one (its heads cache nothing)
+        index = {} if layer.indexer is None else dict(index_heads=1, index_head_size=layer.indexer,
+                                                      index_topk=layer.index_topk)
         return ModelConfig(n_layers=1, attention="latent", kv_latent_dim=layer.latent,
-                           rope_head_dim=layer.rope,
-                           max_context=tokens, cache_dtype=cache_dtype)
-    # a Gated DeltaNet 'state' layer, its convolution inputs in the activation dtype
-    if layer.kind == "linear":
+                           rope_head_dim=layer.rope, max_context=tokens, cache_dtype=cache_dtype, **index)
+    if layer.kind in ("conv", "mamba"):  # LFM2's convolution, a Mamba-2 mixer: inputs in the activation dtype
+        spec = (LayerSpec("conv", conv=layer.conv, channels=layer.channels) if layer.kind == "conv" else
+                LayerSpec("mamba", value_heads=layer.value_heads, head_size=layer.value_size, conv=layer.conv,
+                          ssm_state=layer.state_size, ssm_groups=layer.ssm_groups))
+        return ModelConfig(n_layers=1, max_context=tokens, cache_dtype=cache_dtype, layer_specs=(spec,),
+                           dtype=cache_dtype if cache_dtype in DTYPES else "bfloat16")
+    if layer.kind == "linear":  # a Gated DeltaNet 'state' layer, its convolution inputs as activations
         spec = LayerSpec("state", kv_heads=layer.kv_heads, head_size=layer.head_size,
-                         value_heads=layer.value_heads,
-                         conv=layer.conv)
+                         value_heads=layer.value_heads, conv=layer.conv)
         return ModelConfig(n_layers=1, n_heads=layer.kv_heads, kv_heads=layer.kv_heads,
                            head_size=layer.head_size,
                            max_context=tokens, cache_dtype=cache_dtype, layer_specs=(spec,),
@@ -259,8 +283,8 @@ def _layer_config(layer: LayerGeometry, tokens: int, cache_dtype: str) -> ModelC
 def _measured(layers: tuple[LayerGeometry, ...], tokens: int, batch: int,
               cache_dtype: str) -> tuple[int, ...]:
     """Per layer, the bytes of the cache dantinox's container allocates for it, from `jax.eval_shape`."""
-    built = [layer for layer in layers if layer.kind in ("full", "sliding", "chunked")
-             or layer.kind == "latent" and not layer.indexer
+    built = [layer for layer in layers
+             if layer.kind in ("full", "sliding", "chunked", "latent", "conv", "mamba")
              or layer.kind == "linear" and layer.value_size == layer.head_size]
 
     def cache() -> KVCache:
@@ -308,15 +332,17 @@ def _gap_terms(arch: Architecture, tokens: int, cache_dtype: str) -> tuple[str, 
                      f"{layer.latent + layer.rope} elements per token, not 2·K·(D/N) = "
                      f"2·{arch.config_kv_heads}·{arch.d_model // arch.n_heads} = "
                      f"{2 * arch.config_kv_heads * (arch.d_model // arch.n_heads):,}")
-        if layer.indexer:
-            terms.append(f"the lightning indexer adds one key of I = {layer.indexer} elements per token and "
-                         "layer")
     if arch.count("conv"):
         terms.append(f"{arch.count('conv')} of {L} layers are short convolutions: a constant state per "
                      "sequence, no K/V that grows with T")
     if arch.count("linear"):
         terms.append(f"{arch.count('linear')} of {L} layers are linear attention (delta rule): a constant "
                      "state per sequence, no K/V that grows with T")
+    if any(layer.indexer for layer in arch.layers):
+        layer = next(layer for layer in arch.layers if layer.indexer)
+        terms.append(f"DeepSeek-V3.2's indexer: each layer also stores a key of I = {layer.indexer} elements "
+                     "per token, and a decode step reads every indexer key but only "
+                     f"k = {layer.index_topk:,} latents")
     if arch.count("mamba"):
         terms.append(f"{arch.count('mamba')} of {L} layers are Mamba-2: a constant state per sequence, "
                      "no K/V that grows with T")
@@ -394,15 +420,18 @@ class _Fits:
 
 def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
               device: str | None = None, weight_bytes: int | None = None, measure: bool = True,
-              weights_format: str | None = None) -> Ledger:
+              weights_format: str | None = None, mtp: bool = False) -> Ledger:
     """The per-layer KV-cache ledger of `model` (a catalogue name, config.json path,
     .gguf path or Architecture).
 
     The device fit sizes the weights from `weight_bytes`, else a GGUF's tensor bytes, else the parameter count
     in `weights_format` (default: the published checkpoint's format the catalogue names, else bf16, and says
-    which).
+    which). `mtp=True` counts the model's multi-token-prediction layers as an engine drafting with them caches
+    them (one more layer each, vLLM's deepseek_mtp rule: `Architecture.with_mtp_layers`); plain decoding
+    caches none.
     """
-    arch = model if isinstance(model, Architecture) else load_architecture(model)
+    plain = model if isinstance(model, Architecture) else load_architecture(model)
+    arch = plain.with_mtp_layers() if mtp else plain
     tokens, batch = positive_int("tokens", tokens), positive_int("batch", batch)
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype: expected one of {', '.join(CACHE_DTYPES)}, got {cache_dtype!r}")
@@ -410,6 +439,8 @@ def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtyp
         raise ValueError(f"tokens: {arch.name} reads at most max_position_embeddings = {arch.max_context:,} "
                          f"tokens, got {tokens:,}")
     rows = [_row(layer, tokens, batch, cache_dtype) for layer in arch.layers]
+    rows = [dataclasses.replace(r, read_bytes=rows[layer.shares].bytes) if layer.kind == "shared" else r
+            for r, layer in zip(rows, arch.layers, strict=True)]  # stored once, read again by each sharer
     if measure:
         measured = _measured(arch.layers, tokens, batch, cache_dtype)
         rows = [r if m < 0 else dataclasses.replace(r, measured_bytes=m)
@@ -417,12 +448,25 @@ def kv_ledger(model: str | Architecture, tokens: int, batch: int = 1, cache_dtyp
     total = sum(r.bytes for r in rows)
     measured_total = sum(r.bytes if r.derived else (r.measured_bytes or 0) for r in rows)
     per_token = sequence_bytes(arch, tokens + 1, cache_dtype) - sequence_bytes(arch, tokens, cache_dtype)
-    naive, naive_formula = _naive(arch, tokens, batch, cache_dtype)
+    naive, naive_formula = _naive(plain, tokens, batch, cache_dtype)  # what a calculator counts: no MTP
     fit = None if device is None else _fit(arch, tokens, batch, cache_dtype, device, weight_bytes,
                                            weights_format)
     return Ledger(arch.name, arch.source, tokens, batch, cache_dtype, arch.max_context, tuple(rows), total,
                   measured_total if measure else total, per_token, naive, naive_formula,
-                  _gap_terms(arch, tokens, cache_dtype), arch.notes, fit)
+                  _gap_terms(arch, tokens, cache_dtype), arch.notes + _mtp_notes(plain, mtp), fit)
+
+
+def _mtp_notes(arch: Architecture, counted: bool) -> tuple[str, ...]:
+    n = arch.mtp_layers
+    if not n:
+        return ()
+    if counted:
+        return (f"the last {n} row(s) are multi-token-prediction layers (num_nextn_predict_layers = {n}), "
+                "as an engine drafting with them caches them (vLLM's deepseek_mtp: one more latent layer "
+                "each)",)
+    return (f"{n} multi-token-prediction layer(s) (num_nextn_predict_layers) not counted: plain decoding "
+            "caches none (transformers, llama.cpp, vLLM without MTP drafting); mtp=True counts them as "
+            "vLLM's drafting does",)
 
 
 def with_working_model(ledger: Ledger, model: str | Architecture, guard: int = MEMORY_GUARD) -> Ledger:

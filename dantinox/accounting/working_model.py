@@ -6,16 +6,19 @@ and the bytes of the cache it decodes with.
     run.layer_bytes, run.source, run.lengths        # per layer, from the arrays; "arrays"; [5]
 
 What is real: the number of layers and their order, each layer's kind (full, sliding ring of W, chunked ring
-of C, MLA latent), its K and H (or C and R), the cache dtype, T and B. What is scaled down, and why the cache
-does not depend on it: the residual width D (64), the MLP width (64) and the vocabulary (256 byte tokens) set
-the weights, not the cache; the query heads are the least common multiple of the layers' K (each query head
-reads one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache
-is the latent C plus the RoPE key R whatever the heads). The weights are random. Features that shape the
-logits but store nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, gpt-oss's
-learned sink logits, Gemma 4's values taken from its global layers' key projection) are left out: the model
-runs the same cache without them. Not built, each refused in one line naming the layer (their ledger rows are
-derived from the formula): Mamba-2 and short-convolution states, MLP-only blocks, DeepSeek-V3.2's indexer
-keys, and MLA beside layers of other kinds (Kimi Linear).
+of C, MLA latent with DeepSeek-V3.2's indexer key and top-k where the config has them, Gated DeltaNet state,
+LFM2 convolution, Mamba-2 state, MLP-only block), its K and H (or C and R, or its state's sizes), the cache
+dtype, T and B. What is scaled down, and why the cache does not depend on it: the residual width D (64), the
+MLP width (64) and the vocabulary (256 byte tokens) set the weights, not the cache (an LFM2 convolution keeps
+its real channel count, the hidden size, since its state is that many channels wide; its projections go from
+and to the narrow D); the query heads are the least common multiple of the layers' K (each query head reads
+one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the
+latent C plus the RoPE key R whatever the heads) and 2 indexer query heads (only the indexer's key is cached).
+The weights are random. Features that shape the logits but store nothing (QK-norm, per-layer RoPE bases,
+Llama 4's and SmolLM3's NoPE layers, gpt-oss's learned sink logits, Gemma 4's values taken from its global
+layers' key projection) are left out: the same cache runs without them. Not built, each refused in one line
+naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider than
+its keys, and MLA beside layers of other kinds (Kimi Linear).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
@@ -44,7 +47,8 @@ MEMORY_GUARD = 256 * 2**20
 D_MODEL, MLP_WIDTH, VOCAB = 64, 64, 256  # the scaled-down widths: they size the weights, never the cache
 MLA_QUERY_HEADS, MLA_HEAD_SIZE = 2, 16
 PROMPT, DECODE = 3, 2  # tokens prefilled in one call, then decoded one at a time
-BUILT_KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear")
+BUILT_KINDS = ("full", "sliding", "chunked", "latent", "shared", "linear", "conv", "mamba", "mlp")
+INDEX_QUERY_HEADS = 2  # the indexer's query heads (DeepSeek-V3.2 has 64): they cache nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,13 +77,8 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
                          f"got {cache_dtype!r}")
     for layer in arch.layers:
         if layer.kind not in BUILT_KINDS:
-            what = {"mlp": "an MLP block without attention", "conv": "a short convolution's state"}.get(
-                layer.kind, "a Mamba-2 state")
-            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r} ({what}), which the "
-                             "working model does not build; its ledger row is derived from the formula")
-        if layer.kind == "latent" and layer.indexer:
-            raise ValueError(f"{arch.name}: layer {layer.index} keeps a lightning indexer's key cache beside "
-                             "its latent, which the working model does not build; its ledger row is derived")
+            raise ValueError(f"{arch.name}: layer {layer.index} is {layer.kind!r}, which the working model "
+                             f"does not build; its ledger row is derived from the formula")
         if layer.kind == "linear" and layer.value_size != layer.head_size:
             raise ValueError(f"{arch.name}: layer {layer.index} has keys of {layer.head_size} and values of "
                              f"{layer.value_size} channels; the working model's Gated DeltaNet builds "
@@ -90,15 +89,17 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
     specs = tuple(_spec(layer) for layer in arch.layers)
     latent = [layer for layer in arch.layers if layer.kind == "latent"]
     if latent:
-        widths = {(layer.latent, layer.rope) for layer in latent}
-        if len(widths) > 1 or len(latent) != sum(layer.kind != "shared" for layer in arch.layers):
-            others = len(arch.layers) - len(latent)
+        widths = {(layer.latent, layer.rope, layer.indexer, layer.index_topk) for layer in latent}
+        others = sum(layer.kind not in ("shared", "mlp") for layer in arch.layers) - len(latent)
+        if len(widths) > 1 or others:
             raise ValueError(f"{arch.name}: the working model builds MLA only with one latent width in every "
-                             f"layer, got {sorted(widths)} beside {others} layers of other kinds")
-        (c, r), = widths
+                             f"layer, got {sorted(widths, key=str)} beside {others} layers of other kinds")
+        (c, r, size, topk), = widths  # and DeepSeek-V3.2's indexer on every layer, or on none
+        indexer = {} if size is None else dict(index_heads=INDEX_QUERY_HEADS, index_head_size=size,
+                                               index_topk=topk)
         return ModelConfig(**common, n_heads=MLA_QUERY_HEADS, head_size=MLA_HEAD_SIZE, attention="latent",
-                           kv_latent_dim=c, rope_head_dim=r, layer_specs=specs)
-    heads = [layer for layer in arch.layers if layer.kind not in ("shared", "linear")]
+                           kv_latent_dim=c, rope_head_dim=r, layer_specs=specs, **indexer)
+    heads = [layer for layer in arch.layers if layer.kind in ("full", "sliding", "chunked")]
     return ModelConfig(**common, n_heads=math.lcm(*(layer.kv_heads for layer in heads)),
                        kv_heads=heads[0].kv_heads, head_size=heads[0].head_size, layer_specs=specs)
 
@@ -111,6 +112,13 @@ def _spec(layer) -> LayerSpec:
     if layer.kind == "linear":  # Gated DeltaNet: K key heads of H channels, V value heads, a convolution
         return LayerSpec(kind="state", kv_heads=layer.kv_heads, head_size=layer.head_size,
                          value_heads=layer.value_heads, conv=layer.conv)
+    if layer.kind == "conv":  # LFM2: its real channels (the state's width), from and to the narrow D
+        return LayerSpec(kind="conv", conv=layer.conv, channels=layer.channels)
+    if layer.kind == "mamba":  # Mamba-2: its real heads, head size, state size, groups and convolution
+        return LayerSpec(kind="mamba", value_heads=layer.value_heads, head_size=layer.value_size,
+                         conv=layer.conv, ssm_state=layer.state_size, ssm_groups=layer.ssm_groups)
+    if layer.kind == "mlp":  # an MLP or MoE block with no token mixer
+        return LayerSpec(kind="mlp")
     return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 

@@ -70,7 +70,16 @@ class LayerGeometry:
     channels: int | None = None  # a conv or mamba layer's convolution channels
     state_size: int | None = None  # N, a mamba layer's state size (value_heads heads of value_size channels)
     indexer: int | None = None  # I, a latent layer's lightning-indexer key width (DeepSeek-V3.2), one head
+    index_topk: int | None = None  # k, the latents each query of an indexed layer reads (index_topk)
     state_formula: str | None = None  # how state_elements follows from the config
+
+    @property
+    def ssm_groups(self) -> int | None:
+        """A mamba layer's groups of heads sharing one B and C: its convolution's channels are x (heads · P),
+        then B and C (N each per group)."""
+        if self.kind != "mamba":
+            return None
+        return (self.channels - self.value_heads * self.value_size) // (2 * self.state_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +99,25 @@ class Architecture:
     weights_format: str | None = None  # the published checkpoint's storage (accounting.memory.WEIGHT_FORMATS)
     weights_format_source: str | None = None  # where that format is stated
     notes: tuple[str, ...] = ()  # facts about the cache the rows do not show (learned sinks)
+    mtp_layers: int = 0  # multi-token-prediction layers (num_nextn_predict_layers): cached only when drafting
 
     def count(self, kind: str) -> int:
         return sum(layer.kind == kind for layer in self.layers)
+
+    def with_mtp_layers(self) -> Architecture:
+        """The architecture as an engine that drafts with the model's own MTP module caches it: each of its
+        `mtp_layers` is one more decoder layer of the last layer's geometry, after the others.
+
+        Plain decoding caches none of them: transformers' DeepseekV3Model runs num_hidden_layers layers (its
+        MTP-assisted generation keeps a separate MtpCache), llama.cpp's converter drops them from
+        DeepSeek-V2/V3 GGUF files (convert_hf_to_gguf.py, DeepseekV2Model.skip_mtp), and vLLM builds them only
+        for speculative decoding with method "deepseek_mtp" (vllm/model_executor/models/deepseek_mtp.py: one
+        DeepseekV2DecoderLayer per MTP layer, layer index num_hidden_layers + i, whose attention gets its own
+        KV cache).
+        """
+        last = self.layers[-1]
+        extra = tuple(dataclasses.replace(last, index=len(self.layers) + i) for i in range(self.mtp_layers))
+        return dataclasses.replace(self, layers=self.layers + extra, mtp_layers=0)
 
 
 class _Reader:
@@ -280,20 +305,24 @@ def parse_config(data: Any, where: str, name: str | None = None,
         raise ValueError(f"{r.where}: model_max_length: Kimi Linear reads it as max_position_embeddings too; "
                          "give one of them")
     context = r.int("model_max_length" if kimi_context else "max_position_embeddings")
-    notes = []
+    notes, mtp = [], 0
     if model_type in LATENT_TYPES:
         d, n = r.int("hidden_size"), r.int("num_attention_heads")
         k = r.int("num_key_value_heads", n)
         c, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
         indexer = r.int("index_head_dim") if model_type == "deepseek_v32" else None
-        latent = LayerGeometry(0, "latent", latent=c, rope=rope, indexer=indexer)
+        topk = r.int("index_topk", 2048) if indexer else None  # DeepseekV32Config's default
+        latent = LayerGeometry(0, "latent", latent=c, rope=rope, indexer=indexer, index_topk=topk)
         kinds = _kimi_kinds(r, L) if model_type == "kimi_linear" else ["latent"] * L
         state = _kimi_state(r) if "linear" in kinds else None
         layers = tuple(dataclasses.replace(latent, index=i) if kind == "latent" else
                        LayerGeometry(i, kind, state_elements=state[0], state_formula=state[1], **state[2])
                        for i, kind in enumerate(kinds))
+        # DeepseekV3Config's default is one MTP layer (num_mtp_layers = num_nextn_predict_layers); V2's and
+        # DeepseekV32Config have no such field (0 unless the config gives it)
+        if model_type in ("deepseek_v2", "deepseek_v3", "deepseek_v32"):
+            mtp = r.int("num_nextn_predict_layers", 1 if model_type == "deepseek_v3" else 0, minimum=0)
         if indexer:
-            topk = r.int("index_topk", 2048)
             notes.append(f"lightning indexer: each layer also stores one key of {indexer} elements per "
                          f"token, and a step reads the latents of only index_topk = {topk} selected tokens")
     else:
@@ -328,7 +357,7 @@ def parse_config(data: Any, where: str, name: str | None = None,
     if r is not outer:
         outer.refuse_unread()
     return Architecture(name or str(where), model_type, layers, d, n, k, context, str(where), parameters,
-                        notes=tuple(notes))
+                        notes=tuple(notes), mtp_layers=mtp)
 
 
 def _linear_state(r: _Reader) -> tuple[int, str, dict]:
