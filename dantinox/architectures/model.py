@@ -579,10 +579,10 @@ class Block(nnx.Module):
             self.attn_out_norm = self.mlp_out_norm = None
 
     def __call__(self, x, pos_BT, cache=None, fill=None, layout=None, source_view=None):
-        if self.attn is None:  # its cache (nothing) passes through
-            return x + self.mlp(self.norm2(x)), cache, None
-        h, cache, view = self.attn(self.norm1(x), pos_BT, cache, fill, layout, source_view)
-        x = x + (h if self.attn_out_norm is None else self.attn_out_norm(h))
+        view = None
+        if self.attn is not None:  # an MLP-only block mixes no tokens: its cache (nothing) passes through
+            h, cache, view = self.attn(self.norm1(x), pos_BT, cache, fill, layout, source_view)
+            x = x + (h if self.attn_out_norm is None else self.attn_out_norm(h))
         h = self.mlp(self.norm2(x))
         x = x + (h if self.mlp_out_norm is None else self.mlp_out_norm(h))
         return x, cache, view
