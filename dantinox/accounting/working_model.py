@@ -29,6 +29,7 @@ and the bytes are those of the shapes it returns (source "shapes").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -122,10 +123,12 @@ def _spec(layer) -> LayerSpec:
     return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size)
 
 
+@functools.lru_cache(maxsize=16)
 def measure_working_model(arch: Architecture, tokens: int, batch: int = 1, cache_dtype: str = "bfloat16",
                           guard: int = MEMORY_GUARD, seed: int = 0) -> WorkingRun:
     """Build `arch`'s working model, prefill and decode with a cache of `tokens` slots,
-    and measure each layer."""
+    and measure each layer. The run is deterministic (its weights come from `seed`), so the last few are kept
+    by their arguments: the command's text and JSON answers and the ledger beside them read one run."""
     cfg = working_config(arch, tokens, cache_dtype)
     batch = positive_int("batch", batch)
     guard = positive_int("guard", guard, minimum=0)
