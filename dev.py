@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import venv
 from pathlib import Path
 
@@ -175,30 +174,7 @@ def lab(extra: list[str]) -> None:
 def test(extra: list[str]) -> None:
     setup()
     browser()
-    compiled = tempfile.mkdtemp(prefix="dantinox-test-xla-")
-    try:
-        _test({**os.environ, "PYTHONHASHSEED": "0", **shared_compilation_cache(compiled)}, extra)
-    finally:
-        shutil.rmtree(compiled, ignore_errors=True)
-
-
-def shared_compilation_cache(folder: str) -> dict[str, str]:
-    """Environment variables that make every process of one test run (the xdist workers, nbval's and the browser
-    labs' kernels, the subprocesses tests start) share JAX's persistent compilation cache in `folder`.
-
-    A program one process compiled is loaded, not compiled again, by the next: each lab runs under nbval and again
-    in the browser, and both workers load SmolLM2 and decode with it. Every program counts, however quickly it
-    compiled (JAX's defaults skip those under 1 s); a size limit turns on JAX's file lock, so that no process reads
-    an entry another is still writing. The folder is new for each run and removed after it: no program compiled
-    by an earlier checkout is ever used. Measured here (2026-12-05), tests/test_widgets_generate.py and
-    tests/test_sliding_window.py took 48 s of CPU without the cache, 29 s with the programs already in it.
-    """
-    return {"JAX_COMPILATION_CACHE_DIR": folder, "DANTINOX_JAX_CACHE_DIR": folder,
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-            "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30)}
-
-
-def _test(env: dict[str, str], extra: list[str]) -> None:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     _run([str(BIN / "ruff"), "check", "."], env=env)
     _run([str(BIN / "dantinox"), "content", "check", "content/entries"], env=env)
     # One pytest run covers the unit tests and every lab notebook (nbval), so CI reads one summary line.

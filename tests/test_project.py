@@ -84,31 +84,6 @@ def test_persistent_compilation_cache_is_found_by_a_second_process(tmp_path):
     assert int(run()[1]) >= 1, "second process did not hit the persistent cache"
 
 
-_SHARED_PROBE = """
-import jax, jax.numpy as jnp
-from jax import monitoring
-hits = []
-monitoring.register_event_listener(lambda name, **kw: hits.append(name))
-jax.jit(lambda x: jnp.cos(x) * 5 - 2)(jnp.arange(9.0)).block_until_ready()
-print(sum(h == "/jax/compilation_cache/cache_hits" for h in hits))
-"""
-
-
-def test_the_test_command_shares_compiled_programs_across_its_processes_under_a_lock(tmp_path):
-    """dev.py test's environment alone (no dantinox call) makes a second process load what the first compiled,
-    however quick its compile, with JAX's file lock on (it writes an access time beside each entry)."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        import dev
-    finally:
-        sys.path.remove(str(ROOT))
-    env = {**os.environ, **dev.shared_compilation_cache(str(tmp_path))}
-    run = lambda: subprocess.run([sys.executable, "-c", _SHARED_PROBE], env=env, capture_output=True,  # noqa: E731
-                                 text=True, check=True).stdout.split()
-    assert run() == ["0"] and list(tmp_path.glob("*-cache")) and list(tmp_path.glob("*-atime"))
-    assert int(run()[0]) >= 1, "a second process of the test run compiled the program again"
-
-
 def test_compilation_cache_defaults_to_home(monkeypatch):
     from dantinox._jax_setup import compilation_cache_dir
 
