@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -114,13 +115,15 @@ def test_an_older_venv_is_installed_again_and_byte_compiled_once(tmp_path, monke
     monkeypatch.setattr(dev, "model_wheel", lambda: None)
     calls = []
     monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    monkeypatch.setattr(dev.subprocess, "Popen", lambda cmd, **kw: calls.append(cmd) or SimpleNamespace(wait=int))
     dev.setup()
     assert [c for c in calls if "install" in c and c[-1] == f"{ROOT}[dev]"]  # installed again
-    assert "compileall" in calls[-2][-1] and stamp.read_text() == dev._fingerprint()  # then the kernels
+    assert "compileall" in calls[-3][-1] and stamp.read_text() == dev._fingerprint()  # then the kernels
     made = len(calls)
     dev.setup()
-    assert calls[made:] == [[str(python), "-c", dev.KERNELS]]  # current: nothing installed, nothing compiled;
-    # the kernels' step runs every time (it finds them built, or builds a changed source)
+    # current: nothing installed, nothing compiled; the kernels' step runs every time (it finds them built, or
+    # builds a changed source), both kernels at once
+    assert calls[made:] == [[str(python), "-c", dev.KERNEL, k] for k in ("pool_kernel", "dense_kernel")]
 
 
 def test_the_set_up_byte_compiles_what_it_installs():

@@ -84,15 +84,34 @@ def installed(tmp_path_factory) -> Path:
     return python
 
 
-def _run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+@pytest.fixture(scope="module")
+def built_kernels(tmp_path_factory) -> Path:
+    """A kernel folder ($DANTINOX_KERNEL_CACHE) holding links to the libraries this checkout's set-up built. A
+    library is named by the hash of its source (read from the installed wheel), jaxlib, compiler, flags and CPU,
+    so the wheel finds one only if it ships the same C++ sources; otherwise it builds its own (slower, as right)."""
+    from dantinox.backend import native
+
+    folder = tmp_path_factory.mktemp("kernels")
+    for place in native.cache_dirs():
+        for lib in place.glob("*.so") if place.is_dir() else ():
+            if not (folder / lib.name).exists():
+                (folder / lib.name).symlink_to(lib)
+    return folder
+
+
+def _env(kernels: Path) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "DANTINOX_KERNEL_CACHE": str(kernels)}
+
+
+def _run(python: Path, code: str, cwd: Path, kernels: Path) -> subprocess.CompletedProcess:
+    env = _env(kernels)
     script = cwd / "check.py"
     script.write_text(code)
     return subprocess.run([str(python), str(script)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
-def test_an_installed_wheel_carries_every_run_lab_and_measurement(installed, tmp_path):
-    res = _run(installed, CHECK, tmp_path)
+def test_an_installed_wheel_carries_every_run_lab_and_measurement(installed, built_kernels, tmp_path):
+    res = _run(installed, CHECK, tmp_path, built_kernels)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.splitlines()[-1])
     venv_dir = installed.parent.parent
@@ -113,9 +132,9 @@ def test_an_installed_wheel_carries_every_run_lab_and_measurement(installed, tmp
         assert got[name] == [True, ""] or not kernel.available(), got[name]  # the wheel ships the C++ sources
 
 
-def test_the_installed_command_prepares_the_labs_and_checks_content(installed, tmp_path):
+def test_the_installed_command_prepares_the_labs_and_checks_content(installed, built_kernels, tmp_path):
     dantinox = installed.with_name("dantinox.exe" if os.name == "nt" else "dantinox")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = _env(built_kernels)
     done = subprocess.run([str(dantinox), "lab", "--dir", str(tmp_path / "labs"), "--prepare-only"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
