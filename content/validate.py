@@ -7,7 +7,10 @@ entry; rendered values (spec numbers, questions) are computed on demand by `cont
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,14 +19,46 @@ from pydantic import ValidationError
 from content.entry_checks import check_entry
 from content.problems import Problem, Record, schema_problems, yaml_type
 from content.schema import Entry
-from content.yamlio import YamlProblem, read_yaml
+from content.yamlio import MAX_BYTES, YamlProblem, read_yaml
 
 CONTENT_DIR = Path(__file__).resolve().parent / "entries"
 
 
+# Checking a file evaluates every equation over its declared ranges (about 30 ms a file here), and a lab's kernel
+# or a test process reads the same files again and again (each widget loads its entry; tests copy the entries
+# into folders of their own): a file whose name and bytes were read before is not checked again. What is kept
+# depends on nothing else (the label only names the file in problems); each caller gets its own copy.
+_READ: dict[tuple[str, bytes], Record] = {}
+_READ_MAX = 512
+
+
+def _bytes_key(path: Path) -> tuple[str, bytes] | None:
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            return None  # read_yaml refuses it: nothing worth keeping
+        return path.stem, hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
 def read_entry(path: Path, label: str | None = None) -> Record:
     """Read and check one file on its own (cross-entry rules are applied by `validate`)."""
-    rec = Record(path, label or str(path))
+    label = label or str(path)
+    key = _bytes_key(path)
+    if key is not None and key in _READ:
+        kept = copy.deepcopy(_READ[key])
+        return dataclasses.replace(kept, path=path, label=label,
+                                   problems=[dataclasses.replace(p, file=label) for p in kept.problems])
+    rec = _check_file(path, label)
+    if key is not None and _bytes_key(path) == key:  # the file did not change while it was read
+        if len(_READ) >= _READ_MAX:
+            del _READ[next(iter(_READ))]
+        _READ[key] = copy.deepcopy(rec)
+    return rec
+
+
+def _check_file(path: Path, label: str) -> Record:
+    rec = Record(path, label)
     try:
         data, rec.lines = read_yaml(path)
     except YamlProblem as err:

@@ -118,6 +118,33 @@ def test_load_entry_raises_the_same_one_line_message(name, tmp_path):
         content.load_all(tmp_path)
 
 
+def test_a_file_is_checked_again_only_when_its_bytes_change(tmp_path, monkeypatch):
+    """content.validate keeps what it read by file name and bytes: a second read (another folder, another label)
+    costs no check, its problems name the file read, each reader gets its own copy; edited bytes are checked."""
+    from content import validate
+
+    checked, check = [], validate._check_file
+    monkeypatch.setattr(validate, "_READ", {})
+    monkeypatch.setattr(validate, "_check_file", lambda path, label: checked.append(path.stem) or check(path, label))
+    first, second = tmp_path / "a" / "digit-in-spec.yaml", tmp_path / "b" / "digit-in-spec.yaml"
+    for target in (first, second):
+        target.parent.mkdir()
+        shutil.copy(FIXTURES / "digit-in-spec.yaml", target)
+    problems = [[str(p) for p in validate.read_entry(path).problems] for path in (first, second, first)]
+    assert checked == ["digit-in-spec"]
+    assert problems == [[f"{path}:{EXPECTED['digit-in-spec.yaml']}"] for path in (first, second, first)]
+    base = tmp_path / "fixture-base.yaml"
+    shutil.copy(BASE, base)
+    one, two = validate.read_entry(base), validate.read_entry(base)
+    one.entry.name = "changed by its reader"
+    assert two.entry.name != one.entry.name == "changed by its reader"
+    assert checked == ["digit-in-spec", "fixture-base"]
+    base.write_text(base.read_text().replace("fixture-base", "fixture-bass", 1))
+    assert [str(p) for p in validate.read_entry(base).problems] == [
+        f"{base}:2: id: expected the file name without .yaml ('fixture-base'), got 'fixture-bass'"]
+    assert checked == ["digit-in-spec", "fixture-base", "fixture-base"]
+
+
 def test_load_all_reports_a_cycle_and_a_bad_related_id(tmp_path):
     shutil.copytree(content.CONTENT_DIR, tmp_path, dirs_exist_ok=True)
     for name in ("cycle/cycle-a.yaml", "cycle/cycle-b.yaml", "bad-related.yaml"):
