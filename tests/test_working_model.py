@@ -33,6 +33,8 @@ def test_the_working_model_decodes_and_its_arrays_equal_the_ledger(name, tokens,
     ledger = kv_ledger(arch, tokens, 2, dtype, measure=False)
     assert list(run.layer_bytes) == [row.bytes for row in ledger.rows]
     assert run.config.n_layers == len(arch.layers) and run.config.d_model == D_MODEL  # every layer, narrow width
+    # gpt-oss decodes with its learned sink logits in every layer (weights: the bytes above are unchanged)
+    assert {spec.learned_sinks for spec in run.config.layers} == {name == "gpt-oss-20b"}
 
 
 def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
@@ -55,6 +57,8 @@ def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
             assert "\n" not in message and message.startswith(f"{name}: ") and refused[0] in message, message
             continue
         built += 1
+        sinks = {spec.learned_sinks for spec in working_config(arch, 10).layers}
+        assert sinks == {arch.model_type == "gpt_oss"}, name  # gpt-oss's sink logits, in every layer
         batch = TRANSFORMERS["batch"]
         # an entry not yet in the fixture (its checked_against says so): below and above its smallest window
         windows = [layer.window for layer in arch.layers if layer.window]

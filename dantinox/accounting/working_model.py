@@ -14,11 +14,12 @@ its real channel count, the hidden size, since its state is that many channels w
 and to the narrow D); the query heads are the least common multiple of the layers' K (each query head reads
 one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the
 latent C plus the RoPE key R whatever the heads) and 2 indexer query heads (only the indexer's key is cached).
-The weights are random. Features that shape the logits but store nothing (QK-norm, per-layer RoPE bases,
-Llama 4's and SmolLM3's NoPE layers, gpt-oss's learned sink logits, Gemma 4's values taken from its global
-layers' key projection) are left out: the same cache runs without them. Not built, each refused in one line
-naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider than
-its keys, and MLA beside layers of other kinds (Kimi Linear).
+The weights are random. gpt-oss's learned sink logits run (random, one per query head, in every attention
+layer: they are weights, and its cache is the same bytes). Other features that shape the logits but store
+nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, Gemma 4's values taken from its
+global layers' key projection) are left out: the same cache runs without them. Not built, each refused in one
+line naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider
+than its keys, and MLA beside layers of other kinds (Kimi Linear).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
@@ -120,7 +121,8 @@ def _spec(layer) -> LayerSpec:
                          conv=layer.conv, ssm_state=layer.state_size, ssm_groups=layer.ssm_groups)
     if layer.kind == "mlp":  # an MLP or MoE block with no token mixer
         return LayerSpec(kind="mlp")
-    return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size)
+    return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size,
+                     learned_sinks=layer.learned_sinks)
 
 
 @functools.lru_cache(maxsize=16)

@@ -95,6 +95,8 @@ class Attention(nnx.Module):
     The layer's spec gives its K, H and RoPE base. The layout the cache gives it (linear, ring, chunked or
     paged addressing; float or quantized storage; default: under the model's own cache config) decides what
     the cache holds and which keys a query may see; attention reads its View and has one path for all.
+    A layer with `learned_sinks` (gpt-oss) holds one sink logit per query head, a parameter that joins its
+    softmax's denominator and caches nothing.
     """
 
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
@@ -111,6 +113,9 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
         else:
             self.q_norm = self.k_norm = None
+        # gpt-oss's learned sinks: a logit per query head (in the queries' order, K groups of G), random here
+        self.sinks = (nnx.Param(nnx.initializers.normal(stddev=1.0)(rngs.params(), (n,), cfg.param_jnp_dtype))
+                      if layer.learned_sinks else None)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
                  fill: Fill | None = None, layout: Layout | None = None,
@@ -153,8 +158,10 @@ class Attention(nnx.Module):
         with jax.named_scope("attend"):
             kv = view.payload
             scored = cache is not None and layout.scored  # eviction: the write needs the weights
+            logits_KG = None if self.sinks is None else self.sinks[...].reshape(K, G)
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale,
-                               kv.v_scale, sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
+                               kv.v_scale, sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout,
+                               sink_logits_KG=logits_KG)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
