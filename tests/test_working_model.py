@@ -103,3 +103,25 @@ def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys, tmp_path):
     assert main(["kv", str(tmp_path / "config.json"), "--tokens", "8", "--measure"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "keys of 16 and values of 32" in err and "layer 0" in err
+
+
+def test_cli_measure_reads_deepseek_v32s_read_bytes_from_the_arrays_its_step_gathered(capsys, tmp_path):
+    """DeepSeek-V3.2's entry cut to 2 of its 61 layers (the same per-layer geometry: C = 512, R = 64, I = 128,
+    k = 2,048), below and above k: a decode step reads every indexer key and min(T, k) latents, and the
+    working model's `measured_read_bytes` come from the arrays its top-k selection gathered."""
+    from dantinox.architectures.catalogue import catalogue
+    from dantinox_labs.cli import main
+
+    entry = catalogue()["deepseek-v3.2"]["config"]
+    (tmp_path / "config.json").write_text(json.dumps({**entry, "num_hidden_layers": 2}))
+    for tokens in (2000, 2100):  # below and above index_topk = 2048
+        assert main(["kv", str(tmp_path / "config.json"), "--tokens", str(tokens), "--measure", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["measured_from"] == "working model arrays"
+        per_layer = tokens * 128 * 2 + min(tokens, 2048) * (512 + 64) * 2  # indexer keys + the latents read
+        for row in out["layers"]:
+            assert row["measured_read_bytes"] == row["read_bytes"] == per_layer
+            assert row["measured_bytes"] == row["bytes"] == tokens * (512 + 64 + 128) * 2
+        assert out["measured_read_total_bytes"] == out["read_total_bytes"] == 2 * per_layer
+    assert main(["kv", str(tmp_path / "config.json"), "--tokens", "2100", "--measure"]) == 0
+    assert f"the indexer keys it scored): {2 * per_layer:,} B" in capsys.readouterr().out

@@ -653,8 +653,8 @@ class Transformer(nnx.Module):
         return self.cfg if config is None else self.cfg.with_cache(config)
 
     def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, live_BT: jax.Array | None = None,
-                positions_BT: jax.Array | None = None,
-                logits_at_BP: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
+                positions_BT: jax.Array | None = None, logits_at_BP: jax.Array | None = None,
+                with_views: bool = False) -> tuple[jax.Array, KVCache | None]:
         """Unchecked forward used inside compiled code; callers guarantee the bounds.
 
         With a cache, the T tokens of row b sit at positions lengths[b] .. lengths[b] + T - 1; those marked
@@ -663,7 +663,8 @@ class Transformer(nnx.Module):
         `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
         `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt
         chunk). Each layer writes and reads through the layout the cache's config gives it (the model holds
-        none).
+        none). `with_views` also returns each layer's View, what its attention read (for DeepSeek-V3.2's
+        indexed layers, the latents its top-k selection gathered; None for a recurrent or MLP-only block).
         """
         B, T = ids_BT.shape
         fill = None
@@ -699,7 +700,8 @@ class Transformer(nnx.Module):
         x = self.norm(x)
         if logits_at_BP is not None:  # the vocabulary projection only where a next token is wanted
             x = jnp.take_along_axis(x, logits_at_BP[:, :, None], axis=1)
-        return self.logits(x), kv_caches
+        logits = self.logits(x)
+        return (logits, kv_caches, tuple(views)) if with_views else (logits, kv_caches)
 
     @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:
