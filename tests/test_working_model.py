@@ -90,7 +90,7 @@ def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys, tmp_path):
     assert all(list(r) == ["layer", "kind", "slots", "bytes", "measured_bytes"] and r["measured_bytes"] == r["bytes"]
                for r in out["layers"]) and len(out["layers"]) == 16
     assert out["total_bytes"] == 16 * 2 * 8 * 2 * 8 * 64 * 2  # L · B · T · 2·K·H · 2 bytes
-    assert main(["kv", "llama-3.2-1b", "--tokens", "8", "--measure"]) == 0
+    assert main(["kv", "llama-3.2-1b", "--tokens", "8", "--batch", "2", "--measure"]) == 0  # the same run, kept
     text = capsys.readouterr().out
     assert "measured (each layer)" in text and "measured from the arrays of a working model" in text
     ledger = with_working_model(kv_ledger("llama-3.2-1b", 8, 2, measure=False), "llama-3.2-1b")
