@@ -2,9 +2,9 @@
 
 The rule (the gpt-oss model card, arXiv:2508.10925; its reference `sdpa` in
 https://github.com/openai/gpt-oss/blob/main/gpt_oss/torch/model.py; transformers' `eager_attention_forward` in
-src/transformers/models/gpt_oss/modeling_gpt_oss.py): the sink logit is appended to each row of scaled, masked
-scores, the softmax runs over the row, and the sink's column is dropped, so the weights over real keys are
-exp(s_j) / (exp(sink) + sum_i exp(s_i)).
+https://github.com/huggingface/transformers/blob/main/src/transformers/models/gpt_oss/modeling_gpt_oss.py): the
+sink logit is appended to each row of scaled, masked scores, the softmax runs over the row, and the sink's
+column is dropped, so the weights over real keys are exp(s_j) / (exp(sink) + sum_i exp(s_i)).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ def attend(q_BTKGH: jax.Array, k_BKHS: jax.Array, v_BKSH: jax.Array, mask_BTS: j
     position within the cache. `sink_logits_KG` are learned sink logits, one per query head (gpt-oss: the
     model card, arXiv:2508.10925, and its reference `sdpa` in
     https://github.com/openai/gpt-oss/blob/main/gpt_oss/torch/model.py, which appends the logit to each row of
-    scaled, masked scores and drops its column after the softmax): each row's weights are
+    scaled, masked scores and drops its column after the softmax; transformers' gpt_oss
+    `eager_attention_forward` does the same): each row's weights are
     exp(s_j) / (exp(sink) + sum_i exp(s_i)), so they sum to less than 1 and the sink reads no value. A sink
     of -inf is plain attention, exactly. `with_weights` also returns the softmax weights [B, K, G, T, S]
     (eviction scores them).
