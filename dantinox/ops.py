@@ -6,7 +6,8 @@ that name receives the call's arguments by name and returns its own result, or N
 plain function. `Reference` declines everything; dantinox/backend installs its own backend once, when dantinox
 is imported (`install`), unless DANTINOX_BACKEND=reference.
 
-    attend          attention without sinks or returned weights (dantinox/architectures/attention.py)
+    attend          attention without sinks (kept tokens or learned logits) or returned weights
+                    (dantinox/architectures/attention.py)
     store           new tokens into a cache array (dantinox/cache/container.py)
     reads_in_place  whether attend reads a paged pool where it lies, so no page is gathered
                     (dantinox/cache/paged.py)

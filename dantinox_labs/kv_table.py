@@ -88,8 +88,11 @@ def ledger_table(ledger: Ledger, arch: Architecture | None = None) -> str:
               f"per token: one more token adds {ledger.per_token_bytes:,} B to a sequence at T = {ledger.tokens:,}",
               *([f"read per decode step (derived): {ledger.read_total_bytes:,} B "
                  f"({format_bytes(ledger.read_total_bytes)}) of the {ledger.total_bytes:,} B stored: every indexer "
-                 "key, only the top-k latents"]
-                if any(r.kind == "latent" and r.read_bytes is not None for r in ledger.rows) else []),
+                 "key, only the top-k latents"] if ledger.reads_less_than_stored else []),
+              *([f"read per decode step, measured from the arrays the working model's last step read (the "
+                 f"latents its top-k selection gathered, the indexer keys it scored): "
+                 f"{ledger.measured_read_total_bytes:,} B"]
+                if ledger.reads_less_than_stored and ledger.from_working_model else []),
               f"naive calculator: {ledger.naive_formula} = {ledger.naive_bytes:,} B "
               f"({format_bytes(ledger.naive_bytes)}), {ledger.naive_error_pct:+.1f} % against the ledger"]
     lines += [f"  - {term}" for term in ledger.gap_terms]

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from dantinox.accounting.kv_ledger import kv_ledger
-from dantinox.architectures.catalogue import parse_config
+from dantinox.architectures.catalogue import load_architecture, parse_config
 
 # Tiny configs of the published model types (the fields transformers' Lfm2Config, DeepseekV32Config and
 # NemotronHConfig read), narrow so that a working model decodes in a second.
@@ -127,3 +127,24 @@ def test_mtp_layers_count_only_when_an_engine_drafts_with_them():
     assert kv_ledger("deepseek-v2", 1000).notes == ()  # DeepSeek-V2 has no MTP module
     with_three = parse_config({**DSV32, "num_nextn_predict_layers": 3}, "c.json")
     assert with_three.mtp_layers == 3 and len(with_three.with_mtp_layers().layers) == 5
+
+
+def test_deepseek_v32s_published_mtp_layer_counts_as_deepseek_v3s(capsys):
+    """The catalogue's DeepSeek-V3.2 declares its one MTP layer (num_nextn_predict_layers 1, as published):
+    `dantinox kv --mtp` counts it by the rule DeepSeek-V3's follows (vLLM's deepseek_mtp: one more layer of the
+    last layer's geometry, here a latent with its indexer key), plain decoding by none."""
+    from dantinox_labs.cli import main
+
+    assert load_architecture("deepseek-v3.2").mtp_layers == load_architecture("deepseek-v3").mtp_layers == 1
+    for name in ("deepseek-v3", "deepseek-v3.2"):
+        plain, drafting = kv_ledger(name, 1000, 2), kv_ledger(name, 1000, 2, mtp=True)
+        assert len(drafting.rows) == 62 and drafting.rows[-1].layer == 61
+        assert drafting.rows[-1].bytes == plain.rows[-1].bytes and drafting.rows[-1].kind == "latent"
+        assert drafting.total_bytes == plain.total_bytes * 62 // 61 == drafting.measured_bytes
+        assert "deepseek_mtp" in drafting.notes[-1] and "not counted" in plain.notes[-1]
+    per_layer = 2 * 1000 * (512 + 64 + 128) * 2  # B · T · (C + R + I) · 2 bytes
+    assert main(["kv", "deepseek-v3.2", "--tokens", "1000", "--batch", "2", "--mtp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["layers"]) == 62 and out["total_bytes"] == 62 * per_layer
+    assert main(["kv", "deepseek-v3.2", "--tokens", "1000", "--batch", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total_bytes"] == 61 * per_layer

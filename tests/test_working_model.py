@@ -33,6 +33,8 @@ def test_the_working_model_decodes_and_its_arrays_equal_the_ledger(name, tokens,
     ledger = kv_ledger(arch, tokens, 2, dtype, measure=False)
     assert list(run.layer_bytes) == [row.bytes for row in ledger.rows]
     assert run.config.n_layers == len(arch.layers) and run.config.d_model == D_MODEL  # every layer, narrow width
+    # gpt-oss decodes with its learned sink logits in every layer (weights: the bytes above are unchanged)
+    assert {spec.learned_sinks for spec in run.config.layers} == {name == "gpt-oss-20b"}
 
 
 def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
@@ -55,6 +57,8 @@ def test_every_catalogue_model_equals_transformers_or_is_refused_in_one_line():
             assert "\n" not in message and message.startswith(f"{name}: ") and refused[0] in message, message
             continue
         built += 1
+        sinks = {spec.learned_sinks for spec in working_config(arch, 10).layers}
+        assert sinks == {arch.model_type == "gpt_oss"}, name  # gpt-oss's sink logits, in every layer
         batch = TRANSFORMERS["batch"]
         # an entry not yet in the fixture (its checked_against says so): below and above its smallest window
         windows = [layer.window for layer in arch.layers if layer.window]
@@ -86,7 +90,7 @@ def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys, tmp_path):
     assert all(list(r) == ["layer", "kind", "slots", "bytes", "measured_bytes"] and r["measured_bytes"] == r["bytes"]
                for r in out["layers"]) and len(out["layers"]) == 16
     assert out["total_bytes"] == 16 * 2 * 8 * 2 * 8 * 64 * 2  # L · B · T · 2·K·H · 2 bytes
-    assert main(["kv", "llama-3.2-1b", "--tokens", "8", "--measure"]) == 0
+    assert main(["kv", "llama-3.2-1b", "--tokens", "8", "--batch", "2", "--measure"]) == 0  # the same run, kept
     text = capsys.readouterr().out
     assert "measured (each layer)" in text and "measured from the arrays of a working model" in text
     ledger = with_working_model(kv_ledger("llama-3.2-1b", 8, 2, measure=False), "llama-3.2-1b")
@@ -99,3 +103,25 @@ def test_cli_measure_prints_measured_bytes_beside_the_ledger(capsys, tmp_path):
     assert main(["kv", str(tmp_path / "config.json"), "--tokens", "8", "--measure"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "keys of 16 and values of 32" in err and "layer 0" in err
+
+
+def test_cli_measure_reads_deepseek_v32s_read_bytes_from_the_arrays_its_step_gathered(capsys, tmp_path):
+    """DeepSeek-V3.2's entry cut to 2 of its 61 layers (the same per-layer geometry: C = 512, R = 64, I = 128,
+    k = 2,048), below and above k: a decode step reads every indexer key and min(T, k) latents, and the
+    working model's `measured_read_bytes` come from the arrays its top-k selection gathered."""
+    from dantinox.architectures.catalogue import catalogue
+    from dantinox_labs.cli import main
+
+    entry = catalogue()["deepseek-v3.2"]["config"]
+    (tmp_path / "config.json").write_text(json.dumps({**entry, "num_hidden_layers": 2}))
+    for tokens in (2000, 2100):  # below and above index_topk = 2048
+        assert main(["kv", str(tmp_path / "config.json"), "--tokens", str(tokens), "--measure", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["measured_from"] == "working model arrays"
+        per_layer = tokens * 128 * 2 + min(tokens, 2048) * (512 + 64) * 2  # indexer keys + the latents read
+        for row in out["layers"]:
+            assert row["measured_read_bytes"] == row["read_bytes"] == per_layer
+            assert row["measured_bytes"] == row["bytes"] == tokens * (512 + 64 + 128) * 2
+        assert out["measured_read_total_bytes"] == out["read_total_bytes"] == 2 * per_layer
+    assert main(["kv", str(tmp_path / "config.json"), "--tokens", "2100", "--measure"]) == 0
+    assert f"the indexer keys it scored): {2 * per_layer:,} B" in capsys.readouterr().out

@@ -58,6 +58,8 @@ class LedgerRow:
     # what one decode step at T reads, where it differs from `bytes`: DeepSeek-V3.2's T indexer keys and only
     # min(k, T) latents; a shared layer its source's bytes
     read_bytes: int | None = None
+    # the same, read from the arrays a working model's decode step read (with_working_model; DSA layers)
+    measured_read_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +102,13 @@ class Ledger:
         return sum(r.bytes if r.read_bytes is None else r.read_bytes for r in self.rows)
 
     @property
+    def measured_read_total_bytes(self) -> int:
+        """What a working model's decode step read, all layers (`measured_read_bytes` where a row has it, else
+        its measured bytes)."""
+        return sum(r.measured_bytes if r.measured_read_bytes is None else r.measured_read_bytes
+                   for r in self.rows)
+
+    @property
     def naive_error_pct(self) -> float:
         if not self.total_bytes:
             return float("inf")
@@ -117,17 +126,26 @@ class Ledger:
                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
                "layers": [{"layer": r.layer, "kind": r.kind, "slots": r.slots, "bytes": r.bytes}
                           for r in self.rows]}
-        if any(r.kind == "latent" and r.read_bytes is not None for r in self.rows):  # stored != read (DSA)
+        sparse = self.reads_less_than_stored
+        if sparse:
             out["read_total_bytes"] = self.read_total_bytes
             for row, r in zip(out["layers"], self.rows, strict=True):
                 row["read_bytes"] = r.bytes if r.read_bytes is None else r.read_bytes
         if self.from_working_model:
+            reads = {"measured_read_total_bytes": self.measured_read_total_bytes} if sparse else {}
             out = {**{k: v for k, v in out.items() if k != "layers"},
                    "measured_total_bytes": self.measured_bytes,
-                   "measured_from": self.measured_from,
-                   "layers": [{**row, "measured_bytes": r.measured_bytes}
+                   "measured_from": self.measured_from, **reads,
+                   "layers": [{**row, "measured_bytes": r.measured_bytes,
+                               **({"measured_read_bytes": r.measured_bytes if r.measured_read_bytes is None
+                                   else r.measured_read_bytes} if sparse else {})}
                               for row, r in zip(out["layers"], self.rows, strict=True)]}
         return out
+
+    @property
+    def reads_less_than_stored(self) -> bool:
+        """Whether a decode step reads other than the cache stores (DeepSeek-V3.2's indexed latents)."""
+        return any(r.kind == "latent" and r.read_bytes is not None for r in self.rows)
 
 
 def _itemsize(cache_dtype: str) -> int:
@@ -471,11 +489,12 @@ def _mtp_notes(arch: Architecture, counted: bool) -> tuple[str, ...]:
 
 def with_working_model(ledger: Ledger, model: str | Architecture, guard: int = MEMORY_GUARD) -> Ledger:
     """The ledger with every row's `measured_bytes` read from the cache a working model of the architecture
-    decoded with (dantinox/accounting/working_model.py); ValueError in one line for a kind the working model
+    decoded with (dantinox/accounting/working_model.py), and a DeepSeek-V3.2 row's `measured_read_bytes` from
+    the arrays its last decode step read; ValueError in one line for a kind the working model
     does not build (a recurrent state)."""
     arch = model if isinstance(model, Architecture) else load_architecture(model)
     run = measure_working_model(arch, ledger.tokens, ledger.batch, ledger.cache_dtype, guard)
-    rows = tuple(dataclasses.replace(r, measured_bytes=m)
-                 for r, m in zip(ledger.rows, run.layer_bytes, strict=True))
+    rows = tuple(dataclasses.replace(r, measured_bytes=m, measured_read_bytes=read)
+                 for r, m, read in zip(ledger.rows, run.layer_bytes, run.read_bytes, strict=True))
     return dataclasses.replace(ledger, rows=rows, measured_bytes=run.total_bytes,
                                measured_from=f"working model {run.source}")

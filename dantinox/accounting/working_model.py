@@ -14,16 +14,19 @@ its real channel count, the hidden size, since its state is that many channels w
 and to the narrow D); the query heads are the least common multiple of the layers' K (each query head reads
 one KV head; queries are never cached), and an MLA model keeps 2 query heads of 16 channels (its cache is the
 latent C plus the RoPE key R whatever the heads) and 2 indexer query heads (only the indexer's key is cached).
-The weights are random. Features that shape the logits but store nothing (QK-norm, per-layer RoPE bases,
-Llama 4's and SmolLM3's NoPE layers, gpt-oss's learned sink logits, Gemma 4's values taken from its global
-layers' key projection) are left out: the same cache runs without them. Not built, each refused in one line
-naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider than
-its keys, and MLA beside layers of other kinds (Kimi Linear).
+The weights are random. gpt-oss's learned sink logits run (random, one per query head, in every attention
+layer: they are weights, and its cache is the same bytes). Other features that shape the logits but store
+nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, Gemma 4's values taken from its
+global layers' key projection) are left out: the same cache runs without them. Not built, each refused in one
+line naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider
+than its keys, and MLA beside layers of other kinds (Kimi Linear).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
-arrays it returns. Above the memory guard nothing is allocated: the same run is traced with `jax.eval_shape`
-and the bytes are those of the shapes it returns (source "shapes").
+arrays it returns; an indexed-latent layer's read bytes from the arrays its last decode step read (the
+latents its top-k selection gathered, the indexer keys it scored). Above the memory guard nothing is
+allocated: the same run is traced with `jax.eval_shape` and the bytes are those of the shapes it returns
+(source "shapes").
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from flax import nnx
 from dantinox.architectures.catalogue import Architecture
 from dantinox.architectures.config import DTYPES, QUANT_CACHE_DTYPES, LayerSpec, ModelConfig
 from dantinox.architectures.model import Transformer
-from dantinox.cache import cache_shapes, init_cache, tree_nbytes
+from dantinox.cache import IndexedLatentCache, cache_shapes, init_cache, tree_nbytes
 from dantinox.checks import positive_int
 
 # bytes: the labs' allocation budget (widgets/readings.py); larger caches are traced
@@ -63,6 +66,10 @@ class WorkingRun:
     lengths: tuple[int, ...]  # tokens each sequence holds after the run (the cache's own fill)
     prompt: int  # tokens prefilled in one call
     decoded: int  # tokens decoded one at a time after it
+    # per layer, bytes the last decode step read where a layer reads other than it stores (DeepSeek-V3.2's
+    # indexed latents: what its top-k selection gathered, and the indexer keys it scored); None elsewhere,
+    # or where no step was decoded
+    read_bytes: tuple[int | None, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -120,7 +127,8 @@ def _spec(layer) -> LayerSpec:
                          conv=layer.conv, ssm_state=layer.state_size, ssm_groups=layer.ssm_groups)
     if layer.kind == "mlp":  # an MLP or MoE block with no token mixer
         return LayerSpec(kind="mlp")
-    return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size)
+    return LayerSpec(kind=layer.kind, window=layer.window, kv_heads=layer.kv_heads, head_size=layer.head_size,
+                     learned_sinks=layer.learned_sinks)
 
 
 @functools.lru_cache(maxsize=16)
@@ -140,17 +148,32 @@ def measure_working_model(arch: Architecture, tokens: int, batch: int = 1, cache
     def run():
         cache = init_cache(cfg, batch, tokens)
         logits, cache = model.forward(jnp.asarray(ids, jnp.int32), cache)  # eager: one dispatch per op, each
+        views = (None,) * cfg.n_layers  # what each layer read, from the last one-token step
         for _ in range(decoded):  # compiled once per shape, so the real layer count costs no long compile
             next_B1 = jnp.argmax(logits[:, -1:], axis=-1).astype(jnp.int32)
-            logits, cache = model.forward(next_B1, cache)
-        return logits, cache
+            logits, cache, views = model.forward(next_B1, cache, with_views=True)
+        return logits, cache, tuple(map(_step_reads, cache.layers, views))
 
     if tree_nbytes(cache_shapes(cfg, batch, tokens)) > guard:
-        shapes = jax.eval_shape(run)[1]  # the same run, traced: shapes and dtypes, no buffer allocated
+        _, shapes, reads = jax.eval_shape(run)  # the same run, traced: shapes and dtypes, no buffer allocated
         return WorkingRun(cfg, tuple(tree_nbytes(layer) for layer in shapes.layers), "shapes",
-                          (prompt + decoded,) * batch, prompt, decoded)
-    logits, cache = run()
+                          (prompt + decoded,) * batch, prompt, decoded, _nbytes(reads))
+    logits, cache, reads = run()
     if not bool(jnp.all(jnp.isfinite(logits))):
         raise ValueError(f"{arch.name}: the working model's logits are not finite")
     return WorkingRun(cfg, tuple(tree_nbytes(layer) for layer in cache.layers), "arrays",
-                      tuple(int(n) for n in np.asarray(cache.lengths)), prompt, decoded)
+                      tuple(int(n) for n in np.asarray(cache.lengths)), prompt, decoded, _nbytes(reads))
+
+
+def _step_reads(layer_cache, view) -> tuple | None:
+    """The arrays a decode step of an indexed-latent layer (DeepSeek-V3.2) read: the latents and scales its
+    top-k selection gathered (the View its attention read: min(k, slots) rows per query, slots the layer
+    holds, filled or not, as the formula counts a step at T) and the indexer keys it scored (every slot).
+    None for a layer that reads what it stores, or where no step was decoded."""
+    if view is None or not isinstance(layer_cache, IndexedLatentCache):
+        return None
+    return view.payload, (layer_cache.idx_k, layer_cache.idx_scale)
+
+
+def _nbytes(reads: tuple) -> tuple[int | None, ...]:
+    return tuple(None if r is None else tree_nbytes(r) for r in reads)

@@ -72,6 +72,7 @@ class LayerGeometry:
     indexer: int | None = None  # I, a latent layer's lightning-indexer key width (DeepSeek-V3.2), one head
     index_topk: int | None = None  # k, the latents each query of an indexed layer reads (index_topk)
     state_formula: str | None = None  # how state_elements follows from the config
+    learned_sinks: bool = False  # a sink logit per query head in the softmax (gpt-oss): a weight, 0 bytes
 
     @property
     def ssm_groups(self) -> int | None:
@@ -349,7 +350,8 @@ def parse_config(data: Any, where: str, name: str | None = None,
                 kv, size = glob if kind == "full" else (k, h)
                 layers.append(LayerGeometry(i, kind, kv_heads=kv, head_size=size, window=ring))
         layers = tuple(_share(r, layers, L) if model_type in ("gemma3n_text", "gemma4_text") else layers)
-        if model_type == "gpt_oss":
+        if model_type == "gpt_oss":  # every attention layer (GptOssAttention.sinks, one per query head)
+            layers = tuple(dataclasses.replace(layer, learned_sinks=True) for layer in layers)
             notes.append("attention sinks: gpt-oss learns one sink logit per head, a parameter added to the "
                          "softmax denominator; it caches 0 bytes (StreamingLLM's 'sinks' are kept tokens, "
                          "which do cost bytes)")

@@ -86,6 +86,9 @@ class LayerSpec:
     # keep, each turning at base^(-2i / head width); None: the RoPE key's own pairs
     # 0 .. R / rope heads / 2 - 1
     rope_pairs: tuple[tuple[int, ...], ...] | None = None
+    # gpt-oss's learned attention sinks: one logit per query head joins the softmax's denominator (the
+    # weights over real keys sum to less than 1); a parameter of the layer, nothing in its cache
+    learned_sinks: bool = False
 
     def __post_init__(self) -> None:
         # JSON gives lists: stored as the tuples they mean (hashable)
@@ -478,6 +481,12 @@ class ModelConfig:
                 raise ValueError(f"{at}.rope_base: must be greater than 1, got {spec.rope_base}")
             if spec.rope_pairs is not None:
                 self._check_rope_pairs(at, spec.rope_pairs)
+            if not isinstance(spec.learned_sinks, bool):
+                raise ValueError(f"{at}.learned_sinks: expected True or False, got {spec.learned_sinks!r}")
+            if spec.learned_sinks and (self.attention == "latent" or spec.kind in (*RECURRENT_KINDS, "mlp")):
+                kind = "attention='latent'" if self.attention == "latent" else f"kind={spec.kind!r}"
+                raise ValueError(f"{at}.learned_sinks: a sink logit per query head joins a K/V-heads "
+                                 f"attention's softmax (gpt-oss); got {kind}")
             # a value equal to the model-wide one is stored once, as None
             same = {k: None for k, v in model_wide.items() if getattr(spec, k) == v}
             spec = dataclasses.replace(spec, **same)

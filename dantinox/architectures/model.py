@@ -95,6 +95,8 @@ class Attention(nnx.Module):
     The layer's spec gives its K, H and RoPE base. The layout the cache gives it (linear, ring, chunked or
     paged addressing; float or quantized storage; default: under the model's own cache config) decides what
     the cache holds and which keys a query may see; attention reads its View and has one path for all.
+    A layer with `learned_sinks` (gpt-oss) holds one sink logit per query head, a parameter that joins its
+    softmax's denominator and caches nothing.
     """
 
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
@@ -111,6 +113,9 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.norm_eps, cfg.param_jnp_dtype)
         else:
             self.q_norm = self.k_norm = None
+        # gpt-oss's learned sinks: a logit per query head (in the queries' order, K groups of G), random here
+        self.sinks = (nnx.Param(nnx.initializers.normal(stddev=1.0)(rngs.params(), (n,), cfg.param_jnp_dtype))
+                      if layer.learned_sinks else None)
 
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, cache: LayerCache | None = None,
                  fill: Fill | None = None, layout: Layout | None = None,
@@ -153,8 +158,10 @@ class Attention(nnx.Module):
         with jax.named_scope("attend"):
             kv = view.payload
             scored = cache is not None and layout.scored  # eviction: the write needs the weights
+            logits_KG = None if self.sinks is None else self.sinks[...].reshape(K, G)
             out_BTKGH = attend(q_BTKGH, kv.k, kv.v, view.mask(pos_BT, cfg.causal), None, kv.k_scale,
-                               kv.v_scale, sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout)
+                               kv.v_scale, sink_q, sinks, with_weights=scored, scale_layout=kv.scale_layout,
+                               sink_logits_KG=logits_KG)
         if scored:
             with jax.named_scope("cache_write"):
                 out_BTKGH, weights_BKGTS = out_BTKGH
@@ -646,8 +653,8 @@ class Transformer(nnx.Module):
         return self.cfg if config is None else self.cfg.with_cache(config)
 
     def forward(self, ids_BT: jax.Array, kv_caches: KVCache | None = None, live_BT: jax.Array | None = None,
-                positions_BT: jax.Array | None = None,
-                logits_at_BP: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
+                positions_BT: jax.Array | None = None, logits_at_BP: jax.Array | None = None,
+                with_views: bool = False) -> tuple[jax.Array, KVCache | None]:
         """Unchecked forward used inside compiled code; callers guarantee the bounds.
 
         With a cache, the T tokens of row b sit at positions lengths[b] .. lengths[b] + T - 1; those marked
@@ -656,7 +663,8 @@ class Transformer(nnx.Module):
         `positions_BT` itself (diffusion); the fill then becomes max(lengths, last position + 1).
         `logits_at_BP` picks which P of the T positions get logits (a serving engine needs one per prompt
         chunk). Each layer writes and reads through the layout the cache's config gives it (the model holds
-        none).
+        none). `with_views` also returns each layer's View, what its attention read (for DeepSeek-V3.2's
+        indexed layers, the latents its top-k selection gathered; None for a recurrent or MLP-only block).
         """
         B, T = ids_BT.shape
         fill = None
@@ -692,7 +700,8 @@ class Transformer(nnx.Module):
         x = self.norm(x)
         if logits_at_BP is not None:  # the vocabulary projection only where a next token is wanted
             x = jnp.take_along_axis(x, logits_at_BP[:, :, None], axis=1)
-        return self.logits(x), kv_caches
+        logits = self.logits(x)
+        return (logits, kv_caches, tuple(views)) if with_views else (logits, kv_caches)
 
     @jax.named_scope("logits")
     def logits(self, x_BTD: jax.Array) -> jax.Array:

@@ -30,8 +30,10 @@ class CPU(ops.Reference):
     name = "native"
 
     def attend(self, q_BTKGH, k_BKHS, v_BKSH, mask_BTS, scale, k_scale_BKS, v_scale_BKS, sink_q_BTKGH,
-               sink_BS, with_weights, keys_slot_last, scale_layout) -> jax.Array | None:
-        if sink_BS is not None or with_weights:
+               sink_BS, with_weights, keys_slot_last, scale_layout, sink_logits_KG) -> jax.Array | None:
+        # The one dispatch rule for sinks: kept sink tokens, learned sink logits (gpt-oss) and returned
+        # weights go to the reference einsum path; neither the kernel nor the arrangements below compute them.
+        if sink_BS is not None or sink_logits_KG is not None or with_weights:
             return None
         scale = q_BTKGH.shape[-1] ** -0.5 if scale is None else scale
         B, T, K, G, _ = q_BTKGH.shape
