@@ -72,6 +72,9 @@ class LayerGeometry:
     indexer: int | None = None  # I, a latent layer's lightning-indexer key width (DeepSeek-V3.2), one head
     index_topk: int | None = None  # k, the latents each query of an indexed layer reads (index_topk)
     state_formula: str | None = None  # how state_elements follows from the config
+    # a linear layer's gate: "head" (Gated DeltaNet: one decay per value head) or "channel" (Kimi Delta
+    # Attention: one per key channel); it changes the update, not the state's size
+    decay: str | None = None
 
     @property
     def ssm_groups(self) -> int | None:
@@ -370,7 +373,8 @@ def _linear_state(r: _Reader) -> tuple[int, str, dict]:
     elements = hv * dk * dv + conv_dim * kernel
     formula = (f"H_v·d_k·d_v float32 + (2·H_k·d_k + H_v·d_v)·kernel activations = "
                f"{hv}·{dk}·{dv} × 4 B + ({2 * hk * dk} + {hv * dv})·{kernel}")
-    return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel)
+    return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel,
+                                   decay="head")
 
 
 def _kimi_kinds(r: _Reader, L: int) -> list[str]:
@@ -404,7 +408,7 @@ def _kimi_state(r: _Reader) -> tuple[int, str, dict]:
     formula = (f"H·d·d float32 + 3·H·d·kernel activations = {heads}·{size}·{size} × 4 B + "
                f"{3 * heads * size}·{kernel}")
     return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size,
-                                   conv=kernel)
+                                   conv=kernel, decay="channel")
 
 
 # Mamba-2 fields: heads, head size, state size, groups, convolution width (Nemotron-H's, Granite 4.0-H's)
