@@ -99,6 +99,9 @@ def test_vllm_grows_the_attention_block_to_the_state_page_and_pads_the_state_pag
     full, linear = (next(layer.index for layer in qwen.layers if layer.kind == k) for k in ("full", "linear"))
     assert column.per_layer_bytes[full] == 2 * 1_114_112  # ceil(1000 / 544) pages of 544 tokens
     assert column.per_layer_bytes[linear] == 1_114_112  # one padded page per sequence, at any T
+    qwen35 = vllm_hybrid_block(load_architecture("qwen3.5-9b"))  # its config's mamba_ssm_dtype: a float32 state
+    assert qwen35.state_bytes == 3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4 == 2_146_304
+    assert qwen35.block_tokens == 16 * 33 == 528 and f"{qwen35.padding_percent:.2f}" == "0.76"  # K = 4 of 256
     nemotron = vllm_hybrid_block(load_architecture("nemotron-h-8b"))  # Mamba-2: 128 heads of 64, 8 groups
     assert nemotron.state_bytes == (3 * (128 * 64 + 2 * 8 * 128) + 128 * 64 * 128) * 2 == 2_158_592
     assert nemotron.block_tokens == 16 * 33 == 528 and f"{nemotron.padding_percent:.2f}" == "0.19"

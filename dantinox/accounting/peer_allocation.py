@@ -60,7 +60,8 @@ v1/core/kv_cache_utils.py, get_kv_cache_config / _get_kv_cache_groups_uniform_pa
                   https://github.com/vllm-project/vllm/issues/51041)
   state layers    MambaSpec (vllm/v1/kv_cache_interface.py, page_size_bytes): one page per sequence, holding
                   the convolution window ((d_conv - 1) · channels; all an LFM2 convolution keeps) and the
-                  recurrent state, constant in T, both in the cache dtype (mamba_ssm_cache_dtype "auto")
+                  recurrent state, constant in T, in the cache dtype (mamba_ssm_cache_dtype "auto"), the
+                  recurrent state in the config's mamba_ssm_dtype where it gives one (Qwen3.5: float32)
 
 vLLM's pages beside state layers (vllm_hybrid_block; vllm/model_executor/models/config.py,
 HybridAttentionMambaModelConfig.verify_and_update_config, read at commit
@@ -92,12 +93,15 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
 def _float_size(cache_dtype: str, engine: str) -> int:
     if cache_dtype not in DTYPES:
         raise ValueError(f"cache_dtype: the {engine} column is derived for float caches "
                          f"({', '.join(DTYPES)}); its quantized caches keep their scales differently, got "
                          f"{cache_dtype!r}")
-    return {"float32": 4, "bfloat16": 2, "float16": 2}[cache_dtype]
+    return DTYPE_BYTES[cache_dtype]
 
 
 def conv_channels(layer: LayerGeometry) -> int:
@@ -126,7 +130,10 @@ def vllm_state_bytes(layer: LayerGeometry, itemsize: int) -> int:
     Mamba-2 layer's convolution window and recurrent state; an LFM2 convolution's conv - 1 inputs."""
     if layer.kind == "conv":
         return (layer.conv - 1) * layer.channels * itemsize
-    return state_elements(layer) * itemsize
+    window = (layer.conv - 1) * conv_channels(layer) * itemsize
+    state = state_elements(layer) - (layer.conv - 1) * conv_channels(layer)
+    # mamba_ssm_cache_dtype: the config's (Qwen3.5: float32), else "auto", the cache dtype
+    return window + state * (DTYPE_BYTES[layer.state_dtype] if layer.state_dtype else itemsize)
 
 
 def _token_bytes(layer: LayerGeometry, itemsize: int) -> int:
