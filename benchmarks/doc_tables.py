@@ -167,7 +167,7 @@ def engine_logs(r: dict) -> str:
              "|---|---|---|---|---|---|"]
     for row in r["rows"]:
         pred = row["predicted"]
-        if row["engine"] == "vLLM":
+        if row["engine"] == "vLLM" and "available_gib" in row["settings"]:  # a pool sized from printed memory
             gib = row["settings"]["available_gib"]
             low, high = sorted((row["low"], row["high"]))
             pred += (f" at {gib:.2f} GiB; {_engine_number(row['quantity'], low)}–"

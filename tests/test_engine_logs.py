@@ -8,7 +8,13 @@ import pytest
 
 from dantinox.accounting.engine_logs import DIFFERS, EQUAL, ROUNDING, architecture, predict
 from dantinox.accounting.peer_allocation import llama_cpp_column as llama_column
-from dantinox.accounting.peer_allocation import llama_cpp_size_lines, state_elements, vllm_pool
+from dantinox.accounting.peer_allocation import (
+    llama_cpp_size_lines,
+    state_elements,
+    vllm_column,
+    vllm_hybrid_block,
+    vllm_pool,
+)
 from dantinox.architectures.catalogue import load_architecture
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "engine-logs.json"
@@ -25,7 +31,8 @@ def test_every_published_line_is_predicted_equal_or_within_the_printed_memorys_r
         kinds.add(frozenset(layer.kind for layer in architecture(row, "row").layers) - {"mlp"})
         assert row["url"].startswith("https://github.com/") and row["settings_text"]
     assert len(ROWS) >= 8
-    assert {frozenset({"full"}), frozenset({"full", "sliding"}), frozenset({"full", "linear"})} <= kinds
+    assert {frozenset({"full"}), frozenset({"full", "sliding"}), frozenset({"full", "linear"}),
+            frozenset({"full", "mamba"})} <= kinds
     assert {row["engine"] for row in ROWS} == {"vLLM", "llama.cpp"}
 
 
@@ -68,8 +75,42 @@ def test_vllm_groups_share_one_page_size_and_count_the_pool_as_if_every_layer_he
     gemma = vllm_pool(load_architecture("gemma-4-31b"), 2**34)
     assert gemma.group_size == 10 and len(gemma.groups) == 6  # 10 full + 50 sliding: 1 + 5 groups of 10
     assert dict(gemma.groups)["full"] == 32  # 4 × 512 per token against 16 × 256: twice the tokens per page
-    with pytest.raises(ValueError, match="state"):
-        vllm_pool(load_architecture("qwen3-next-80b-a3b"), 2**34)
+
+
+def test_vllm_grows_the_attention_block_to_the_state_page_and_pads_the_state_page_to_it():
+    """vLLM's hybrid config (vllm/model_executor/models/config.py, HybridAttentionMambaModelConfig): attention
+    block B = 16 · ceil(state page / (16 · attention bytes per token)); the state page padded to B tokens' bytes.
+    Every number below is derived by hand from the configs and that rule."""
+    qwen = load_architecture("qwen3-next-80b-a3b")  # 36 Gated DeltaNet + 12 full layers, bf16
+    state = 3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 2  # (conv - 1) inputs of q, k, v; V·d_k·d_v
+    assert state == 1_097_728
+    token = 2 * 2 * 256 * 2  # K = 2 heads of 256, keys and values
+    block = vllm_hybrid_block(qwen)
+    assert (block.state_bytes, block.token_bytes) == (state, token)
+    assert block.block_tokens == 16 * 34 == 544  # 1,097,728 / (16 · 2,048) = 33.5 -> 34 sixteen-token steps
+    assert block.page_bytes == 544 * 2048 == 1_114_112 and f"{block.padding_percent:.2f}" == "1.49"
+    assert vllm_hybrid_block(qwen, block_size=1024).block_tokens == 1024  # a larger --block-size is kept
+    assert vllm_hybrid_block(qwen, block_size=16).block_tokens == 544  # a smaller one is overridden
+    pool = vllm_pool(qwen, 10 * 2**30)
+    assert pool.group_size == 12 and [kind for kind, _ in pool.groups].count("state") == 3  # 36 / 12
+    assert len(pool.groups) == 4 and pool.num_blocks == 10 * 2**30 // (1_114_112 * 12) == 803
+    assert pool.tokens == 803 // 4 * 544 == 108_800  # blocks // groups · the attention block
+    column = vllm_column(qwen, 1000, 1)
+    full, linear = (next(layer.index for layer in qwen.layers if layer.kind == k) for k in ("full", "linear"))
+    assert column.per_layer_bytes[full] == 2 * 1_114_112  # ceil(1000 / 544) pages of 544 tokens
+    assert column.per_layer_bytes[linear] == 1_114_112  # one padded page per sequence, at any T
+    qwen35 = vllm_hybrid_block(load_architecture("qwen3.5-9b"))  # its config's mamba_ssm_dtype: a float32 state
+    assert qwen35.state_bytes == 3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4 == 2_146_304
+    assert qwen35.block_tokens == 16 * 33 == 528 and f"{qwen35.padding_percent:.2f}" == "0.76"  # K = 4 of 256
+    nemotron = vllm_hybrid_block(load_architecture("nemotron-h-8b"))  # Mamba-2: 128 heads of 64, 8 groups
+    assert nemotron.state_bytes == (3 * (128 * 64 + 2 * 8 * 128) + 128 * 64 * 128) * 2 == 2_158_592
+    assert nemotron.block_tokens == 16 * 33 == 528 and f"{nemotron.padding_percent:.2f}" == "0.19"
+    lfm2 = vllm_hybrid_block(load_architecture("lfm2-1.2b"))  # a short convolution keeps conv - 1 inputs
+    assert lfm2.state_bytes == 2 * 2048 * 2 and lfm2.block_tokens == 16  # 8 KiB fit one 16-token page
+    assert lfm2.page_bytes == 16 * 2 * 8 * 64 * 2 and lfm2.padding_percent == 300.0
+    with pytest.raises(ValueError) as e:  # Kimi Linear: MLA beside Kimi Delta Attention
+        vllm_pool(load_architecture("kimi-linear-48b-a3b"), 2**34)
+    assert "\n" not in str(e.value) and str(e.value).startswith("kimi-linear-48b-a3b: ") and "MLA" in str(e.value)
 
 
 def test_llama_cpp_keeps_one_f32_state_cell_per_sequence_for_state_layers():

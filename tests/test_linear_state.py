@@ -31,7 +31,8 @@ def np_gated_delta(layer, x_TD):
     qkvz = x_TD @ P(layer.in_proj.kernel)
     C = (2 * K + V) * H
     qkv, z = qkvz[:, :C], qkvz[:, C:].reshape(T, V, H)
-    b, a = np.split(x_TD @ P(layer.gates.kernel), 2, axis=-1)
+    gates = x_TD @ P(layer.gates.kernel)  # β per value head, then its decay input: 1 per head or H per channel
+    b, a = gates[:, :V], gates[:, V:].reshape(T, V, H if spec.decay == "channel" else 1)
     padded = np.concatenate([np.zeros((W - 1, C)), qkv])
     conv = np.stack([(padded[t:t + W] * P(layer.conv).T).sum(0) for t in range(T)])
     conv = conv / (1 + np.exp(-conv))
@@ -45,7 +46,7 @@ def np_gated_delta(layer, x_TD):
             kh, qh, vh = k[h // (V // K)], q[h // (V // K)], v.reshape(V, H)[h]
             gate = np.exp(-np.exp(P(layer.a_log)[h]) * np.log1p(np.exp(a[t, h] + P(layer.dt_bias)[h])))
             beta = 1 / (1 + np.exp(-b[t, h]))
-            S[h] = gate * S[h]
+            S[h] = gate[:, None] * S[h]  # Diag(α_t) S: key channel i (row i) decays by α_t[i] (one α per head)
             S[h] = S[h] + np.outer(kh, beta * (vh - S[h].T @ kh))
             out[t, h] = S[h].T @ qh
     o = out / np.sqrt((out * out).mean(-1, keepdims=True) + layer.cfg.norm_eps) * P(layer.norm.scale)
@@ -53,14 +54,42 @@ def np_gated_delta(layer, x_TD):
     return o.reshape(T, V * H) @ P(layer.out.kernel)
 
 
-def test_a_state_layer_computes_the_gated_delta_rule():
-    model = dantinox.Transformer(hybrid_cfg(), rngs=nnx.Rngs(0))
+@pytest.mark.parametrize("decay", ["head", "channel"])
+def test_a_state_layer_computes_the_gated_delta_rule(decay):
+    """Gated DeltaNet (one decay per value head) and Kimi Delta Attention (one per key channel, arXiv:2510.26692:
+    S_t = (I - β_t k_t k_tᵀ) Diag(α_t) S_{t-1} + β_t k_t v_tᵀ) against the numpy loop."""
+    specs = (LayerSpec("state", value_heads=4, decay=decay), *HYBRID[1:])
+    model = dantinox.Transformer(hybrid_cfg(specs), rngs=nnx.Rngs(0))
     layer = model.blocks[0].attn
+    assert layer.dt_bias.shape == (4, 8 if decay == "channel" else 1)  # V heads x (H channels or one)
     x = np.random.default_rng(0).standard_normal((2, 9, model.cfg.d_model)).astype(np.float32)
     got, _, _ = layer(jnp.asarray(x), jnp.broadcast_to(jnp.arange(9), (2, 9)))
     for b in range(2):
         np.testing.assert_allclose(np.asarray(got[b]), np_gated_delta(layer, x[b].astype(np.float64)),
                                    atol=2e-4, rtol=2e-4)
+
+
+KIMI = (LayerSpec("state", kv_heads=2, head_size=8, decay="channel"), LayerSpec(),
+        LayerSpec("state", kv_heads=2, head_size=8, value_heads=4, decay="channel"), LayerSpec())
+
+
+def test_kimi_delta_attention_beside_mla_prefills_then_steps_as_one_forward():
+    """Kimi Linear's pattern: Kimi Delta Attention 'state' layers (their own K and H) beside MLA latent layers in
+    one model. Prefill then one-token steps equal the full forward; each layer's cache is its own payload
+    (a state constant in T, a latent growing with it) and the bytes equal the formula."""
+    cfg = hybrid_cfg(KIMI, attention="latent", kv_heads=None, kv_latent_dim=16, rope_head_dim=4)
+    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(2))
+    x = token_ids(2, 9)
+    full = np.asarray(model(jnp.asarray(x))[0])
+    cache = dantinox.init_cache(cfg, 2, 16)
+    logits, cache, _ = model(jnp.asarray(x[:, :5]), use_cache=True, kv_caches=cache)
+    np.testing.assert_allclose(np.asarray(logits), full[:, :5], atol=2e-4, rtol=2e-4)
+    for t in range(5, 9):
+        logits, cache, _ = model(jnp.asarray(x[:, t:t + 1]), use_cache=True, kv_caches=cache)
+        np.testing.assert_allclose(np.asarray(logits), full[:, t:t + 1], atol=2e-4, rtol=2e-4)
+    assert [type(p).__name__ for p in cache.layers] == ["StateCache", "LatentCache"] * 2
+    assert cache.layers[2].s.shape == (2, 4, 8, 8) and cache.layers[1].ckv.shape[-2:] == (16, 16 + 4)
+    assert cache.nbytes == dantinox.kv_cache_bytes(cfg, 2, 16)  # measured == the formula
 
 
 def test_the_state_carries_across_calls_and_ragged_rows():
@@ -115,8 +144,11 @@ def test_the_engine_serves_a_hybrid_without_prefix_caching():
     ((LayerSpec("state", 8), LayerSpec()), {}, "layer_specs[0].window"),
     ((LayerSpec(), LayerSpec(value_heads=4)), {}, "layer_specs[1].value_heads"),
     ((LayerSpec("state"), LayerSpec("shared", source=0)), {}, "layer_specs[1].source"),
-    ((LayerSpec("state"), LayerSpec()), {"attention": "latent", "kv_heads": None, "kv_latent_dim": 16,
-                                          "rope_head_dim": 4}, "layer_specs[0].kind"),
+    ((LayerSpec("conv"), LayerSpec()), {"attention": "latent", "kv_heads": None, "kv_latent_dim": 16,
+                                         "rope_head_dim": 4}, "layer_specs[0].kind"),
+    ((LayerSpec("state", decay="row"), LayerSpec()), {}, "layer_specs[0].decay"),
+    ((LayerSpec("mamba", decay="channel"), LayerSpec()), {}, "layer_specs[0].decay"),
+    ((LayerSpec(decay="channel"), LayerSpec()), {}, "layer_specs[0].value_heads"),
     ((LayerSpec("state"), LayerSpec()), {"eviction": "h2o", "cache_budget": 8}, "layer_specs"),
 ])
 def test_a_state_layer_it_cannot_build_is_refused_in_one_line(specs, kw, field):

@@ -8,8 +8,8 @@ or a config.json's cache fields with its URL), the settings it ran with and the 
 prediction comes from the engines' rules in peer_allocation.py. vLLM sizes its pool from the memory it
 prints rounded to 0.01 GiB, so its numbers are predicted for the printed value and for both ends of its
 rounding interval: "equal" when the printed memory gives the engine's number, "within the rounding of the
-printed memory" when only a memory inside that interval does. llama.cpp's sizes follow from the settings
-alone and must be equal.
+printed memory" when only a memory inside that interval does. llama.cpp's sizes, and the attention block vLLM
+sets beside state layers, follow from the settings alone and must be equal.
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dantinox.accounting.peer_allocation import llama_cpp_size_lines, vllm_concurrency, vllm_pool
+from dantinox.accounting.peer_allocation import (
+    llama_cpp_size_lines,
+    vllm_concurrency,
+    vllm_hybrid_block,
+    vllm_pool,
+)
 from dantinox.architectures.catalogue import Architecture, load_architecture, parse_config
 
 GIB = 2**30
 VLLM_QUANTITIES = ("vllm_tokens", "vllm_blocks", "vllm_concurrency")
+# from the config alone: the attention block vLLM sets beside state layers ("Setting attention block size to")
+VLLM_CONFIG_QUANTITIES = ("vllm_block_tokens",)
 LLAMA_QUANTITIES = ("llama_kv_mib", "llama_swa_mib", "llama_recurrent_mib")
 EQUAL, ROUNDING, DIFFERS = "equal", "within the rounding of the printed memory", "differs"
 
@@ -73,6 +80,9 @@ def predict(row: dict[str, Any], where: str = "row") -> Prediction:
             return pool.tokens if quantity == "vllm_tokens" else pool.num_blocks
 
         value, low, high = at(gib), at(gib - 0.005), at(gib + 0.005)
+    elif quantity in VLLM_CONFIG_QUANTITIES:
+        block = vllm_hybrid_block(arch, row["settings"].get("cache_dtype", "bfloat16"))
+        value = low = high = block.block_tokens
     elif quantity in LLAMA_QUANTITIES:
         lines = llama_cpp_size_lines(arch, _setting(row, "n_ctx", where, int),
                                      row["settings"].get("cache_dtype", "float16"),
@@ -83,7 +93,7 @@ def predict(row: dict[str, Any], where: str = "row") -> Prediction:
             raise ValueError(f"{where}: {row['model']} has no {cache} cache in llama.cpp")
         value = low = high = lines[cache]["mib"]
     else:
-        known = ", ".join(VLLM_QUANTITIES + LLAMA_QUANTITIES)
+        known = ", ".join(VLLM_QUANTITIES + VLLM_CONFIG_QUANTITIES + LLAMA_QUANTITIES)
         raise ValueError(f"{where}: quantity: expected one of {known}, got {quantity!r}")
     shown = _shown(quantity, value)
     published = row.get("published")

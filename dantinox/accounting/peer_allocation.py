@@ -58,8 +58,22 @@ v1/core/kv_cache_utils.py, get_kv_cache_config / _get_kv_cache_groups_uniform_pa
                   rule vLLM PR #40384 discusses): for a hybrid model it counts the pool as if every layer
                   held every token; 0.33.0 prints max concurrency · max_model_len (above; also
                   https://github.com/vllm-project/vllm/issues/51041)
-  state layers    MambaSpec (vllm/v1/kv_cache_interface.py): one page per sequence, holding the convolution
-                  window ((d_conv - 1) · channels) and the recurrent state, constant in T
+  state layers    MambaSpec (vllm/v1/kv_cache_interface.py, page_size_bytes): one page per sequence, holding
+                  the convolution window ((d_conv - 1) · channels; all an LFM2 convolution keeps) and the
+                  recurrent state, constant in T, in the cache dtype (mamba_ssm_cache_dtype "auto"), the
+                  recurrent state in the config's mamba_ssm_dtype where it gives one (Qwen3.5: float32)
+
+vLLM's pages beside state layers (vllm_hybrid_block; vllm/model_executor/models/config.py,
+HybridAttentionMambaModelConfig.verify_and_update_config, read at commit
+0144dd5b0d2d9ef9ac2651a3ab6efa83d0497ea9, https://github.com/vllm-project/vllm/blob/0144dd5b0d2d9ef9ac2651a3ab6e
+fa83d0497ea9/vllm/model_executor/models/config.py)
+  one page        the state's page and the attention page must be equal: the attention block grows to
+                  B = 16 · ceil(state page / (16 · attention bytes per token)) tokens (a larger --block-size
+                  is kept), and the state page is padded to B · attention bytes per token ("Setting attention
+                  block size to B tokens", "Padding mamba page size by P%" in its log)
+  the pool        the group rule above with the state layers as one more kind: a pool page costs B · attention
+                  bytes per token · group_size, and "GPU KV cache size" = blocks // groups · B (a state
+                  group's block is max_model_len, never the smallest)
 """
 
 from __future__ import annotations
@@ -79,12 +93,15 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
 def _float_size(cache_dtype: str, engine: str) -> int:
     if cache_dtype not in DTYPES:
         raise ValueError(f"cache_dtype: the {engine} column is derived for float caches "
                          f"({', '.join(DTYPES)}); its quantized caches keep their scales differently, got "
                          f"{cache_dtype!r}")
-    return {"float32": 4, "bfloat16": 2, "float16": 2}[cache_dtype]
+    return DTYPE_BYTES[cache_dtype]
 
 
 def conv_channels(layer: LayerGeometry) -> int:
@@ -104,6 +121,64 @@ def state_elements(layer: LayerGeometry) -> int:
     return (layer.conv - 1) * conv_channels(layer) + layer.value_heads * layer.value_size * depth
 
 
+STATE_KINDS = ("linear", "mamba", "conv")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "latent")
+
+
+def vllm_state_bytes(layer: LayerGeometry, itemsize: int) -> int:
+    """One sequence's state page in vLLM before padding (MambaSpec.page_size_bytes): a Gated DeltaNet or
+    Mamba-2 layer's convolution window and recurrent state; an LFM2 convolution's conv - 1 inputs."""
+    if layer.kind == "conv":
+        return (layer.conv - 1) * layer.channels * itemsize
+    window = (layer.conv - 1) * conv_channels(layer) * itemsize
+    state = state_elements(layer) - (layer.conv - 1) * conv_channels(layer)
+    # mamba_ssm_cache_dtype: the config's (Qwen3.5: float32), else "auto", the cache dtype
+    return window + state * (DTYPE_BYTES[layer.state_dtype] if layer.state_dtype else itemsize)
+
+
+def _token_bytes(layer: LayerGeometry, itemsize: int) -> int:
+    """Bytes of one token in an attention layer's vLLM page: K and V heads, or MLA's latent and RoPE key."""
+    if layer.kind == "latent":
+        return (layer.latent + layer.rope) * itemsize
+    return 2 * layer.kv_heads * layer.head_size * itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmHybridBlock:
+    """The attention block vLLM picks beside state layers, and the padding of their state page."""
+    block_tokens: int  # B, the attention block (vLLM's cache_config.block_size)
+    token_bytes: int  # one token in one attention layer's page
+    state_bytes: int  # one state page before padding
+    page_bytes: int  # B · token_bytes: every page, the state's padded to it
+
+    @property
+    def padding_percent(self) -> float:
+        """What vLLM logs as "Padding mamba page size by P%"."""
+        return 100 * (self.page_bytes - self.state_bytes) / self.state_bytes
+
+
+def vllm_hybrid_block(arch: Architecture, cache_dtype: str = "bfloat16",
+                      block_size: int | None = None) -> VllmHybridBlock:
+    """vLLM's attention block and page for a model with state layers beside attention layers (the rule in the
+    module docstring); `block_size` is a --block-size the user gave (kept when it is large enough)."""
+    s = _float_size(cache_dtype, "vLLM")
+    states = {vllm_state_bytes(layer, s) for layer in arch.layers if layer.kind in STATE_KINDS}
+    tokens = {_token_bytes(layer, s) for layer in arch.layers if layer.kind in ATTENTION_KINDS}
+    if not states or not tokens:
+        raise ValueError(f"{arch.name}: vLLM pads a state page to the attention page in a model with both")
+    if arch.count("latent"):
+        raise ValueError(f"{arch.name}: vLLM's page for MLA beside linear layers is not derived here (its "
+                         "Kimi Delta Attention state keeps q, k and v windows and a float32 state)")
+    if len(states) > 1 or len(tokens) > 1:
+        raise ValueError(f"{arch.name}: vLLM sizes one state page and one attention token for the model; its "
+                         f"layers differ ({sorted(states)} B states, {sorted(tokens)} B tokens)")
+    (state,), (token,) = states, tokens
+    block = VLLM_PAGE * _ceil(state, VLLM_PAGE * token)
+    if block_size is not None and block_size >= block:
+        block = block_size
+    return VllmHybridBlock(block, token, state, block * token)
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineColumn:
     engine: str
@@ -115,41 +190,45 @@ class EngineColumn:
 
 def vllm_column(arch: Architecture, tokens: int, batch: int, cache_dtype: str = "bfloat16",
                 hybrid_allocator: bool = True, budget_bytes: int | None = None) -> EngineColumn:
-    """Pages vLLM holds for B sequences of T tokens (16-token pages),
-    and its "GPU KV cache size" for a budget."""
+    """Pages vLLM holds for B sequences of T tokens (16-token pages; beside state layers, the larger block
+    that makes the attention page equal the state's), and its "GPU KV cache size" for a budget."""
     s = _float_size(cache_dtype, "vLLM")
-    pages, page_bytes, notes = [], [], []
+    notes = []
+    hybrid = None
+    if any(arch.count(kind) for kind in STATE_KINDS):
+        try:
+            hybrid = vllm_hybrid_block(arch, cache_dtype)
+        except ValueError as e:
+            notes.append(f"state layers: one page per sequence, not padded here: {e}")
+        else:
+            notes.append(f"state layers: one page per sequence (MambaSpec) of {hybrid.state_bytes:,} B, "
+                         f"padded by {hybrid.padding_percent:.2f}% to the attention page of "
+                         f"{hybrid.block_tokens} tokens ({hybrid.page_bytes:,} B), as vLLM's hybrid config "
+                         "does")
+    block = VLLM_PAGE if hybrid is None else hybrid.block_tokens
+    pages, page_bytes = [], []
     for layer in arch.layers:
-        if layer.kind == "latent":
-            page = VLLM_PAGE * (layer.latent + layer.rope) * s
-        elif layer.kind in ("full", "sliding", "chunked"):
-            page = VLLM_PAGE * layer.kv_heads * 2 * layer.head_size * s
-        elif layer.kind in ("linear", "mamba"):
-            page = state_elements(layer) * s  # one page per sequence (MambaSpec), constant in T
+        if layer.kind in ATTENTION_KINDS:
+            page = block * _token_bytes(layer, s)
+        elif layer.kind in STATE_KINDS:  # one page per sequence, constant in T
+            page = vllm_state_bytes(layer, s) if hybrid is None else hybrid.page_bytes
         else:
             page = 0
-        if layer.kind in ("linear", "mamba"):
+        if layer.kind in STATE_KINDS:
             n = 1
         elif layer.kind in ("full", "latent") or (layer.kind == "sliding" and not hybrid_allocator):
-            n = _ceil(tokens, VLLM_PAGE)
+            n = _ceil(tokens, block)
         elif layer.kind == "sliding":
-            n = min(_ceil(tokens, VLLM_PAGE), _ceil(layer.window - 1, VLLM_PAGE) + 1)
+            n = min(_ceil(tokens, block), _ceil(layer.window - 1, block) + 1)
         elif layer.kind == "chunked":
-            n = _ceil(min(layer.window, tokens), VLLM_PAGE)
+            n = _ceil(min(layer.window, tokens), block)
         else:
             n = 0
         pages.append(n)
         page_bytes.append(page)
     per_layer = [batch * n * p for n, p in zip(pages, page_bytes, strict=True)]
-    if arch.count("mamba") or arch.count("linear"):
-        notes.append("state layers: one page per sequence (MambaSpec), the convolution window and the "
-                     "recurrent state in the cache dtype; vLLM also pads them to the attention page, which "
-                     "this column does not add")
     if any(layer.indexer for layer in arch.layers):
         notes.append("lightning-indexer keys (DeepSeek-V3.2): vLLM keeps them in a cache of their own; not "
-                     "counted in this column")
-    if arch.count("conv"):
-        notes.append("short-convolution layers: vLLM keeps each sequence's state in one page of its own; not "
                      "counted in this column")
     log = None
     kinds = {layer.kind for layer in arch.layers}
@@ -251,29 +330,28 @@ class VllmPool:
 
 def vllm_pool(arch: Architecture, available_bytes: int, cache_dtype: str = "bfloat16") -> VllmPool:
     """The pool vLLM's hybrid allocator builds in `available_bytes` ("Available KV cache memory") and the
-    "GPU KV cache size" it logs (the group rule in the module docstring)."""
+    "GPU KV cache size" it logs (the group rule in the module docstring; beside state layers, the page of
+    vllm_hybrid_block, the state layers one more kind whose block is never the smallest)."""
     s = _float_size(cache_dtype, "vLLM")
-    if arch.count("linear") or arch.count("mamba") or arch.count("conv"):
-        raise ValueError(f"{arch.name}: vLLM's pool is derived here for attention layers only; its state "
-                         "layers pad their pages to the attention page, not derived")
+    hybrid = vllm_hybrid_block(arch, cache_dtype) if any(arch.count(k) for k in STATE_KINDS) else None
     token_bytes: dict[str, int] = {}
     counts: dict[str, int] = {}
     for layer in arch.layers:
-        if layer.kind == "latent":
-            t = (layer.latent + layer.rope) * s
-        elif layer.kind in ("full", "sliding", "chunked"):
-            t = 2 * layer.kv_heads * layer.head_size * s
+        if layer.kind in STATE_KINDS:
+            key, t = "state", 0
+        elif layer.kind in ATTENTION_KINDS:
+            t = _token_bytes(layer, s)
+            key = f"{layer.kind}:{t}:{layer.window}"
         else:
             continue  # shared layers read another layer's pages; MLP blocks keep none
-        key = f"{layer.kind}:{t}:{layer.window}"
-        if token_bytes.setdefault(key, t) != t:
-            raise AssertionError(key)
+        token_bytes[key] = t
         counts[key] = counts.get(key, 0) + 1
     if not counts:
         raise ValueError(f"{arch.name}: no layer keeps a KV cache")
-    page = max(VLLM_PAGE * t for t in token_bytes.values())
+    attention = {key: t for key, t in token_bytes.items() if key != "state"}
+    page = hybrid.page_bytes if hybrid else max(VLLM_PAGE * t for t in attention.values())
     blocks = {}
-    for key, t in token_bytes.items():
+    for key, t in attention.items():
         if page % t:
             raise ValueError(f"{arch.name}: vLLM cannot give {key.split(':')[0]} layers of {t} B per token "
                              f"a page of {page} B")
@@ -281,10 +359,10 @@ def vllm_pool(arch: Architecture, available_bytes: int, cache_dtype: str = "bflo
     group_size = min(counts.values())
     if max(counts.values()) < 1.25 * group_size:
         group_size = max(counts.values())
-    groups = tuple((key.split(":")[0], blocks[key]) for key in counts
+    groups = tuple((key.split(":")[0], blocks.get(key, 0)) for key in counts
                    for _ in range(_ceil(counts[key], group_size)))
     num_blocks = available_bytes // (page * group_size)
-    tokens = num_blocks // len(groups) * min(b for _, b in groups)
+    tokens = num_blocks // len(groups) * min(b for kind, b in groups if kind != "state")
     return VllmPool(page, group_size, groups, num_blocks, tokens, f"GPU KV cache size: {tokens:,} tokens")
 
 

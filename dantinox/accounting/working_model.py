@@ -19,7 +19,8 @@ layer: they are weights, and its cache is the same bytes). Other features that s
 nothing (QK-norm, per-layer RoPE bases, Llama 4's and SmolLM3's NoPE layers, Gemma 4's values taken from its
 global layers' key projection) are left out: the same cache runs without them. Not built, each refused in one
 line naming the layer (their ledger rows are derived from the formula): a linear layer whose values are wider
-than its keys, and MLA beside layers of other kinds (Kimi Linear).
+than its keys, and MLA beside layers of kinds other than linear attention (Kimi Linear's MLA layers run beside
+its Kimi Delta Attention layers, the Gated DeltaNet kind with one decay per key channel).
 
 The cache is allocated for T slots per full layer (as transformers' StaticCache(max_cache_len=T) is), the
 model prefills a short prompt into it and decodes a few tokens, and each layer's bytes are read from the
@@ -98,7 +99,8 @@ def working_config(arch: Architecture, tokens: int, cache_dtype: str = "bfloat16
     latent = [layer for layer in arch.layers if layer.kind == "latent"]
     if latent:
         widths = {(layer.latent, layer.rope, layer.indexer, layer.index_topk) for layer in latent}
-        others = sum(layer.kind not in ("shared", "mlp") for layer in arch.layers) - len(latent)
+        # beside the latent layers: Kimi Linear's delta-rule layers; no other kind
+        others = sum(layer.kind not in ("shared", "mlp", "linear") for layer in arch.layers) - len(latent)
         if len(widths) > 1 or others:
             raise ValueError(f"{arch.name}: the working model builds MLA only with one latent width in every "
                              f"layer, got {sorted(widths, key=str)} beside {others} layers of other kinds")
@@ -117,9 +119,10 @@ def _spec(layer) -> LayerSpec:
         return LayerSpec(kind="shared", source=layer.shares)
     if layer.kind == "latent":
         return LayerSpec()
-    if layer.kind == "linear":  # Gated DeltaNet: K key heads of H channels, V value heads, a convolution
+    if layer.kind == "linear":  # Gated DeltaNet: K key heads of H channels, V value heads, a convolution;
+        # Kimi Delta Attention: the same with a decay per key channel
         return LayerSpec(kind="state", kv_heads=layer.kv_heads, head_size=layer.head_size,
-                         value_heads=layer.value_heads, conv=layer.conv)
+                         value_heads=layer.value_heads, conv=layer.conv, decay=layer.decay)
     if layer.kind == "conv":  # LFM2: its real channels (the state's width), from and to the narrow D
         return LayerSpec(kind="conv", conv=layer.conv, channels=layer.channels)
     if layer.kind == "mamba":  # Mamba-2: its real heads, head size, state size, groups and convolution

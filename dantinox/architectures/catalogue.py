@@ -73,6 +73,12 @@ class LayerGeometry:
     index_topk: int | None = None  # k, the latents each query of an indexed layer reads (index_topk)
     state_formula: str | None = None  # how state_elements follows from the config
     learned_sinks: bool = False  # a sink logit per query head in the softmax (gpt-oss): a weight, 0 bytes
+    # a linear layer's gate: "head" (Gated DeltaNet: one decay per value head) or "channel" (Kimi Delta
+    # Attention: one per key channel); it changes the update, not the state's size
+    decay: str | None = None
+    # a linear layer's recurrent-state dtype a config asks engines for (Qwen3.5's mamba_ssm_dtype); None: the
+    # cache dtype. transformers keeps the state in float32 either way; vLLM follows it
+    state_dtype: str | None = None
 
     @property
     def ssm_groups(self) -> int | None:
@@ -368,11 +374,16 @@ def _linear_state(r: _Reader) -> tuple[int, str, dict]:
     hk, hv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
     dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
     kernel = r.int("linear_conv_kernel_dim")
+    state_dtype = r.data.get("mamba_ssm_dtype")
+    r.read.add("mamba_ssm_dtype")
+    if state_dtype not in (None, "float32", "bfloat16", "float16"):
+        raise r._fail("mamba_ssm_dtype", "float32, bfloat16 or float16", state_dtype)
     conv_dim = 2 * hk * dk + hv * dv  # q, k and v channels go through the convolution
     elements = hv * dk * dv + conv_dim * kernel
     formula = (f"H_v·d_k·d_v float32 + (2·H_k·d_k + H_v·d_v)·kernel activations = "
                f"{hv}·{dk}·{dv} × 4 B + ({2 * hk * dk} + {hv * dv})·{kernel}")
-    return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel)
+    return elements, formula, dict(kv_heads=hk, head_size=dk, value_heads=hv, value_size=dv, conv=kernel,
+                                   decay="head", state_dtype=state_dtype)
 
 
 def _kimi_kinds(r: _Reader, L: int) -> list[str]:
@@ -406,7 +417,7 @@ def _kimi_state(r: _Reader) -> tuple[int, str, dict]:
     formula = (f"H·d·d float32 + 3·H·d·kernel activations = {heads}·{size}·{size} × 4 B + "
                f"{3 * heads * size}·{kernel}")
     return elements, formula, dict(kv_heads=heads, head_size=size, value_heads=heads, value_size=size,
-                                   conv=kernel)
+                                   conv=kernel, decay="channel")
 
 
 # Mamba-2 fields: heads, head size, state size, groups, convolution width (Nemotron-H's, Granite 4.0-H's)

@@ -40,6 +40,8 @@ LAYER_KINDS = ("full", "sliding", "chunked", "shared", "state", "conv", "mamba",
 # Layers whose cache is a state of constant size, rewritten by each call: Gated DeltaNet ("state"), LFM2's
 # gated short convolution ("conv") and Mamba-2 ("mamba"); dantinox/cache/state.py holds their payloads.
 RECURRENT_KINDS = ("state", "conv", "mamba")
+# a 'state' layer's gate (LayerSpec.decay): one decay per value head, or one per key channel
+STATE_DECAYS = ("head", "channel")
 
 
 def heads_fields(variant: str, n_heads: int, kv_heads: int | None = None) -> dict[str, Any]:
@@ -82,6 +84,9 @@ class LayerSpec:
     ssm_state: int | None = None  # "mamba": N, the state size of each SSM head (ssm_state_size)
     ssm_groups: int | None = None  # "mamba": groups of heads that share one B and C projection (n_groups)
     channels: int | None = None  # "conv": channels of its convolution (default d_model, as in LFM2)
+    # "state": the gate's granularity, one decay per value head ("head", Gated DeltaNet, the default) or one
+    # per key channel of each head ("channel", Kimi Delta Attention); it changes the update, not the state
+    decay: str | None = None
     # MLA with partial RoPE (a converted model, MHA2MLA): per RoPE key head, the frequency pairs i its keys
     # keep, each turning at base^(-2i / head width); None: the RoPE key's own pairs
     # 0 .. R / rope heads / 2 - 1
@@ -465,10 +470,11 @@ class ModelConfig:
                                  f"{spec.source}")
             if spec.kind in RECURRENT_KINDS:
                 self._check_state(at, spec)
-            elif (spec.value_heads, spec.conv, spec.ssm_state, spec.ssm_groups, spec.channels) != (None,) * 5:
-                raise ValueError(f"{at}.value_heads: value_heads, conv, ssm_state, ssm_groups and channels "
-                                 f"describe a recurrent layer's state ({', '.join(RECURRENT_KINDS)}), got "
-                                 f"kind={spec.kind!r}")
+            elif (spec.value_heads, spec.conv, spec.ssm_state, spec.ssm_groups, spec.channels,
+                  spec.decay) != (None,) * 6:
+                raise ValueError(f"{at}.value_heads: value_heads, conv, ssm_state, ssm_groups, channels and "
+                                 f"decay describe a recurrent layer's state ({', '.join(RECURRENT_KINDS)}), "
+                                 f"got kind={spec.kind!r}")
             if spec.kv_heads is not None:
                 positive_int(f"{at}.kv_heads", spec.kv_heads)
                 if self.n_heads % spec.kv_heads and spec.kind != "state":  # a state layer has its own heads
@@ -490,7 +496,8 @@ class ModelConfig:
             # a value equal to the model-wide one is stored once, as None
             same = {k: None for k, v in model_wide.items() if getattr(spec, k) == v}
             spec = dataclasses.replace(spec, **same)
-            if self.attention == "latent" and (spec.kv_heads, spec.head_size) != (None, None):
+            if (self.attention == "latent" and spec.kind != "state"  # a state layer has its own heads
+                    and (spec.kv_heads, spec.head_size) != (None, None)):
                 raise ValueError(f"{at}.kv_heads: attention='latent' caches one latent per layer; per-layer "
                                  f"kv_heads and head_size are for K/V-heads layers, got {spec}")
             kept.append(spec)
@@ -523,9 +530,12 @@ class ModelConfig:
         a multiple of them), LFM2's short convolution ('conv': its channels, default d_model) or Mamba-2
         ('mamba': value_heads SSM heads of head_size channels, ssm_state, ssm_groups dividing the heads); each
         with a short convolution; float storage, no latent."""
-        if self.attention == "latent":
+        if self.attention == "latent" and spec.kind != "state":  # Kimi Linear: delta-rule layers beside MLA
             raise ValueError(f"{at}.kind: {spec.kind!r} layers are built beside K/V-heads layers; "
-                             f"attention='latent' is not built with them")
+                             f"attention='latent' is built beside 'state' layers only")
+        if spec.decay is not None and (spec.kind != "state" or spec.decay not in STATE_DECAYS):
+            raise ValueError(f"{at}.decay: a 'state' layer's gate is one of {', '.join(STATE_DECAYS)}, got "
+                             f"decay={spec.decay!r} on kind={spec.kind!r}")
         if spec.conv is not None:
             positive_int(f"{at}.conv", spec.conv)
         if spec.kind != "mamba" and (spec.ssm_state, spec.ssm_groups) != (None, None):
@@ -616,7 +626,7 @@ class ModelConfig:
                                                 head_size=source.head_size)
             elif s.kind == "state":
                 filled[i] = dataclasses.replace(filled[i], value_heads=s.value_heads or filled[i].kv_heads,
-                                                conv=s.conv or 4)
+                                                conv=s.conv or 4, decay=s.decay or "head")
             elif s.kind == "conv":  # no heads: every d_model channel has its own kernel
                 filled[i] = dataclasses.replace(filled[i], kv_heads=None, head_size=None, conv=s.conv or 4,
                                                 channels=s.channels or self.d_model)

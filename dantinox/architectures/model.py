@@ -389,8 +389,8 @@ def causal_conv(window_BCW: jax.Array | None, new_BTC: jax.Array, kernel_CW: jax
 
 def _delta_rule_step(S_BVHH: jax.Array, t: tuple) -> tuple[jax.Array, jax.Array]:
     """One token of the gated delta rule: decay the state, correct what it returns for k towards v, read q."""
-    q_t, k_t, v_t, g_t, b_t = t
-    S_BVHH = S_BVHH * jnp.exp(g_t)[..., None, None]
+    q_t, k_t, v_t, g_t, b_t = t  # g_t [B, V, 1] (a gate per head) or [B, V, H] (per key channel)
+    S_BVHH = S_BVHH * jnp.exp(g_t)[..., None]  # row i of S (key channel i) decays by its gate
     delta = (v_t - jnp.einsum("BVkd,BVk->BVd", S_BVHH, k_t)) * b_t[..., None]
     S_BVHH = S_BVHH + k_t[..., :, None] * delta[..., None, :]
     return S_BVHH, jnp.einsum("BVkd,BVk->BVd", S_BVHH, q_t)
@@ -408,16 +408,25 @@ class GatedDeltaNet(nnx.Module):
     transformers' `Qwen3NextGatedDeltaNet`, here with one projection for q, k, v and z). K key heads serve
     V = G · K value heads. No RoPE: order comes from the recurrence. The cache is dantinox/cache/state.py's
     StateCache, constant in the number of tokens.
+
+    With `decay="channel"` the layer is Kimi Delta Attention (Kimi Linear, arXiv:2510.26692): the same state
+    and delta rule, S_t = (I - β_t k_t k_tᵀ) Diag(α_t) S_{t-1} + β_t k_t v_tᵀ, whose decay α_t has one entry
+    per key channel instead of one per head (Gated DeltaNet's α_t I); each entry is exp(-A_h · softplus(a +
+    dt_bias)) with a bias per channel, as transformers' `KimiLinearDeltaAttention` computes it (its output
+    gate is the same SiLU(z) after a per-head norm). So it is an option of this kind, not a kind of its own.
     """
 
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, rngs: nnx.Rngs):
         self.cfg, self.layer = cfg, layer
         K, V, H, W = layer.kv_heads, layer.value_heads, layer.head_size, layer.conv
         self.in_proj = _dense(cfg.d_model, (2 * K + 2 * V) * H, cfg, rngs)  # q, k, v and the output gate z
-        self.gates = _dense(cfg.d_model, 2 * V, cfg, rngs)  # per value head: write strength β and decay
+        # the decay's width: 1 per value head (Gated DeltaNet), H per key channel (Kimi Delta Attention)
+        self.gate_width = H if layer.decay == "channel" else 1
+        # per value head: its write strength β, then its decay input(s)
+        self.gates = _dense(cfg.d_model, V + V * self.gate_width, cfg, rngs)
         self.conv = nnx.Param(nnx.initializers.normal(stddev=W**-0.5)(rngs.params(), ((2 * K + V) * H, W),
                                                                         cfg.param_jnp_dtype))
-        self.dt_bias = nnx.Param(jnp.ones((V,), jnp.float32))
+        self.dt_bias = nnx.Param(jnp.ones((V, self.gate_width), jnp.float32))
         rates = jax.random.uniform(rngs.params(), (V,), jnp.float32, 1.0, 16.0)  # decay rates A of each head
         self.a_log = nnx.Param(jnp.log(rates))
         self.norm = RMSNorm(H, cfg.norm_eps, cfg.param_jnp_dtype)
@@ -434,7 +443,8 @@ class GatedDeltaNet(nnx.Module):
         with jax.named_scope("qkv"):
             qkvz = self.in_proj(x_BTD)
             qkv, z_BTVH = qkvz[..., :(2 * K + V) * H], qkvz[..., (2 * K + V) * H:].reshape(B, T, V, H)
-            b_BTV, a_BTV = jnp.split(self.gates(x_BTD).astype(jnp.float32), 2, axis=-1)
+            gates = self.gates(x_BTD).astype(jnp.float32)
+            b_BTV, a_BTVg = gates[..., :V], gates[..., V:].reshape(B, T, V, self.gate_width)
             live_BT = jnp.ones((B, T), bool) if fill is None else fill.live_BT
             mixed, window = causal_conv(None if cache is None else cache.window, qkv, self.conv[...], live_BT,
                                         self.cfg.jnp_dtype)
@@ -446,8 +456,8 @@ class GatedDeltaNet(nnx.Module):
             k = jnp.repeat(unit(k.reshape(B, T, K, H)), G, axis=2)
             v = v.reshape(B, T, V, H)
             beta = jnp.where(live_BT[..., None], jax.nn.sigmoid(b_BTV), 0.0)  # a padding token writes nothing
-            rate = jnp.exp(self.a_log[...]) * jax.nn.softplus(a_BTV + self.dt_bias[...])
-            decay = jnp.where(live_BT[..., None], -rate, 0.0)  # the log of the gate: exp(0) keeps the state
+            rate = jnp.exp(self.a_log[...])[:, None] * jax.nn.softplus(a_BTVg + self.dt_bias[...])
+            decay = jnp.where(live_BT[..., None, None], -rate, 0.0)  # the gate's log: exp(0) keeps the state
 
         with jax.named_scope("attend"):
             S0 = jnp.zeros((B, V, H, H), jnp.float32) if cache is None else cache.s
