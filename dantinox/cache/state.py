@@ -44,18 +44,24 @@ def conv_dim(layer: LayerSpec) -> int:
     return (2 * layer.kv_heads + layer.value_heads) * layer.head_size
 
 
-class StateCache(Payload, _StateFields):
-    """The payload of a 'state' layer: no slot axis; a write replaces both arrays
-    (the model computes them)."""
+class ConstantPayload(Payload):
+    """What the three recurrent payloads share: nothing grows with the tokens (no slot axis, no scale), so
+    fitting or mapping their slots leaves them as they are; each call of the layer rewrites every field."""
 
     __slots__ = ()
-    SEQ_AXES = ()  # nothing grows with the tokens: no slot, no scale
+    SEQ_AXES = ()
 
-    def fit_slots(self, cfg, n: int, fit) -> StateCache:
-        return self  # constant in the number of tokens
-
-    def map_slots(self, fn) -> StateCache:
+    def fit_slots(self, cfg, n: int, fit) -> ConstantPayload:
         return self
+
+    def map_slots(self, fn) -> ConstantPayload:
+        return self
+
+
+class StateCache(ConstantPayload, _StateFields):
+    """The payload of a 'state' layer: a write replaces both arrays (the model computes them)."""
+
+    __slots__ = ()
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> StateCache:
@@ -68,7 +74,7 @@ class _ConvFields(NamedTuple):
     window: jax.Array  # [R, channels, conv]: the last `conv` inputs of the convolution (B·x), oldest first
 
 
-class ConvCache(Payload, _ConvFields):
+class ConvCache(ConstantPayload, _ConvFields):
     """The payload of a 'conv' layer (LFM2's short convolution, https://arxiv.org/abs/2511.23404;
     transformers' `Lfm2ShortConv`): the last `conv` inputs B·x of its depthwise convolution over its channels
     (LFM2: all D).
@@ -79,13 +85,6 @@ class ConvCache(Payload, _ConvFields):
     """
 
     __slots__ = ()
-    SEQ_AXES = ()
-
-    def fit_slots(self, cfg, n: int, fit) -> ConvCache:
-        return self
-
-    def map_slots(self, fn) -> ConvCache:
-        return self
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> ConvCache:
@@ -102,20 +101,13 @@ class _MambaFields(NamedTuple):
     window: jax.Array  # [R, conv_dim, conv]: the convolution's last inputs (x, B, C), oldest first
 
 
-class MambaCache(Payload, _MambaFields):
+class MambaCache(ConstantPayload, _MambaFields):
     """The payload of a 'mamba' layer (Mamba-2, Dao and Gu, https://arxiv.org/abs/2405.21060): the SSM state
     of every head and the convolution's last `conv` inputs, as transformers' cache holds them for Nemotron-H
     and Granite 4.0-H (recurrent state [B, heads, head_dim, ssm_state_size] in float32, conv state
     [B, conv_dim, conv_kernel] in the activation dtype)."""
 
     __slots__ = ()
-    SEQ_AXES = ()
-
-    def fit_slots(self, cfg, n: int, fit) -> MambaCache:
-        return self
-
-    def map_slots(self, fn) -> MambaCache:
-        return self
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, rows: int, slots: int, layer: LayerSpec | None = None) -> MambaCache:
