@@ -189,7 +189,7 @@ def test(extra: list[str]) -> None:
           *nb_args, *_workers(), "--durations=15", "-p", "no:cacheprovider", *extra], env=env)
     # The model, cache, paged, sliding-window and engine invariants again in pure JAX (dantinox/backend: the speed
     # layer off), the tests marked both_backends: what the kernels and XLA:CPU arrangements compute must be what
-    # the reference computes. 51 tests; 25-69 s here on two cores, with other jobs sharing them or not.
+    # the reference computes. 42 tests (a subset of the variants: int8 storage, gathered page reads), 20-30 s here.
     print("dev.py: the same invariants under DANTINOX_BACKEND=reference ...", flush=True)
     _run([str(PY), "-m", "pytest", *REFERENCE_SUITES, "-m", "both_backends", *_workers(), "-p", "no:cacheprovider"],
          env={**env, "DANTINOX_BACKEND": "reference"})
