@@ -206,12 +206,14 @@ def site(extra: list[str]) -> None:
 
 
 def _workers() -> list[str]:
-    """Two or more pytest-xdist workers; each test file stays on one worker (its hub, its browser, its notebook).
+    """One pytest-xdist worker more than the cores (three on two, at most five); each test file stays on one
+    worker (its hub, its browser, its notebook).
 
-    Much of the suite waits on kernels, browsers and servers, so even two cores run two files at once to profit.
-    The files go out in the order tests/conftest.py sorts them (the longest first), not by their number of tests.
+    A browser test keeps about one core busy at a time (Chromium's renderer, then the lab's kernel, in turn), so
+    while the two shares of browser tests run, a third worker runs the heaviest unit tests on what they leave
+    idle. The files go out in the order tests/conftest.py sorts them, not by their number of tests.
     """
-    return ["-n", str(max(2, min(os.cpu_count() or 1, 4))), "--dist", "loadfile", "--no-loadscope-reorder"]
+    return ["-n", str(min((os.cpu_count() or 1) + 1, 5)), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def main() -> None:

@@ -55,13 +55,15 @@ def smollm():
 
 
 # --- The order `dev.py test` hands files to its workers (pytest-xdist --dist loadfile --no-loadscope-reorder) ----
-# A file stays on one worker (its hub, its server, its notebook's kernel). The files known to take longest go
-# first, the two shares of browser tests ahead of all (one per worker, each with its own JupyterLab and
-# Chromium), so that no worker is left alone with a long file at the end; the rest keep pytest's order.
-FIRST = ("tests/browser/test_labs_share0.py", "tests/browser/test_labs_share1.py", "tests/browser/test_site.py",
-         "tests/test_model.py",
-         "tests/test_sliding_window.py", "tests/test_pretrained.py", "tests/test_diffusion.py",
-         "tests/test_quantized_cache.py", "tests/test_mla.py", "tests/test_classroom_hub.py", "tests/test_mesh.py",
+# A file stays on one worker (its hub, its server, its notebook's kernel), and a worker asks for the next file
+# when its present one has two tests left. The two shares of browser tests go first (one per worker, each with
+# its own JupyterLab and Chromium), then the heaviest compiling files, which the third worker runs beside them
+# (dev.py: a browser test leaves part of a core idle), then the course site's browser test, early enough that no
+# worker is left alone with a long file at the end; the rest keep pytest's order.
+FIRST = ("tests/browser/test_labs_share0.py", "tests/browser/test_labs_share1.py",
+         "tests/test_model.py", "tests/test_sliding_window.py", "tests/test_pretrained.py", "tests/test_diffusion.py",
+         "tests/test_quantized_cache.py", "tests/browser/test_site.py", "tests/test_mla.py",
+         "tests/test_classroom_hub.py", "tests/test_mesh.py",
          "tests/test_widgets_generate.py", "labs/mla.ipynb", "labs/roofline.ipynb", "labs/memory-savers.ipynb")
 
 
