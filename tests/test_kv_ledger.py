@@ -256,6 +256,8 @@ def test_a_config_field_it_cannot_model_is_named_in_one_line(tmp_path, change, p
      ("linear_attn_config", "layer 3 is in neither")),
     ("lfm2-1.2b", {"full_attn_idxs": [2, 16]}, ("full_attn_idxs", "below 16")),
     ("granite-4.0-h-tiny", {"layer_types": ["mamba"] * 39 + ["mlp"]}, ("layer_types[39]", "mlp")),
+    # Ministral3Config has no layer_types: transformers warns and its model ignores them
+    ("ministral-3-8b", {"layer_types": ["full_attention"] * 34}, ("text_config: layer_types", "not guessed")),
 ])
 def test_the_new_kinds_refuse_what_they_cannot_read_in_one_line(name, change, parts):
     config = json.loads(json.dumps(catalogue()[name]["config"]))
@@ -263,6 +265,19 @@ def test_the_new_kinds_refuse_what_they_cannot_read_in_one_line(name, change, pa
     with pytest.raises(ValueError) as excinfo:
         parse_config(config, "c.json")
     _one_line(excinfo, "c.json", *parts)
+
+
+def test_mistral3_reads_its_text_config_as_transformers_does():
+    """Mistral3Config wraps a text_config that is a MistralConfig unless it names its model_type (Ministral 3:
+    ministral3); either way one sliding_window makes every layer a ring (transformers 5.25.0's StaticCache gives
+    each a StaticSlidingWindowLayer), and none leaves every layer full."""
+    ministral = json.loads(json.dumps(catalogue()["ministral-3-3b"]["config"]))
+    assert {layer.kind for layer in parse_config(ministral, "c.json").layers} == {"full"}
+    ministral["text_config"]["sliding_window"] = 64
+    assert [(layer.kind, layer.window) for layer in parse_config(ministral, "c.json").layers] == [("sliding", 64)] * 26
+    del ministral["text_config"]["model_type"]
+    arch = parse_config(ministral, "c.json")
+    assert arch.model_type == "mistral" and {layer.window for layer in arch.layers} == {64}
 
 
 def test_a_users_config_json_reads_like_the_catalogue(tmp_path):

@@ -277,13 +277,20 @@ def _layer_kinds(r: _Reader, L: int, model_type: str) -> list[str]:
     return ["full"] * L
 
 
+def _ministral3_kinds(r: _Reader, L: int) -> list[str]:
+    """Ministral3Config: one sliding_window for every layer (null in the published Ministral 3 files). It has
+    no layer_types: transformers warns and its model ignores them, so a config that sets them is refused."""
+    return ["sliding" if r.has("sliding_window") else "full"] * L
+
+
 DENSE_TYPES = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text",
                "gemma3n_text", "gemma4_text", "llama4_text", "gpt_oss", "qwen3_next", "qwen3_5_text",
-               "nemotron_h", "granitemoehybrid", "smollm3", "lfm2")
+               "nemotron_h", "granitemoehybrid", "smollm3", "lfm2", "ministral3")
 LATENT_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_linear")
-# Multimodal wrappers: the cache is the text decoder's.
-WRAPPERS = {"gemma3": "text_config", "gemma3n": "text_config", "gemma4": "text_config",
-            "llama4": "text_config", "qwen3_5": "text_config"}
+# Multimodal wrappers: the cache is the text decoder's, in text_config; the model_type it has when the file
+# leaves it out (as the wrapper's transformers class has it: Mistral3Config's text_config is a MistralConfig)
+WRAPPERS = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "gemma4": "gemma4_text",
+            "llama4": "llama4_text", "qwen3_5": "qwen3_5_text", "mistral3": "mistral"}
 SUPPORTED_TYPES = DENSE_TYPES + LATENT_TYPES + tuple(WRAPPERS)
 
 
@@ -294,10 +301,9 @@ def parse_config(data: Any, where: str, name: str | None = None,
     outer = _Reader(data, where)
     model_type = data.get("model_type")
     if model_type in WRAPPERS:
-        key = WRAPPERS[model_type]
-        inner = data.get(key)
-        r = _Reader(inner, f"{where}: {key}")
-        r.data = {"model_type": model_type + "_text", **inner}
+        inner = data.get("text_config")
+        r = _Reader(inner, f"{where}: text_config")
+        r.data = {"model_type": WRAPPERS[model_type], **inner}
         model_type = r.data["model_type"]
         outer.read.update(CACHE_FIELDS)  # the wrapper's own fields are its vision tower's
     else:
@@ -334,7 +340,7 @@ def parse_config(data: Any, where: str, name: str | None = None,
                          f"token, and a step reads the latents of only index_topk = {topk} selected tokens")
     else:
         d, n, k, h = _heads(r, "attention_head_dim" if model_type == "nemotron_h" else "head_dim")
-        kinds = _layer_kinds(r, L, model_type)
+        kinds = _ministral3_kinds(r, L) if model_type == "ministral3" else _layer_kinds(r, L, model_type)
         window = r.int("sliding_window") if "sliding" in kinds else None
         chunk = r.int("attention_chunk_size") if "chunked" in kinds else None
         state = (_linear_state(r) if "linear" in kinds else
