@@ -238,13 +238,13 @@ def test_stop_ends_the_timing_before_its_next_point_and_keeps_what_was_timed(ent
 
     monkeypatch.setattr("widgets.roofline_lab.read_decode", stop_after_the_first)
     lab.measure_button.click()
-    lab.wait(120)
+    lab.wait()
     assert timed == [(1,)] and "Stopped after 1 of 3 timings" in lab.status_html.value
     assert lab.reading.decode_points == () and lab.error == ""  # a part of a sweep is not drawn as a sweep
     assert lab.stop_button.disabled and not lab.measure_button.disabled
     hits = read_decode.cache_info().hits
     lab.measure_button.click()  # again: the kept timing is not repeated (read_decode is cached per point)
-    lab.wait(120)
+    lab.wait()
     assert [p.x for p in lab.reading.decode_points] == [1, 2] and "Stopped" not in lab.status_html.value
     assert timed == [(1,), (1,), (2,)] and read_decode.cache_info().hits == hits + 1  # B=1 from the cache
 
@@ -297,7 +297,7 @@ def test_lab_profile_stops_between_stages_then_profiles_an_mla_step(entry, monke
 
     monkeypatch.setattr(profiling, "categorize", stop_while_compiling)
     lab.profile_button.click()  # as a learner presses it: in a thread, so the kernel hears stop
-    lab.wait(120)
+    lab.wait()
     status, stop_off, profile_off, label, latent_off = seen[0]
     assert "compiling the decode loop (stage 2 of 5)" in status and "stop</b> ends it" in status  # said, live
     assert LIVE in lab.status_html._dom_classes and not stop_off and profile_off and latent_off

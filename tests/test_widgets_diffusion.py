@@ -150,7 +150,7 @@ def test_stop_ends_a_browser_run_before_its_next_compile_and_puts_the_settings_b
     with lab.batched():  # what the browser's moves leave before the slider settles
         lab.gen_length.value, lab.block_size.value, lab.threshold.value = 32, 8, 0.65
     lab._settled()
-    lab.wait(60)
+    lab.wait()
     assert calls == ["none"]  # the call under way finished; nothing after it began
     assert "Stopped before decoding gen length 32, block 8, threshold 0.65" in lab.message.value
     assert (lab.gen_length.value, lab.block_size.value, lab.threshold.value) == (16, 8, 0.9)
