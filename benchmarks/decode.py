@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/decode.py            # dantinox only
     .venv/bin/python benchmarks/decode.py --peer     # also Hugging Face LlamaForCausalLM (static cache, torch CPU)
     .venv/bin/python benchmarks/decode.py --model smollm2-135m --peer   # a published model, three weight modes
+    .venv/bin/python benchmarks/decode.py --grid --peer --rounds 5   # the tok/s grid alone, taking turns
 
 Prints a markdown table and writes benchmarks/results/decode.json (a published model: the committed
 benchmarks/data/decode-NAME.json, which benchmarks/doc_tables.py renders into the docs). The peer runs in its own
@@ -17,6 +18,11 @@ the attention arrangements for one new token (dantinox/architectures/attention.p
 matmuls or as reductions, and the kernel of dantinox/backend/pool_kernel.py), each forced through
 dantinox.architectures.attention's arrangement rules, and
 the batch-1 XLA option (dantinox/generation/generate.py, compiler_options) against the defaults.
+
+`--grid --peer` times the grid alone: the peer is a long-lived process answering one timed generate() per
+request, and dantinox (this process) and the peer take turns cell by cell, each first every other round,
+`--rounds` rounds, the bandwidth probe once a round; the table gives each side's median tok/s and its spread
+over the rounds and is stored in the committed benchmarks/data/decode-reference.json.
 """
 
 from __future__ import annotations
@@ -241,8 +247,7 @@ class Peer:
     def __init__(self, spec: dict):
         self.proc = subprocess.Popen([str(ensure_peer_env()), str(HERE / "peer_hf.py"), json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self._read()  # its "ready" after loading and warming up
-        self.versions = {}
+        self.versions = json.loads(self._read())  # its "ready" line after loading and warming up
 
     def _read(self) -> str:
         line = self.proc.stdout.readline()
@@ -250,8 +255,8 @@ class Peer:
             raise RuntimeError(f"peer: exited with {self.proc.wait()} before answering")
         return line.strip()
 
-    def tok_s(self, batch: int) -> float:
-        self.proc.stdin.write(f"{batch}\n")
+    def tok_s(self, name: str, batch: int) -> float:
+        self.proc.stdin.write(f"{name} {batch}\n")
         self.proc.stdin.flush()
         return float(self._read())
 
@@ -294,7 +299,7 @@ def pretrained_main(name: str, peer: bool, repeats: int, modes: list[str], warmu
                                                   warmup=False))
         if hf is not None:
             for b in BATCHES:
-                peer_best[f"{name}/{b}"] = max(peer_best[f"{name}/{b}"], hf.tok_s(b))
+                peer_best[f"{name}/{b}"] = max(peer_best[f"{name}/{b}"], hf.tok_s(name, b))
         bandwidths.append(measure_bandwidth(PROBE_BYTES, repeats=5))
         loads.append(os.getloadavg()[0])
     if hf is not None:
@@ -319,6 +324,57 @@ def pretrained_main(name: str, peer: bool, repeats: int, modes: list[str], warmu
     print(f"stored in {stored.relative_to(doc_tables.ROOT)}; python benchmarks/doc_tables.py rewrites the docs")
 
 
+def grid_main(rounds: int) -> None:
+    """The reference grid against the peer, taking turns (see the module's docstring)."""
+    from dantinox.accounting.roofline import measure_bandwidth
+
+    loads = [os.getloadavg()[0]]
+    cfg = dantinox.ModelConfig.preset("reference")
+    spec = dict(vocab=cfg.vocab_size, d_model=cfg.d_model, mlp=cfg.mlp_width, layers=cfg.n_layers,
+                heads=cfg.n_heads, head_size=cfg.head_size, max_context=cfg.max_context,
+                variants={v: dantinox.ModelConfig.preset("reference", **kw).n_kv_heads for v, kw in VARIANTS.items()},
+                batches=list(BATCHES), prompt=PROMPT, new=NEW, threads=os.cpu_count(), serve=True)
+    hf = Peer(spec)  # loads and warms up every model at every batch before answering
+    models = {variant: model_for(variant) for variant in VARIANTS}
+    for model in models.values():  # compiles every window once, untimed
+        for b in BATCHES:
+            jax.block_until_ready(dantinox.generate(model, prompt(b), NEW))
+    loads.append(os.getloadavg()[0])
+    ours = {f"{v}/{b}": [] for v in VARIANTS for b in BATCHES}
+    theirs = {k: [] for k in ours}
+    bandwidths = []
+    for i in range(rounds):
+        for k in ours:
+            variant, batch = k.split("/")
+            b = int(batch)
+            for side in ("ours", "theirs")[::1 if i % 2 == 0 else -1]:
+                if side == "ours":
+                    p = prompt(b)
+                    seconds = best_of(lambda: dantinox.generate(models[variant], p, NEW), 1,  # noqa: B023
+                                      warmup=False)
+                    ours[k].append(b * NEW / seconds)
+                else:
+                    theirs[k].append(hf.tok_s(variant, b))
+        bandwidths.append(measure_bandwidth(PROBE_BYTES, repeats=5))
+        loads.append(os.getloadavg()[0])
+        print(f"round {i + 1}/{rounds}: load {loads[-1]:.1f}, "
+              + ", ".join(f"{k} {ours[k][-1]:.0f} / {theirs[k][-1]:.0f}" for k in ours), flush=True)
+    hf.close()
+    machine = dataclasses.replace(measure_machine(repeats=10), bandwidth=max(bandwidths))
+    result = {
+        "model": "reference", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "prompt": PROMPT,
+        "new": NEW, "rounds": rounds, "load_avg_1min": loads,
+        "machine": {"cpus": os.cpu_count(), "jax": jax.__version__, "bandwidth_B_s": machine.bandwidth,
+                    "bandwidth_samples_B_s": bandwidths, "matmul_flop_s": machine.peak_flops},
+        "peer": hf.versions, "decode_tok_s": ours, "peer_tok_s": theirs,
+        "roofline_s": {k: generate_seconds(models[k.split("/")[0]].cfg, int(k.split("/")[1]), PROMPT, NEW, machine)
+                       for k in ours}}
+    stored = doc_tables.DATA / "decode-reference.json"
+    stored.write_text(json.dumps(result, indent=2) + "\n")
+    print(doc_tables.decode_reference(result))
+    print(f"stored in {stored.relative_to(doc_tables.ROOT)}; python benchmarks/doc_tables.py rewrites the docs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peer", action="store_true", help="also measure Hugging Face transformers (torch CPU)")
@@ -326,11 +382,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--uncached_new", type=int, default=512)
     ap.add_argument("--modes", default=",".join(WEIGHT_MODES), help="published model: weight modes, comma-separated")
+    ap.add_argument("--grid", action="store_true",
+                    help="reference model: the tok/s grid alone against the peer (--peer), taking turns")
+    ap.add_argument("--rounds", type=int, default=5, help="--grid: rounds of turns")
     ap.add_argument("--no_warmup", action="store_true",
                     help="published model: no untimed first call (the persistent compilation cache already holds "
                          "every program from an earlier run)")
     args = ap.parse_args()
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
+    if args.grid:
+        if not args.peer or args.model is not None or args.rounds < 1:
+            raise SystemExit("--grid: expected --peer, no --model and --rounds >= 1")
+        return grid_main(args.rounds)
     if args.model is not None:
         return pretrained_main(args.model, args.peer, args.repeats, args.modes.split(","), not args.no_warmup)
 

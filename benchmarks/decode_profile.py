@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/decode_profile.py                 # MHA and GQA (K=2), batch 1 and 8, 384 slots
     .venv/bin/python benchmarks/decode_profile.py --context 128 --cache-dtype bfloat16
+    .venv/bin/python benchmarks/decode_profile.py --smollm2 --context 8192 --cache-dtype bfloat16 --batches 1
 
 dantinox.accounting.profile runs the compiled decode loop under `jax.profiler.trace` and sorts every op into weight
 matmuls, attention over the cache, the cache write, and the rest (the roofline lab's "where does a
@@ -22,14 +23,22 @@ from flax import nnx
 import dantinox
 from dantinox.accounting.profile import CATEGORIES, profile_decode_step
 from dantinox.accounting.roofline import decode_step_seconds, measure_bandwidth
+from dantinox.generation.quality import with_changes
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"MHA": dict(), "GQA (K=2)": dict(kv_heads=2)}
 
 
-def profile(variant: str, batch: int, context: int, cache_dtype: str) -> dict:
-    cfg = dantinox.ModelConfig.preset("reference", **VARIANTS[variant], cache_dtype=cache_dtype)
-    model = dantinox.Transformer(cfg, rngs=nnx.Rngs(0))
+def models(smollm2: bool, cache_dtype: str) -> dict[str, nnx.Module]:
+    """The models profiled: the reference model's MHA and GQA, or SmolLM2-135M with bf16-stored weights."""
+    if smollm2:
+        model = dantinox.load_pretrained("smollm2-135m", param_dtype="bfloat16")[1]
+        return {"SmolLM2-135M bf16-stored": with_changes(model, cache_dtype=cache_dtype)}
+    return {variant: dantinox.Transformer(dantinox.ModelConfig.preset("reference", **kw, cache_dtype=cache_dtype),
+                                          rngs=nnx.Rngs(0)) for variant, kw in VARIANTS.items()}
+
+
+def profile(model: nnx.Module, batch: int, context: int) -> dict:
     p = profile_decode_step(model, batch, context, steps=40)
     return {"step_ms": 1e3 * decode_step_seconds(model, batch, context),
             "us_per_step": {c: 1e6 * t for c, t in p.seconds.items()}, "read_bytes": p.read_bytes}
@@ -39,19 +48,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=384, help="cache slots each step attends over")
     ap.add_argument("--cache-dtype", default="float32", help="cache storage (compute stays float32)")
+    ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M (bf16-stored weights) instead")
+    ap.add_argument("--batches", default="1,8", help="batch sizes, comma-separated")
     args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
     dantinox.enable_compilation_cache()
     bandwidth = measure_bandwidth()
     result = {"machine": {"jax": jax.__version__, "bandwidth_B_s": bandwidth}, "context": args.context,
               "cache_dtype": args.cache_dtype, "profiles": {}}
-    lines = [f"Reference model ({args.cache_dtype} cache), one decode step over {args.context} cache slots; "
-             "per-op time from XLA's profiler "
-             f"(jax {jax.__version__}, cpu); streaming read measured at {bandwidth / 1e9:.1f} GB/s in this run.", "",
+    what = "SmolLM2-135M" if args.smollm2 else "Reference model"
+    lines = [f"{what} ({args.cache_dtype} cache), one decode step over {args.context} cache slots; per-op time "
+             f"from XLA's profiler (jax {jax.__version__}, cpu); streaming read measured at "
+             f"{bandwidth / 1e9:.1f} GB/s in this run.", "",
              "| variant | batch | step (no profiler) | ops, profiled | " + " | ".join(CATEGORIES) + " |",
              "|---|---|---|---|" + "---|" * len(CATEGORIES)]
-    for variant in VARIANTS:
-        for batch in (1, 8):
-            r = profile(variant, batch, args.context, args.cache_dtype)
+    for variant, model in models(args.smollm2, args.cache_dtype).items():
+        for batch in batches:
+            r = profile(model, batch, args.context)
             result["profiles"][f"{variant}/{batch}"] = r
             cells = []
             for cat in CATEGORIES:
@@ -62,14 +75,14 @@ def main() -> None:
                 cells.append(cell)
             total = sum(r["us_per_step"].values()) / 1e3
             lines.append(f"| {variant} | {batch} | {r['step_ms']:.2f} ms | {total:.2f} ms | {' | '.join(cells)} |")
-    lines += ["", "Per step, all 12 layers. (GB/s): the bytes the category must read (every weight; the whole cache) "
+    lines += ["", "Per step, all layers. (GB/s): the bytes the category must read (every weight; the whole cache) "
               "over its time. The profiler adds a little to every op, so the ops may sum to more than the step."]
     table = "\n".join(lines)
     print(table)
     result["table"] = table
     (HERE / "results").mkdir(exist_ok=True)
-    name = "decode_profile.json" if (args.context, args.cache_dtype) == (384, "float32") else \
-        f"decode_profile_{args.context}_{args.cache_dtype}.json"
+    name = "decode_profile.json" if (args.context, args.cache_dtype, args.smollm2) == (384, "float32", False) else \
+        f"decode_profile_{'smollm2_' * args.smollm2}{args.context}_{args.cache_dtype}.json"
     (HERE / "results" / name).write_text(json.dumps(result, indent=2))
 
 

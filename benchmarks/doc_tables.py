@@ -89,6 +89,97 @@ def llama_cpp(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def decode_reference(r: dict) -> str:
+    """benchmarks/decode.py --grid --peer: the reference grid against Hugging Face, taking turns round by round."""
+    m = r["machine"]
+    lines = [f"Reference model, prompt {r['prompt']}, {r['new']} new tokens, end-to-end `generate()` against Hugging "
+             f"Face's static cache (torch {r['peer'].get('torch', '?')}, transformers "
+             f"{r['peer'].get('transformers', '?')}), {r['rounds']} rounds taking turns, {m['cpus']} CPU cores, "
+             f"measured {r['date']}; 1-minute load average {r['load_avg_1min'][0]:.1f} before, "
+             f"{r['load_avg_1min'][-1]:.1f} after ({_load_range(r['load_avg_1min'])} at the rounds' ends). "
+             f"Streaming read {m['bandwidth_B_s'] / 1e9:.1f} GB/s (best of the run's "
+             f"{len(m['bandwidth_samples_B_s'])} probes: "
+             f"{', '.join(f'{b / 1e9:.1f}' for b in m['bandwidth_samples_B_s'])}), f32 matmul "
+             f"{m['matmul_flop_s'] / 1e9:.0f} GFLOP/s. tok/s: median of the rounds (slowest–fastest):", "",
+             "| variant | batch | dantinox tok/s | % of roofline | HF tok/s | dantinox / HF |",
+             "|---|---|---|---|---|---|"]
+    out = []
+    for k, runs in r["decode_tok_s"].items():
+        variant, batch = k.split("/")
+        ours, theirs = _median(runs), _median(r["peer_tok_s"][k])
+        share = r["roofline_s"][k] / (int(batch) * r["new"] / ours)
+        lines.append(f"| {variant} | {batch} | {ours:,.0f} ({min(runs):,.0f}–{max(runs):,.0f}) | {share:.0%} | "
+                     f"{theirs:,.0f} ({min(r['peer_tok_s'][k]):,.0f}–{max(r['peer_tok_s'][k]):,.0f}) | "
+                     f"{ours / theirs:.2f}× |")
+        ratio = ours / theirs
+        line = f"- {variant}, batch {batch}: {ratio:.2f}× HF ({'meets' if ratio >= 3.5 else 'misses'} ≥ 3.5×)"
+        if batch == "8":
+            line += f", {share:.0%} of the roofline ({'meets' if share >= 0.5 else 'misses'} ≥ 50 %)"
+        out.append(line + ".")
+    return "\n".join([*lines, "", *out])
+
+
+def llama_cpp_steps(r: dict) -> str:
+    """benchmarks/llamacpp.py --part context / batch: ms per decode step on both sides, taking turns."""
+    m = r["machine"]
+    short, long = r["steps"]
+    flags = f"CMAKE_ARGS {r['cmake_args']!r}" if r["cmake_args"] else "no CMAKE_ARGS (llama.cpp's default build)"
+    lines = [f"{r['model']}, decode steps alone: {r['rounds']} rounds taking turns, each turn (t({long}) − "
+             f"t({short})) / {long - short} steps"
+             + (f" (each length the best of {r['repeats']} calls)" if r["repeats"] > 1 else "")
+             + f"; {r['threads']} threads each; measured {r['date']}; 1-minute load average "
+             f"{r['load_avg_1min'][0]:.1f} before, {r['load_avg_1min'][-1]:.1f} after "
+             f"({_load_range(r['load_avg_1min'])} at the rounds' ends). llama-cpp-python {r['llama_cpp_python']} "
+             f"({flags}; `llama_print_system_info`: `{r['system_info']}`), jax {r['jax']}. Streaming read "
+             f"{m['bandwidth_B_s'] / 1e9:.1f} GB/s (best of the run's {len(m['bandwidth_samples_B_s'])} probes: "
+             f"{', '.join(f'{b / 1e9:.1f}' for b in m['bandwidth_samples_B_s'])}), f32 matmul "
+             f"{m['matmul_flop_s'] / 1e9:.0f} GFLOP/s. Step times: median of the rounds (fastest–slowest):", "",
+             "| dantinox / llama.cpp | batch | slots | weights + cache read per step | dantinox ms/step | "
+             "llama.cpp ms/step | dantinox tok/s | llama.cpp tok/s | llama.cpp / dantinox step | dantinox % of "
+             "roofline | llama.cpp % of roofline |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        ours, theirs = _median(row["ours_ms"]), _median(row["theirs_ms"])
+        spread = [f"{_median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})" for xs in (row["ours_ms"], row["theirs_ms"])]
+        lines.append(f"| {row['label']} | {row['batch']} | {row['context']:,} | {row['weight_bytes'] / 1e6:,.0f} + "
+                     f"{row['cache_read_bytes'] / 1e6:,.0f} MB | {spread[0]} | {spread[1]} | "
+                     f"{1e3 * row['batch'] / ours:,.1f} | {1e3 * row['batch'] / theirs:,.1f} | {theirs / ours:.2f}× | "
+                     f"{row['roofline_ms'] / ours:.0%} | {row['roofline_ms'] / theirs:.0%} |")
+    lines += ["", *steps_targets(r)]
+    setups = {}
+    for row in r["rows"]:
+        t = row["theirs"]
+        setups.setdefault(f"{t['file']} file, {t['kv_type']} K/V, flash_attn {t['flash_attn']}, batch {t['batch']}",
+                          {})[row["context"]] = "; ".join(row["llama_log"])
+    lines += ["", "llama.cpp's log for its contexts (n_ctx = batch × slots, n_seq_max = batch):"]
+    for setup, logs in setups.items():
+        lines += [f"- {setup}: " + " / ".join(f"{c:,} slots: `{text}`" for c, text in logs.items())]
+    return "\n".join(lines)
+
+
+def steps_targets(r: dict) -> list[str]:
+    """The issue's targets judged on this run's medians: the long-context cells (bf16 cache: >= 75 % of the
+    roofline and >= 1.2x llama.cpp), batch 8 (>= 50 % of the roofline) and float32 (>= llama.cpp's F32)."""
+    out = []
+    for row in r["rows"]:
+        ours, theirs = _median(row["ours_ms"]), _median(row["theirs_ms"])
+        share, ratio = row["roofline_ms"] / ours, theirs / ours
+        where = f"{row['label']}, batch {row['batch']}, {row['context']:,} slots"
+        if r["part"] == "context" and row["ours"]["cache_dtype"] == "bfloat16":
+            out.append(f"- {where}: {share:.0%} of the roofline ({'meets' if share >= 0.75 else 'misses'} ≥ 75 %), "
+                       f"{ratio:.2f}× llama.cpp ({'meets' if ratio >= 1.2 else 'misses'} ≥ 1.2×).")
+        elif r["part"] == "batch" and row["batch"] == 8:
+            out.append(f"- {where}: {share:.0%} of the roofline ({'meets' if share >= 0.5 else 'misses'} ≥ 50 %), "
+                       f"{ratio:.2f}× llama.cpp with 8 sequences in one batch.")
+        elif r["part"] == "batch" and row["ours"]["param_dtype"] is None and row["ours"]["dtype"] == "float32":
+            out.append(f"- {where}: {ratio:.2f}× llama.cpp's F32 file ({'meets' if ratio >= 1 else 'misses'} ≥ 1×).")
+    return out
+
+
 def serving_engine(r: dict) -> str:
     """benchmarks/serving.py --part engine: one trace served by each configuration, each against the one before."""
     exact = ("every request's tokens equal `dantinox.generate` of it alone in every configuration"
@@ -181,6 +272,8 @@ def engine_logs(r: dict) -> str:
 
 RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretrained,
              "llama-cpp-smollm2-135m": llama_cpp, "serving-engine": serving_engine,
+             "decode-reference": decode_reference, "llama-cpp-smollm2-135m-context": llama_cpp_steps,
+             "llama-cpp-smollm2-135m-batch": llama_cpp_steps,
              "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 

@@ -28,31 +28,36 @@ def main() -> None:
         from transformers import AutoModelForCausalLM
 
         gguf = Path(spec["gguf"])
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
-        if spec.get("serve"):  # interleaved with dantinox: one timed generate() per batch size read from stdin
-            return serve(model, spec)
+        models = {spec["name"]: AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                                     dtype=torch.float32).eval()}
+    else:
+        models = {}
+        for variant, kv_heads in spec["variants"].items():
+            cfg = LlamaConfig(vocab_size=spec["vocab"], hidden_size=spec["d_model"], intermediate_size=spec["mlp"],
+                              num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
+                              num_key_value_heads=kv_heads, head_dim=spec["head_size"],
+                              max_position_embeddings=spec["max_context"], tie_word_embeddings=True,
+                              rms_norm_eps=1e-6)
+            models[variant] = LlamaForCausalLM(cfg).eval()
+    if spec.get("serve"):  # interleaved with dantinox: one timed generate() per request read from stdin
+        return serve(models, spec, out)
+    for name, model in models.items():
         for batch in spec["batches"]:
-            out[f"{spec['name']}/{batch}"] = tokens_per_second(model, spec, batch)
-        print(json.dumps(out))
-        return
-    for variant, kv_heads in spec["variants"].items():
-        cfg = LlamaConfig(vocab_size=spec["vocab"], hidden_size=spec["d_model"], intermediate_size=spec["mlp"],
-                          num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
-                          num_key_value_heads=kv_heads, head_dim=spec["head_size"],
-                          max_position_embeddings=spec["max_context"], tie_word_embeddings=True, rms_norm_eps=1e-6)
-        model = LlamaForCausalLM(cfg).eval()
-        for batch in spec["batches"]:
-            out[f"{variant}/{batch}"] = tokens_per_second(model, spec, batch)
+            out[f"{name}/{batch}"] = tokens_per_second(model, spec, batch)
     print(json.dumps(out))
 
 
-def serve(model, spec: dict) -> None:
-    """Warm up every batch size, print "ready", then answer each stdin line "B" with one timed call's tok/s."""
-    for batch in spec["batches"]:
-        tokens_per_second(model, {**spec, "repeats": 0}, batch)
-    print("ready", flush=True)
+def serve(models: dict, spec: dict, versions: dict) -> None:
+    """Warm up every model at every batch size, print the versions as the "ready" line, then answer each stdin
+    line "NAME B" with one timed generate() call's tok/s."""
+    for model in models.values():
+        for batch in spec["batches"]:
+            tokens_per_second(model, {**spec, "repeats": 0}, batch)
+    print(json.dumps(versions), flush=True)
     for line in sys.stdin:
-        print(json.dumps(tokens_per_second(model, {**spec, "repeats": 1}, int(line), warmup=False)), flush=True)
+        name, batch = line.rsplit(maxsplit=1)
+        print(json.dumps(tokens_per_second(models[name], {**spec, "repeats": 1}, int(batch), warmup=False)),
+              flush=True)
 
 
 def tokens_per_second(model, spec: dict, batch: int, warmup: bool = True) -> float:
