@@ -47,7 +47,7 @@ using namespace dantinox;
 
 constexpr int64_t kBlock = 16;
 constexpr int64_t kAheadSlots = 8;  // value rows (slots) read ahead
-constexpr int64_t kAheadKeys = 64;  // slots of each key row read ahead
+constexpr int64_t kRowsAtOnce = 16;  // key rows (channels) read side by side when scoring
 constexpr int kMaxHeads = 4;  // query heads of one KV head handled together; more go in groups of this many
 constexpr int kRegisters = kLanes == 16 ? 32 : 16;  // vector registers: 32 with AVX-512, 16 with AVX2
 
@@ -77,14 +77,18 @@ struct Problem {
 
 using Runs = std::vector<std::pair<int64_t, int64_t>>;
 
-// Scores of NG query heads (rows of q, H apart) against the J * kLanes slots from j, into s (rows S apart):
-// the sums stay in registers over all H channels, and each key is widened once for the NG heads.
+// Scores of NG query heads (rows of q, H apart) against the J * kLanes slots from j, over key rows [h0, h1), into
+// s (rows S apart), added to what s holds unless h0 is 0: the sums stay in registers over the rows, and each key
+// is widened once for the NG heads.
 template <int NG, int J, typename Code>
-inline void score_slots(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, float* s) {
+inline void score_slots(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, float* s, int64_t h0,
+                        int64_t h1) {
   VecF acc[NG][J] = {};
-  for (int64_t h = 0; h < H; ++h) {
+  if (h0 > 0)
+    for (int g = 0; g < NG; ++g)
+      for (int v = 0; v < J; ++v) acc[g][v] = load(s + g * S + j + v * kLanes);
+  for (int64_t h = h0; h < h1; ++h) {
     const Code* row = keys + h * S + j;
-    __builtin_prefetch(row + kAheadKeys);  // H rows are read side by side: too many streams for the hardware
     VecF k[J];
     for (int v = 0; v < J; ++v) k[v] = widen_vec(row + v * kLanes);
     for (int g = 0; g < NG; ++g) {
@@ -120,13 +124,25 @@ inline void sum_values(const float* w, int64_t S, const Code* vals, int64_t H, i
     for (int i = 0; i < C; ++i) store(out + g * H + c + i * kLanes, acc[g][i]);
 }
 
-// Slots [j, end) in steps of J vectors while they fit, then of fewer (so that NG * J sums stay in flight);
-// where the whole vectors end.
+// Slots [j, end) over key rows [h0, h1) in steps of J vectors while they fit, then of fewer (so that NG * J sums
+// stay in flight); where the whole vectors end.
+template <int NG, int J, typename Code>
+int64_t score_rows(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, int64_t end, float* s,
+                   int64_t h0, int64_t h1) {
+  for (; j + J * kLanes <= end; j += J * kLanes) score_slots<NG, J>(q, H, keys, S, j, s, h0, h1);
+  if constexpr (J > 1) j = score_rows<NG, J - 1>(q, H, keys, S, j, end, s, h0, h1);
+  return j;
+}
+
+// The scores over slots [j, end), kRowsAtOnce key rows at a time: each pass reads that many rows side by side
+// along the whole run, few enough streams for the hardware prefetchers to follow (all H rows at once were too
+// many: docs/benchmarks.md#speed-layer-rules, kRowsAtOnce); where the whole vectors end.
 template <int NG, int J, typename Code>
 int64_t score_run(const float* q, int64_t H, const Code* keys, int64_t S, int64_t j, int64_t end, float* s) {
-  for (; j + J * kLanes <= end; j += J * kLanes) score_slots<NG, J>(q, H, keys, S, j, s);
-  if constexpr (J > 1) j = score_run<NG, J - 1>(q, H, keys, S, j, end, s);
-  return j;
+  int64_t done = j;
+  for (int64_t h0 = 0; h0 < H; h0 += kRowsAtOnce)
+    done = score_rows<NG, J>(q, H, keys, S, j, end, s, h0, std::min(H, h0 + kRowsAtOnce));
+  return done;
 }
 
 // Channels from c in steps of C vectors while they fit, then of fewer; where the whole vectors end.
