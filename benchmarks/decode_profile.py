@@ -8,13 +8,16 @@ dantinox.accounting.profile runs the compiled decode loop under `jax.profiler.tr
 matmuls, attention over the cache, the cache write, and the rest (the roofline lab's "where does a
 step's time go?" button shows the same). The matmuls and the attention are shown with the bytes they must
 read and the bandwidth that implies, against the streaming-read bandwidth measured in the same run.
-Prints a markdown table and writes benchmarks/results/decode_profile.json.
+Prints a markdown table and writes benchmarks/results/decode_profile.json (with --smollm2 the committed
+benchmarks/data/decode-profile-smollm2-CONTEXT-DTYPE.json, which docs/benchmarks.md renders).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from pathlib import Path
 
 import jax
@@ -53,6 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     dantinox.enable_compilation_cache()
+    load = os.getloadavg()[0]
     bandwidth = measure_bandwidth()
     result = {"machine": {"jax": jax.__version__, "bandwidth_B_s": bandwidth}, "context": args.context,
               "cache_dtype": args.cache_dtype, "profiles": {}}
@@ -81,9 +85,13 @@ def main() -> None:
     print(table)
     result["table"] = table
     (HERE / "results").mkdir(exist_ok=True)
-    name = "decode_profile.json" if (args.context, args.cache_dtype, args.smollm2) == (384, "float32", False) else \
-        f"decode_profile_{'smollm2_' * args.smollm2}{args.context}_{args.cache_dtype}.json"
-    (HERE / "results" / name).write_text(json.dumps(result, indent=2))
+    result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_avg_1min=[load, os.getloadavg()[0]])
+    if args.smollm2:  # committed: docs/benchmarks.md renders it (benchmarks/doc_tables.py)
+        path = HERE / "data" / f"decode-profile-smollm2-{args.context}-{args.cache_dtype}.json"
+    else:
+        path = HERE / "results" / ("decode_profile.json" if (args.context, args.cache_dtype) == (384, "float32")
+                                   else f"decode_profile_{args.context}_{args.cache_dtype}.json")
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

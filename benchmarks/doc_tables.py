@@ -180,6 +180,13 @@ def steps_targets(r: dict) -> list[str]:
     return out
 
 
+def decode_profile(r: dict) -> str:
+    """benchmarks/decode_profile.py --smollm2: its table as printed, and when and how busy the machine was."""
+    loads = r["load_avg_1min"]
+    return (f"{r['table']}\n\nMeasured {r['date']} (1-minute load average {loads[0]:.1f} before, {loads[-1]:.1f} "
+            "after).")
+
+
 def serving_engine(r: dict) -> str:
     """benchmarks/serving.py --part engine: one trace served by each configuration, each against the one before."""
     exact = ("every request's tokens equal `dantinox.generate` of it alone in every configuration"
@@ -274,6 +281,7 @@ RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretraine
              "llama-cpp-smollm2-135m": llama_cpp, "serving-engine": serving_engine,
              "decode-reference": decode_reference, "llama-cpp-smollm2-135m-context": llama_cpp_steps,
              "llama-cpp-smollm2-135m-batch": llama_cpp_steps,
+             "decode-profile-smollm2-8192-bfloat16": decode_profile,
              "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 
