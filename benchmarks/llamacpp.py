@@ -15,8 +15,9 @@ and times batch-1 decoding, prefill included, on it and on the shipped Q4_1 file
 the same context and dtype (float16, llama.cpp's default for K and V), measured from the arrays.
 
 `--part context` and `--part batch` time decode steps alone, prefill excluded, the same way on both sides:
-each side holds B prompts of C - 40 tokens (llama.cpp prefilled them once; dantinox's cache is generate's
-decode state claiming them, `timing_state`) and runs its greedy decode loop for 8 and for 40 steps from there,
+each side holds B prompts of C - 40 tokens (llama.cpp prefilled them once, saved in the git-ignored
+benchmarks/results/llama-states/ for later runs; dantinox's cache is generate's decode state claiming them,
+`timing_state`) and runs its greedy decode loop for 8 and for 40 steps from there,
 each call timed on the wall clock; a step is (t(40) - t(8)) / 32, so the one-off costs of a call cancel. Every
 step reads C slots on both sides (dantinox's key bucket is C; llama.cpp reads its used cells, padded).
 dantinox runs in this process and llama.cpp in a long-lived peer process that answers one timing per request;
@@ -221,7 +222,8 @@ def steps_main(args: argparse.Namespace) -> None:
     rows = part_rows(args.part, args.contexts)
     theirs_cells = {key(r["theirs"]): r["theirs"] for r in rows}
     loads = [os.getloadavg()[0]]
-    spec = dict(gguf=str(catalogue_file(args.model)), threads=os.cpu_count(), cells=theirs_cells)
+    spec = dict(gguf=str(catalogue_file(args.model)), threads=os.cpu_count(), cells=theirs_cells,
+                state_dir=str(HERE / "results" / "llama-states"))
     with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
         peer = Theirs(python, spec, log)  # builds and prefills its cells while this process compiles its own
         bases, ours = {}, {}
@@ -269,7 +271,7 @@ def steps_main(args: argparse.Namespace) -> None:
         "load_avg_1min": loads, "jax": jax.__version__,
         "llama_cpp_python": ready["llama_cpp_python"], "system_info": ready["system_info"],
         "cmake_args": BUILD_FLAGS.read_text().strip() if BUILD_FLAGS.exists() else None,
-        "file_bytes": ready["file_bytes"],
+        "file_bytes": ready["file_bytes"], "prompts_loaded": ready["loaded"],
         "machine": {"bandwidth_B_s": machine.bandwidth, "bandwidth_samples_B_s": bandwidths,
                     "matmul_flop_s": machine.peak_flops},
         "rows": out_rows}

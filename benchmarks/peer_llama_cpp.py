@@ -7,10 +7,12 @@ is read by the caller from this process's stderr (llama.cpp writes it from C).
 
 With "cells" in the spec it serves the decode-step timings instead (`serve`): one context per cell through
 llama.cpp's own batch API (llama_batch_init, llama_decode with sequence ids 0 .. B-1, n_seq_max = B), each
-prefilled once with B prompts of `prompt` tokens; then each stdin line "CELL N" is answered with the seconds
-of N greedy decode steps from that prefilled state (B tokens per llama_decode, the argmax of each row's
-logits fed back), after which the N steps' cells are removed from the KV cache (llama_memory_seq_rm), so
-every timing starts from the same prompt.
+holding B prompts of `prompt` tokens: prefilled (llama_decode, 512 tokens at a time) and saved to
+spec["state_dir"] with llama_state_seq_save_file by the first run, loaded from there by later ones (an 8k
+prompt's prefill took minutes here); then each stdin line "CELL N" is answered with the seconds of N greedy
+decode steps from the prompts (B tokens per llama_decode, the argmax of each row's logits fed back), after
+which the N steps' cells are removed from the KV cache (llama_memory_seq_rm), so every timing starts from the
+same prompt.
 """
 
 import ctypes
@@ -59,7 +61,7 @@ def write_copy(src: Path, dst: Path, ftype: str) -> None:
 class Cell:
     """One llama.cpp context: B sequences, each prefilled with its prompt, timed N decode steps at a time."""
 
-    def __init__(self, model, cell: dict, spec: dict):
+    def __init__(self, model, name: str, cell: dict, spec: dict):
         self.batch, self.prompt = cell["batch"], cell["prompt"]
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cell["batch"] * cell["context"]  # n_ctx / n_seq_max slots per sequence
@@ -75,7 +77,32 @@ class Cell:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self.tokens = llama_cpp.llama_batch_init(max(512, self.batch), 0, 1)
         rng = np.random.RandomState(0)  # ordinary tokens: greedy decoding never stops early here
-        self.first = [self._prefill(seq, rng.randint(1000, 40000, self.prompt)) for seq in range(self.batch)]
+        prompts = [rng.randint(1000, 40000, self.prompt) for _ in range(self.batch)]
+        saved = Path(spec["state_dir"]) / name.replace("/", "_")  # the prompts' KV cells, from an earlier run
+        firsts = saved.with_suffix(".json")
+        self.loaded = firsts.exists() and all(self._load(saved, seq) for seq in range(self.batch))
+        if self.loaded:
+            self.first = json.loads(firsts.read_text())
+            return
+        llama_cpp.llama_memory_clear(self.mem, True)
+        self.first = [self._prefill(seq, ids) for seq, ids in enumerate(prompts)]
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        for seq, ids in enumerate(prompts):
+            path = f"{saved}-{seq}.state".encode()
+            if not llama_cpp.llama_state_seq_save_file(self.ctx, path, seq, (llama_cpp.llama_token * len(ids))(*ids),
+                                                       len(ids)):
+                raise RuntimeError(f"llama_state_seq_save_file failed for {path}")
+        firsts.write_text(json.dumps(self.first))
+
+    def _load(self, saved: Path, seq: int) -> bool:
+        """Sequence `seq`'s prompt cells from its state file: whether they loaded whole."""
+        path = Path(f"{saved}-{seq}.state")
+        tokens, count = (llama_cpp.llama_token * self.prompt)(), ctypes.c_size_t(0)
+        if not path.exists():
+            return False
+        read = llama_cpp.llama_state_seq_load_file(self.ctx, str(path).encode(), seq, tokens, self.prompt,
+                                                   ctypes.byref(count))
+        return read > 0 and count.value == self.prompt
 
     def _put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
         b = self.tokens
@@ -131,10 +158,10 @@ def serve(spec: dict) -> None:
         cells = {}
         for name, cell in spec["cells"].items():
             print(f"cell {name}", file=sys.stderr, flush=True)  # the caller pairs llama.cpp's log lines with it
-            cells[name] = Cell(models[cell["file"]], cell, spec)
+            cells[name] = Cell(models[cell["file"]], name, cell, spec)
         print(json.dumps({"ready": True, "llama_cpp_python": llama_cpp.__version__,
                           "system_info": llama_cpp.llama_print_system_info().decode().strip(),
-                          "file_bytes": sizes}),
+                          "file_bytes": sizes, "loaded": {name: c.loaded for name, c in cells.items()}}),
               flush=True)
         for line in sys.stdin:
             name, steps = line.split()
