@@ -79,18 +79,23 @@ inline void widen_pairs(const Bf16* p, VecF& even, VecF& odd) {
   even = bits_as<VecF>(u << 16);
   odd = bits_as<VecF>(u & 0xFFFF0000u);
 }
-inline VecF widen_vec(const int8_t* p) {
+// kLanes bytes sign-extended to 32-bit lanes: one instruction where it can be named; GCC 12 lowers the portable
+// conversion to a scalar conversion per lane (docs/benchmarks.md#speed-layer-rules, widen_vec int8).
+inline VecI bytes_to_lanes(const void* p) {
+#if defined(__AVX512F__)
+  return bits_as<VecI>(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  return bits_as<VecI>(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+#else
   VecC c;
   std::memcpy(&c, p, sizeof c);
-  return __builtin_convertvector(c, VecF);
+  return __builtin_convertvector(c, VecI);
+#endif
 }
+inline VecF widen_vec(const int8_t* p) { return __builtin_convertvector(bytes_to_lanes(p), VecF); }
 
 // kLanes bools (one byte each) as a lane mask, for `mask ? a : b` on vectors.
-inline VecI lanes_of(const bool* p) {
-  VecC c;
-  std::memcpy(&c, p, sizeof c);
-  return __builtin_convertvector(c, VecI) != 0;
-}
+inline VecI lanes_of(const bool* p) { return bytes_to_lanes(p) != 0; }
 
 // The lanes folded in halves (lane i with lane i + n, for n = kLanes / 2, ..., 1): a few vector operations, in an
 // order written here rather than one the compiler may choose (the kernels are built without reassociation).
