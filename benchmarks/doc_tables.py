@@ -282,6 +282,7 @@ RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretraine
              "decode-reference": decode_reference, "llama-cpp-smollm2-135m-context": llama_cpp_steps,
              "llama-cpp-smollm2-135m-batch": llama_cpp_steps,
              "decode-profile-smollm2-8192-bfloat16": decode_profile,
+             "decode-profile-smollm2-256-bfloat16": decode_profile,
              "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 
