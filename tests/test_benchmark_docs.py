@@ -36,3 +36,20 @@ def test_a_stored_number_that_changes_changes_the_rendered_table():
     before = doc_tables.decode_pretrained(run)
     run["decode_tok_s"][key] *= 2
     assert doc_tables.decode_pretrained(run) != before
+
+
+def test_the_tables_taken_in_turns_judge_their_targets_from_the_stored_medians():
+    doc_tables = _doc_tables()
+    import json
+
+    ref = json.loads((doc_tables.DATA / "decode-reference.json").read_text())
+    for k in ref["peer_tok_s"]:  # a peer 100x faster: every ratio target missed
+        ref["peer_tok_s"][k] = [100 * x for x in ref["peer_tok_s"][k]]
+    assert doc_tables.decode_reference(ref).count("misses ≥ 3.5×") == len(ref["decode_tok_s"])
+    for part in ("context", "batch"):
+        run = json.loads((doc_tables.DATA / f"llama-cpp-smollm2-135m-{part}.json").read_text())
+        before = doc_tables.llama_cpp_steps(run)
+        for row in run["rows"]:  # dantinox 100x slower: every judged target missed, none met
+            row["ours_ms"] = [100 * x for x in row["ours_ms"]]
+        after = doc_tables.llama_cpp_steps(run)
+        assert after != before and "misses" in after and "meets" not in after
