@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The project's single entry point; needs nothing but Python 3.11.
 
-    python3 dev.py lab     set up .venv if needed, then open JupyterLab on your own copy of labs/
+    python3 dev.py lab     set up .venv if needed, compile the KV-cache lab's first decode ahead (once), then
+                           open JupyterLab on your own copy of labs/ (--no-warmup: without compiling ahead)
     python3 dev.py test    set up .venv if needed, then lint, validate content, run tests and every lab
                            (under nbval, and in JupyterLab in a real Chromium: tests/browser), then the
                            model and cache invariants again with DANTINOX_BACKEND=reference (pure JAX)
@@ -170,9 +171,57 @@ def _run(cmd: list[str], **kw) -> None:
         sys.exit(code)
 
 
+# The KV-cache lab's first decode (SmolLM2-135M, widgets/generate.py) compiles its programs on a learner's
+# fresh kernel unless they are in the persistent compilation cache (dantinox/_jax_setup.py). `dev.py lab`
+# compiles them there once (dantinox_labs/warmup.py); a stamp in that folder names the sources and packages
+# they were compiled from, so a second `dev.py lab` skips it, and a change to either (or an emptied cache)
+# compiles them again.
+WARM_STAMP = "dantinox-lab-warm.stamp"
+WARM_SOURCES = ("dantinox", "widgets", "content/entries/kv-cache.yaml", "dantinox_labs/warmup.py")
+
+
+def compilation_cache_dir() -> Path:
+    """The labs' compilation cache folder, found as dantinox/_jax_setup.py finds it (dev.py imports no
+    project code)."""
+    default = Path.home() / ".cache" / "jax_xla" / "dantinox"
+    return Path(os.environ.get("DANTINOX_JAX_CACHE_DIR") or default).expanduser()
+
+
+def _warm_key() -> str:
+    """What the warmed programs depend on: the library's and the widgets' sources, the installed packages."""
+    digest = hashlib.sha256(_fingerprint().encode())
+    for name in WARM_SOURCES:
+        path = ROOT / name
+        for file in sorted(path.rglob("*") if path.is_dir() else [path]):
+            source = file.suffix in (".py", ".h", ".cc", ".yaml") and "__pycache__" not in file.parts
+            if source and file.is_file():
+                digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def warm_lab() -> None:
+    """Compile the KV-cache lab's first SmolLM2 decode into the compilation cache, unless its stamp is
+    current; where that fails (no model wheel), one line says so and the lab compiles on first use instead."""
+    stamp = compilation_cache_dir() / WARM_STAMP
+    key = _warm_key()
+    if stamp.is_file() and stamp.read_text() == key:
+        return
+    print("dev.py: compiling the KV-cache lab's first SmolLM2 decode into the compilation cache (once) ...",
+          flush=True)
+    if subprocess.call([str(PY), "-m", "dantinox_labs.warmup"], cwd=ROOT) == 0:
+        stamp.write_text(key)
+    else:
+        print("dev.py: the lab's decode will compile on first use instead", flush=True)
+
+
 def lab(extra: list[str]) -> None:
-    """`dantinox lab`: the learner's own copy of labs/ (the tracked notebooks stay clean) in JupyterLab."""
+    """`dantinox lab`: the learner's own copy of labs/ (the tracked notebooks stay clean) in JupyterLab.
+    `--no-warmup` skips compiling the lab's first decode ahead (warm_lab)."""
     setup()
+    if "--no-warmup" in extra:
+        extra = [arg for arg in extra if arg != "--no-warmup"]
+    else:
+        warm_lab()
     dantinox = BIN / ("dantinox.exe" if os.name == "nt" else "dantinox")
     os.execv(dantinox, [str(dantinox), "lab", *extra])
 

@@ -30,7 +30,9 @@ def test_lab_command_prints_a_working_url_and_serves_a_copy_of_the_labs(tmp_path
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # a machine without a screen
     env["DANTINOX_LABS_DIR"] = str(tmp_path / "my-labs")
     tracked = {p.name: p.read_bytes() for p in (ROOT / "labs").glob("*.ipynb")}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "dev.py"), "lab", f"--port={port}", "--ip=127.0.0.1"],
+    # --no-warmup: compiling the KV-cache lab's first decode ahead is tested apart (below), and costs ~30 s
+    proc = subprocess.Popen([sys.executable, str(ROOT / "dev.py"), "lab", "--no-warmup", f"--port={port}",
+                             "--ip=127.0.0.1"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
@@ -142,3 +144,58 @@ def test_the_set_up_byte_compiles_what_it_installs():
     assert len(installed) > 500  # jax, flax and plotly's modules at least
     missing = [p for p in installed if not Path(importlib.util.cache_from_source(str(p))).is_file()]
     assert not missing, f"{len(missing)} of {len(installed)} imported modules in {site} have no bytecode: {missing[:3]}"
+
+
+def test_the_lab_command_compiles_the_first_decode_once_then_again_when_its_sources_change(
+        tmp_path, monkeypatch, capsys):
+    dev = _dev_module(tmp_path, monkeypatch)
+    monkeypatch.setenv("DANTINOX_JAX_CACHE_DIR", str(tmp_path / "jax-cache"))
+    (tmp_path / "jax-cache").mkdir()
+    calls, results = [], iter([1, 0, 0])  # the first warm-up fails (no model wheel, say), the others succeed
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or next(results))
+    stamp = tmp_path / "jax-cache" / dev.WARM_STAMP
+    dev.warm_lab()
+    assert calls == [[str(dev.PY), "-m", "dantinox_labs.warmup"]] and not stamp.exists()  # failed: no stamp
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "dev.py: the lab's decode will compile on first use instead"
+    dev.warm_lab()
+    assert len(calls) == 2 and stamp.read_text() == dev._warm_key()
+    dev.warm_lab()
+    assert len(calls) == 2  # stamped and current: skipped
+    monkeypatch.setattr(dev, "_fingerprint", lambda: "other packages")
+    dev.warm_lab()
+    assert len(calls) == 3  # what the programs were compiled from changed: compiled again
+    stamp.unlink()  # an emptied cache folder takes the stamp with it
+    monkeypatch.setattr(dev.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    dev.warm_lab()
+    assert len(calls) == 4
+
+
+def test_the_lab_command_warms_unless_told_not_to_and_passes_the_rest_to_jupyterlab(tmp_path, monkeypatch):
+    dev = _dev_module(tmp_path, monkeypatch)
+    warmed, started = [], []
+    monkeypatch.setattr(dev, "setup", lambda: None)
+    monkeypatch.setattr(dev, "warm_lab", lambda: warmed.append(1))
+    monkeypatch.setattr(dev.os, "execv", lambda path, argv: started.append(argv[1:]))
+    dev.lab(["--port=1"])
+    dev.lab(["--no-warmup", "--port=2"])
+    assert warmed == [1] and started == [["lab", "--port=1"], ["lab", "--port=2"]]
+
+
+def test_the_warm_up_compiles_what_the_lab_runs(tmp_path, monkeypatch):
+    """The warm-up's lab settings are the notebook's, and dev.py looks for its stamp where dantinox caches."""
+    import ast
+
+    from dantinox._jax_setup import compilation_cache_dir
+    from dantinox_labs.warmup import LAB_SETTINGS
+
+    cells = ["".join(c["source"]) for c in json.loads((ROOT / "labs" / "kv-cache.ipynb").read_text())["cells"]
+             if c["cell_type"] == "code"]
+    calls = [node for cell in cells for node in ast.walk(ast.parse(cell)) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) == "CacheLab"]
+    assert len(calls) == 1 and {k.arg: ast.literal_eval(k.value) for k in calls[0].keywords} == LAB_SETTINGS
+    dev = _dev_module(tmp_path, monkeypatch)
+    monkeypatch.delenv("DANTINOX_JAX_CACHE_DIR", raising=False)
+    assert dev.compilation_cache_dir() == compilation_cache_dir()
+    monkeypatch.setenv("DANTINOX_JAX_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert dev.compilation_cache_dir() == compilation_cache_dir() == tmp_path / "elsewhere"
