@@ -56,10 +56,15 @@ CONFIGS = {  # each adds one technique to the one before
 }
 
 
+def arrival_times(rng: np.random.Generator) -> np.ndarray:
+    """When each request arrives, in iterations (RATE per iteration on average, Poisson): the trace's first draws."""
+    return np.cumsum(rng.exponential(1 / RATE, N_REQUESTS))
+
+
 def make_trace(tok) -> list[tuple[list[int], int, int]]:
     """(prompt ids, max new tokens, arrival step) per request: a shared system prompt, then the user's turn."""
     rng = np.random.default_rng(SEED)
-    arrivals = np.floor(np.cumsum(rng.exponential(1 / RATE, N_REQUESTS))).astype(int)
+    arrivals = np.floor(arrival_times(rng)).astype(int)
     trace = []
     for i, arrival in enumerate(arrivals):
         user = f"Repeat exactly: {SENTENCES[i // 2 % len(SENTENCES)]}" if i % 2 else QUESTIONS[i // 2 % len(QUESTIONS)]
