@@ -219,6 +219,87 @@ def serving_engine(r: dict) -> str:
     return "\n".join(lines)
 
 
+def serving_peer(r: dict) -> str:
+    """benchmarks/serving_peer.py: one real-time trace through dantinox.Engine and transformers' continuous
+    batching, each row against the peer, and the issue's target judged on this run."""
+    p = r["peer"]
+    cb = p["continuous_batching"]
+    prompts, news = r["prompt_tokens"], r["new_tokens"]
+    lines = [f"SmolLM2-135M-Instruct (float32 weights from the same GGUF file, greedy) on {r['device']}: "
+             f"{r['requests']} requests sharing a system prompt ({min(prompts)}–{max(prompts)} prompt tokens, "
+             f"{min(news)}–{max(news)} new tokens, seed {r['seed']}), arriving in real time at "
+             f"{r['arrivals_per_s']:g} per second on average (the last at {r['arrival_span_s']:.1f} s); both "
+             f"sides {r['num_pages']} pages of {r['page_size']} tokens, at most {r['max_seqs']} running, "
+             f"{r['chunk_tokens']} tokens per iteration. Peer: transformers {p['transformers']} (torch "
+             f"{p['torch']}, `{p['attention']}` attention, `ContinuousBatchingConfig(page_size="
+             f"{cb['page_size']}, num_blocks={cb['num_blocks']}, max_requests_per_batch="
+             f"{cb['max_requests_per_batch']}, max_batch_tokens={cb['max_batch_tokens']})`, prefix sharing "
+             f"on). Fastest of {r['rounds']} interleaved rounds after an untimed one, measured {r['date']} "
+             f"(1-minute load average {_load_range(r['load_avg_1min'])} during the run).", "",
+             "| server | requests/s | vs peer | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | "
+             "compiles in timed rounds |", "|---|---|---|---|---|---|---|"]
+    peer = r["servers"][p["name"]]
+    for name, c in r["servers"].items():
+        ratio = f"{c['requests_per_s'] / peer['requests_per_s']:.2f}×"
+        lines.append(f"| {name} | {c['requests_per_s']:.2f} | {ratio} | {c['output_tokens_per_s']:.1f} | "
+                     f"{c['ttft_p50_ms']:,.0f} / {c['ttft_p99_ms']:,.0f} | {c['tpot_p50_ms']:,.0f} / "
+                     f"{c['tpot_p99_ms']:,.0f} | {c.get('compiles_in_timed_rounds', '')} |")
+    lines.append("")
+    for name, c in r["servers"].items():
+        if name == p["name"]:
+            continue
+        ratio = c["requests_per_s"] / peer["requests_per_s"]
+        met = ratio >= 2 and c["ttft_p99_ms"] <= peer["ttft_p99_ms"]
+        lines.append(f"- {name}: {ratio:.2f}× the peer's requests/s, p99 TTFT {c['ttft_p99_ms']:,.0f} "
+                     f"against {peer['ttft_p99_ms']:,.0f} ms ({'meets' if met else 'misses'} the target: ≥ 2× "
+                     "at equal or better p99 TTFT).")
+    lines.append(f"- Greedy tokens: {r['same_tokens_as_peer']} of {r['requests']} requests identical to the "
+                 f"peer's (first token: {r['same_first_token_as_peer']} of {r['requests']}); the engine's two "
+                 f"configurations {'agree' if r['engines_agree'] else 'DIFFER'} on every token.")
+    return "\n".join(lines)
+
+
+def lab_first_token(r: dict) -> str:
+    """benchmarks/lab_first_token.py: a fresh kernel's way to the first decoded token, cold and warm cache."""
+    runs = r["runs"]
+    first = runs[0]
+    loads = [x for run in runs for x in (run["load_avg_1min"], run["load_avg_1min_after"])]
+    lines = [f"{r['lab']} on a fresh kernel, SmolLM2-135M-Instruct at batch {first['batch']} "
+             f"({first['prompt_tokens']}-token prompt, {first['cache_dtype']} cache), {r['cpus']} CPU cores, "
+             f"{len(runs)} run(s) taking turns, measured {r['date']} (1-minute load average "
+             f"{_load_range(loads)}); "
+             "seconds:", "",
+             "| step | " + " | ".join(f"{run['cache']} cache" for run in runs) + " |",
+             "|---|" + "---|" * len(runs)]
+
+    def row(label: str, values: list) -> None:
+        lines.append(f"| {label} | " + " | ".join("" if v is None else f"{v:,.2f}" for v in values) + " |")
+
+    row("the set-up's warm-up (`python -m dantinox_labs.warmup`)", [run.get("warmup_s") for run in runs])
+    row("kernel start", [run["kernel_start_s"] for run in runs])
+    for i, label in enumerate(r["cells"]):
+        row(f"cell {i + 1}: `{label.strip()}`", [run["cells_s"][i] for run in runs])
+    lines.append("| **pressing decode → first token on the panel** | "
+                 + " | ".join(f"**{run['first_token_s']:,.2f}**" for run in runs) + " |")
+    for key, label in (("trace_s", "tracing to jaxprs"), ("lower_s", "lowering to MLIR"),
+                       ("compile_or_read_s", "XLA compile, or reading the program from the cache"),
+                       ("cache_read_s", "of which reading from the cache")):
+        row(f"  … {label}", [run[key] for run in runs])
+    row("  … the rest: prefill, the first chunk's decode steps, the panel's host work",
+        [run["first_token_s"] - run["trace_s"] - run["lower_s"] - run["compile_or_read_s"] for run in runs])
+    row("**the cells and the press → first token**", [run["cells_to_first_token_s"] for run in runs])
+    warm = [run["first_token_s"] for run in runs if run["cache"] == "warm"]
+    if warm:
+        best = min(warm)
+        lines += ["", f"Pressing decode to the first token with the warm cache: {best:.2f} s at best "
+                  f"({'meets' if best <= r['goal_s'] else 'misses'} the ≤ {r['goal_s']:g} s goal). A second "
+                  f"`dev.py lab` finds the warm-up current in {1e3 * r['stamp_check_s']:.0f} ms (the key of "
+                  "the sources it was compiled from). Native kernels loaded in every run: "
+                  f"{'yes' if all(run['kernels_loaded'] for run in runs) else 'NO'}; built during a run: "
+                  f"{sum(run['kernels_built_during_run'] for run in runs)}."]
+    return "\n".join(lines)
+
+
 def smollm2_savers(r: dict) -> str:
     """benchmarks/memory_savers.py --part smollm2: bytes against quality per saver, and how the runs went."""
     lines = ["| configuration | decoded | cache B/token | perplexity | top-1 agree | mean KL |",
@@ -283,6 +364,7 @@ RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretraine
              "llama-cpp-smollm2-135m-batch": llama_cpp_steps,
              "decode-profile-smollm2-8192-bfloat16": decode_profile,
              "decode-profile-smollm2-256-bfloat16": decode_profile,
+             "serving-peer": serving_peer, "lab-first-token": lab_first_token,
              "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 
