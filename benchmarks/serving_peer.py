@@ -90,12 +90,13 @@ def summarise(requests: list[dict], seconds: np.ndarray) -> dict:
 
 
 class Peer:
-    """benchmarks/peer_hf_serving.py in the peer venv: loads the model, then serves the trace per call."""
+    """benchmarks/peer_hf_serving.py in the peer venv: loads the model (while the engine compiles), then
+    serves the trace per call."""
 
     def __init__(self, spec: dict):
         argv = [str(ensure_peer_env()), str(HERE / "peer_hf_serving.py"), json.dumps(spec)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.info = self._answer()
+        self.info: dict = {}
 
     def _answer(self) -> dict:
         line = self.proc.stdout.readline()
@@ -105,6 +106,8 @@ class Peer:
 
     def serve(self) -> list[dict]:
         """Each request's tokens and times; SystemExit with the peer's one-line error where serving failed."""
+        if not self.info:  # its first line: loaded, and its versions
+            self.info = self._answer()
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
         out = self._answer()
