@@ -17,6 +17,22 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+# Prompt tokens looked up in the peer's prefix cache, and found there: counted around its own lookup, which
+# the scheduler calls once per admitted request (it returns the matched length).
+LOOKUPS = {"tokens": 0, "hits": 0}
+_search = PagedAttentionCache.search_prefix_match
+
+
+def _counted_search(self, request_id: str, prompt_ids: list[int]) -> int:
+    matched = _search(self, request_id, prompt_ids)
+    LOOKUPS["tokens"] += len(prompt_ids)
+    LOOKUPS["hits"] += matched
+    return matched
+
+
+PagedAttentionCache.search_prefix_match = _counted_search
 
 
 def main() -> None:
@@ -44,6 +60,7 @@ def serve(model, spec: dict) -> dict:
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(**spec["continuous_batching"])
     trace = spec["trace"]
+    LOOKUPS.update(tokens=0, hits=0)
     with torch.inference_mode():
         manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
         manager.warmup()
@@ -68,7 +85,7 @@ def serve(model, spec: dict) -> dict:
             manager.stop(block=True, timeout=60)
             manager.destroy()
     rows = [done[f"r{i}"] for i in range(len(trace))]
-    return dict(kind="continuous", requests=[dict(tokens=list(r.generated_tokens),
+    return dict(hit_rate=LOOKUPS["hits"] / max(1, LOOKUPS["tokens"]), requests=[dict(tokens=list(r.generated_tokens),
                                                   times=[t - start for t in r.timestamps]) for r in rows])
 
 

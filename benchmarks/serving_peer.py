@@ -60,8 +60,9 @@ class Compiles:
         self.count += event == "/jax/core/compile/backend_compile_duration"
 
 
-def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> list[dict]:
-    """One real-time replay through a new engine: each request's tokens and their times from the start."""
+def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict], float]:
+    """One real-time replay through a new engine: each request's tokens and their times from the start, and
+    the prefix hit rate (prompt tokens found in the prefix cache over those looked up)."""
     engine = dantinox.Engine(model, num_pages=NUM_PAGES, page_size=PAGE, max_seqs=MAX_SEQS, max_len=MAX_LEN,
                              **{"prefix_caching": True, "speculate": 0, **kw})
     rids, start = [], time.perf_counter()
@@ -74,7 +75,8 @@ def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> list[dict]:
         else:
             engine.step()
     done = [engine.requests[rid] for rid in rids]
-    return [dict(tokens=r.generated, times=[t - start for t in r.token_times]) for r in done]
+    return ([dict(tokens=r.generated, times=[t - start for t in r.token_times]) for r in done],
+            engine.stats()["hit_rate"])
 
 
 def summarise(requests: list[dict], seconds: np.ndarray) -> dict:
@@ -104,8 +106,9 @@ class Peer:
             raise SystemExit(f"peer: exited with {self.proc.wait()} before answering")
         return json.loads(line)
 
-    def serve(self) -> list[dict]:
-        """Each request's tokens and times; SystemExit with the peer's one-line error where serving failed."""
+    def serve(self) -> tuple[list[dict], float]:
+        """Each request's tokens and times, and the prefix hit rate; SystemExit with the peer's one-line error
+        where serving failed."""
         if not self.info:  # its first line: loaded, and its versions
             self.info = self._answer()
         self.proc.stdin.write("go\n")
@@ -113,7 +116,7 @@ class Peer:
         out = self._answer()
         if "error" in out:
             raise SystemExit(f"peer: transformers' continuous batching failed here: {out['error']}")
-        return out["requests"]
+        return out["requests"], out["hit_rate"]
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -144,10 +147,10 @@ def run(rounds: int, requests: int | None = None) -> dict:
         for i in range(rounds):  # round-robin, in a rotating order: background load hits every server alike
             for name in names[i % len(names):] + names[:i % len(names)]:
                 before = compiles.count
-                requests = servers[name]()
+                requests, hit_rate = servers[name]()
                 compiled[name] = compiled.get(name, 0) + compiles.count - before
                 loads.append(os.getloadavg()[0])
-                row = summarise(requests, seconds)
+                row = dict(summarise(requests, seconds), hit_rate=hit_rate)
                 if name not in best or row["requests_per_s"] > best[name]["requests_per_s"]:
                     best[name], outputs[name] = row, [r["tokens"] for r in requests]
     finally:
