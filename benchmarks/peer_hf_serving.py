@@ -85,8 +85,8 @@ def serve(model, spec: dict) -> dict:
             manager.stop(block=True, timeout=60)
             manager.destroy()
     rows = [done[f"r{i}"] for i in range(len(trace))]
-    return dict(hit_rate=LOOKUPS["hits"] / max(1, LOOKUPS["tokens"]), requests=[dict(tokens=list(r.generated_tokens),
-                                                  times=[t - start for t in r.timestamps]) for r in rows])
+    requests = [dict(tokens=list(r.generated_tokens), times=[t - start for t in r.timestamps]) for r in rows]
+    return dict(hit_rate=LOOKUPS["hits"] / max(1, LOOKUPS["tokens"]), requests=requests)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ CONFIGS = {  # each adds one technique to the one before
 
 
 def arrival_times(rng: np.random.Generator) -> np.ndarray:
-    """When each request arrives, in iterations (RATE per iteration on average, Poisson): the trace's first draws."""
+    """When each request arrives, in iterations (Poisson, RATE per iteration): the trace's first draws."""
     return np.cumsum(rng.exponential(1 / RATE, N_REQUESTS))
 
 

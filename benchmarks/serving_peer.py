@@ -14,13 +14,15 @@ iteration; the peer's prefix sharing (`allow_block_sharing`, its default) is on.
 with prefix caching on and off; every server gets a fresh engine or manager per replay, so no prefix cache
 carries over.
 
-Each server first serves the trace once untimed (the engine compiles its programs; they also persist in the
-compilation cache), then ROUNDS timed rounds go round-robin over the servers, in a rotating order; a server's
-row is its fastest round (requests/s). TTFT: from a request's arrival second to its first token; TPOT: the
-mean gap between its later tokens; p50 and p99 over the requests. Requests/s: requests over the time from the
-replay's start to the last token. The engine's programs compiled (or read back from the cache) during a timed
-round are counted: a schedule that meets a new shape bucket pays for it inside the round. The peer runs in
-benchmarks/.peer-venv (benchmarks/decode.py builds it). Writes benchmarks/data/serving-peer.json (committed).
+Each server first serves the trace untimed (the engine twice: it compiles its programs, which also persist
+in the compilation cache), then ROUNDS timed rounds go round-robin over the servers, in a rotating order; a
+server's row is its fastest round (requests/s). TTFT: from a request's arrival second to its first token;
+TPOT: the mean gap between its later tokens; p50 and p99 over the requests. Requests/s: requests over the
+time from the replay's start to the last token. The engine's programs compiled (or read back from the cache)
+during a timed round are counted: a schedule that meets a new shape bucket pays for it inside the round; and
+the tokens its calls computed (each call's rows and length rounded up to its shape bucket) over the tokens it
+fed. The peer runs in benchmarks/.peer-venv (benchmarks/decode.py builds it). Writes
+benchmarks/data/serving-peer.json (committed).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "data" / "serving-peer.json"  # committed: benchmarks/doc_tables.py renders the docs from it
 MODEL = "smollm2-135m"
 ARRIVALS_PER_S, ROUNDS = 4.0, 2
+WARMUP_REPLAYS = 2  # untimed replays per engine: real time varies the schedule, and with it the shapes met
 ENGINES = {"dantinox.Engine, prefix caching on": dict(chunk_tokens=CHUNK),
            "dantinox.Engine, prefix caching off": dict(chunk_tokens=CHUNK, prefix_caching=False)}
 PEER = "transformers continuous batching"
@@ -60,12 +63,13 @@ class Compiles:
         self.count += event == "/jax/core/compile/backend_compile_duration"
 
 
-def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict], float]:
-    """One real-time replay through a new engine: each request's tokens and their times from the start, and
-    the prefix hit rate (prompt tokens found in the prefix cache over those looked up)."""
+def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict], dict]:
+    """One real-time replay through a new engine: each request's tokens and their times from the start; the
+    prefix hit rate (prompt tokens found in the prefix cache over those looked up), and the tokens its calls
+    computed (rows x length of each call's shape bucket, padding included) over the tokens fed."""
     engine = dantinox.Engine(model, num_pages=NUM_PAGES, page_size=PAGE, max_seqs=MAX_SEQS, max_len=MAX_LEN,
                              **{"prefix_caching": True, "speculate": 0, **kw})
-    rids, start = [], time.perf_counter()
+    rids, computed, fed, start = [], 0, 0, time.perf_counter()
     while len(rids) < len(trace) or not engine.finished:
         while len(rids) < len(trace) and start + seconds[len(rids)] <= time.perf_counter():
             prompt, new, _ = trace[len(rids)]
@@ -73,10 +77,12 @@ def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict
         if engine.finished:  # nothing to run until the next request arrives
             time.sleep(max(0.0, start + seconds[len(rids)] - time.perf_counter()))
         else:
-            engine.step()
+            report = engine.step()
+            computed += sum(b * t for b, t in report.calls)
+            fed += report.fed
     done = [engine.requests[rid] for rid in rids]
     return ([dict(tokens=r.generated, times=[t - start for t in r.token_times]) for r in done],
-            engine.stats()["hit_rate"])
+            dict(hit_rate=engine.stats()["hit_rate"], computed_per_fed=computed / fed))
 
 
 def summarise(requests: list[dict], seconds: np.ndarray) -> dict:
@@ -106,7 +112,7 @@ class Peer:
             raise SystemExit(f"peer: exited with {self.proc.wait()} before answering")
         return json.loads(line)
 
-    def serve(self) -> tuple[list[dict], float]:
+    def serve(self) -> tuple[list[dict], dict]:
         """Each request's tokens and times, and the prefix hit rate; SystemExit with the peer's one-line error
         where serving failed."""
         if not self.info:  # its first line: loaded, and its versions
@@ -116,7 +122,7 @@ class Peer:
         out = self._answer()
         if "error" in out:
             raise SystemExit(f"peer: transformers' continuous batching failed here: {out['error']}")
-        return out["requests"], out["hit_rate"]
+        return out["requests"], dict(hit_rate=out["hit_rate"])
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -138,8 +144,9 @@ def run(rounds: int, requests: int | None = None) -> dict:
     compiles = Compiles()
     try:
         start = time.perf_counter()
-        for serve in servers.values():  # untimed: the engine compiles its programs, the peer warms up
-            serve()
+        for name, serve in servers.items():  # untimed: the engine compiles its programs, the peer warms up
+            for _ in range(1 if name == PEER else WARMUP_REPLAYS):
+                serve()
         warmup = time.perf_counter() - start
         loads.append(os.getloadavg()[0])
         best, outputs, compiled = {}, {}, {}
@@ -147,10 +154,10 @@ def run(rounds: int, requests: int | None = None) -> dict:
         for i in range(rounds):  # round-robin, in a rotating order: background load hits every server alike
             for name in names[i % len(names):] + names[:i % len(names)]:
                 before = compiles.count
-                requests, hit_rate = servers[name]()
+                requests, counts = servers[name]()
                 compiled[name] = compiled.get(name, 0) + compiles.count - before
                 loads.append(os.getloadavg()[0])
-                row = dict(summarise(requests, seconds), hit_rate=hit_rate)
+                row = dict(summarise(requests, seconds), **counts)
                 if name not in best or row["requests_per_s"] > best[name]["requests_per_s"]:
                     best[name], outputs[name] = row, [r["tokens"] for r in requests]
     finally:
