@@ -226,8 +226,8 @@ def serving_peer(r: dict) -> str:
     cb = p["continuous_batching"]
     prompts, news = r["prompt_tokens"], r["new_tokens"]
     lines = [f"SmolLM2-135M-Instruct (float32 weights from the same GGUF file, greedy) on {r['device']}: "
-             f"{r['requests']} requests sharing a system prompt ({min(prompts)}–{max(prompts)} prompt tokens, "
-             f"{min(news)}–{max(news)} new tokens, seed {r['seed']}), arriving in real time at "
+             f"{r['requests']} requests sharing a system prompt ({min(prompts)}–{max(prompts)} prompt "
+             f"tokens, {min(news)}–{max(news)} new tokens, seed {r['seed']}), arriving in real time at "
              f"{r['arrivals_per_s']:g} per second on average (the last at {r['arrival_span_s']:.1f} s); both "
              f"sides {r['num_pages']} pages of {r['page_size']} tokens, at most {r['max_seqs']} running, "
              f"{r['chunk_tokens']} tokens per iteration. Peer: transformers {p['transformers']} (torch "
@@ -254,11 +254,11 @@ def serving_peer(r: dict) -> str:
         ratio = c["requests_per_s"] / peer["requests_per_s"]
         met = ratio >= 2 and c["ttft_p99_ms"] <= peer["ttft_p99_ms"]
         lines.append(f"- {name}: {ratio:.2f}× the peer's requests/s, p99 TTFT {c['ttft_p99_ms']:,.0f} "
-                     f"against {peer['ttft_p99_ms']:,.0f} ms ({'meets' if met else 'misses'} the target: ≥ 2× "
-                     "at equal or better p99 TTFT).")
+                     f"against {peer['ttft_p99_ms']:,.0f} ms ({'meets' if met else 'misses'} the target: "
+                     "≥ 2× at equal or better p99 TTFT).")
     lines.append(f"- Greedy tokens: {r['same_tokens_as_peer']} of {r['requests']} requests identical to the "
-                 f"peer's (first token: {r['same_first_token_as_peer']} of {r['requests']}); the engine's two "
-                 f"configurations {'agree' if r['engines_agree'] else 'DIFFER'} on every token.")
+                 f"peer's (first token: {r['same_first_token_as_peer']} of {r['requests']}); the engine's "
+                 f"two configurations {'agree' if r['engines_agree'] else 'DIFFER'} on every token.")
     return "\n".join(lines)
 
 
