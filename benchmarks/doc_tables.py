@@ -281,7 +281,7 @@ def lab_first_token(r: dict) -> str:
     row("the set-up's warm-up (`python -m dantinox_labs.warmup`)", [run.get("warmup_s") for run in runs])
     row("kernel start", [run["kernel_start_s"] for run in runs])
     for i, label in enumerate(r["cells"]):
-        row(f"cell {i + 1}: `{label.strip()}`", [run["cells_s"][i] for run in runs])
+        row(f"code cell {i + 1}: `{label.strip()}`", [run["cells_s"][i] for run in runs])
     lines.append("| **pressing decode → first token on the panel** | "
                  + " | ".join(f"**{run['first_token_s']:,.2f}**" for run in runs) + " |")
     for key, label in (("trace_s", "tracing to jaxprs"), ("lower_s", "lowering to MLIR"),
