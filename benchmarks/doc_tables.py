@@ -237,15 +237,20 @@ def serving_peer(r: dict) -> str:
              f"on). Fastest of {r['rounds']} interleaved rounds after an untimed one, measured {r['date']} "
              f"(1-minute load average {_load_range(r['load_avg_1min'])} during the run).", "",
              "| server | requests/s | vs peer | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | "
-             "prefix hit rate | tokens computed / fed | compiles in timed rounds |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "prefix hit rate | tokens computed / fed | calls' seconds: iterations that prefill + decode-only | "
+             "compiles in timed rounds |", "|---|---|---|---|---|---|---|---|---|---|"]
     peer = r["servers"][p["name"]]
+
+    def split(c: dict) -> str:
+        return f"{c['prefill_iterations_s']:.1f} + {c['decode_iterations_s']:.1f} of {c['seconds']:.1f} s"
+
     for name, c in r["servers"].items():
         ratio = f"{c['requests_per_s'] / peer['requests_per_s']:.2f}×"
         lines.append(f"| {name} | {c['requests_per_s']:.2f} | {ratio} | {c['output_tokens_per_s']:.1f} | "
                      f"{c['ttft_p50_ms']:,.0f} / {c['ttft_p99_ms']:,.0f} | {c['tpot_p50_ms']:,.0f} / "
                      f"{c['tpot_p99_ms']:,.0f} | {c['hit_rate']:.0%} | "
                      f"{'' if 'computed_per_fed' not in c else format(c['computed_per_fed'], '.2f')} | "
+                     f"{'' if 'computed_per_fed' not in c else split(c)} | "
                      f"{c.get('compiles_in_timed_rounds', '')} |")
     lines.append("")
     for name, c in r["servers"].items():

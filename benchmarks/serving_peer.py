@@ -65,11 +65,14 @@ class Compiles:
 
 def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict], dict]:
     """One real-time replay through a new engine: each request's tokens and their times from the start; the
-    prefix hit rate (prompt tokens found in the prefix cache over those looked up), and the tokens its calls
-    computed (rows x length of each call's shape bucket, padding included) over the tokens fed."""
+    prefix hit rate (prompt tokens found in the prefix cache over those looked up); the tokens its calls
+    computed (rows x length of each call's shape bucket, padding included) over the tokens fed; and the
+    seconds of its compiled calls in iterations that prefilled (a call longer than one token) and in the
+    others (decodes only)."""
     engine = dantinox.Engine(model, num_pages=NUM_PAGES, page_size=PAGE, max_seqs=MAX_SEQS, max_len=MAX_LEN,
                              **{"prefix_caching": True, "speculate": 0, **kw})
     rids, computed, fed, start = [], 0, 0, time.perf_counter()
+    call_s = {"prefill": 0.0, "decode": 0.0}
     while len(rids) < len(trace) or not engine.finished:
         while len(rids) < len(trace) and start + seconds[len(rids)] <= time.perf_counter():
             prompt, new, _ = trace[len(rids)]
@@ -80,9 +83,11 @@ def serve_engine(model, trace, seconds: np.ndarray, kw: dict) -> tuple[list[dict
             report = engine.step()
             computed += sum(b * t for b, t in report.calls)
             fed += report.fed
+            call_s["prefill" if any(t > 1 for _, t in report.calls) else "decode"] += report.seconds
     done = [engine.requests[rid] for rid in rids]
     return ([dict(tokens=r.generated, times=[t - start for t in r.token_times]) for r in done],
-            dict(hit_rate=engine.stats()["hit_rate"], computed_per_fed=computed / fed))
+            dict(hit_rate=engine.stats()["hit_rate"], computed_per_fed=computed / fed,
+                 prefill_iterations_s=call_s["prefill"], decode_iterations_s=call_s["decode"]))
 
 
 def summarise(requests: list[dict], seconds: np.ndarray) -> dict:
