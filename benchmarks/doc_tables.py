@@ -289,12 +289,15 @@ def lab_first_token(r: dict) -> str:
         row(f"code cell {i + 1}: `{label.strip()}`", [run["cells_s"][i] for run in runs])
     lines.append("| **pressing decode → first token on the panel** | "
                  + " | ".join(f"**{run['first_token_s']:,.2f}**" for run in runs) + " |")
-    for key, label in (("trace_s", "tracing to jaxprs"), ("lower_s", "lowering to MLIR"),
+    for key, label in (("build_model_s", "building the panel's model for the lab's cache dtype "
+                                          "(`nnx.eval_shape` of the architecture, then the loaded weights)"),
+                       ("trace_s", "tracing to jaxprs"), ("lower_s", "lowering to MLIR"),
                        ("compile_or_read_s", "XLA compile, or reading the program from the cache"),
                        ("cache_read_s", "of which reading from the cache")):
         row(f"  … {label}", [run[key] for run in runs])
     row("  … the rest: prefill, the first chunk's decode steps, the panel's host work",
-        [run["first_token_s"] - run["trace_s"] - run["lower_s"] - run["compile_or_read_s"] for run in runs])
+        [run["first_token_s"] - sum(run[k] for k in ("build_model_s", "trace_s", "lower_s", "compile_or_read_s"))
+         for run in runs])
     row("**the cells and the press → first token**", [run["cells_to_first_token_s"] for run in runs])
     warm = [run["first_token_s"] for run in runs if run["cache"] == "warm"]
     if warm:
