@@ -234,7 +234,7 @@ def serving_peer(r: dict) -> str:
              f"{p['torch']}, `{p['attention']}` attention, `ContinuousBatchingConfig(page_size="
              f"{cb['page_size']}, num_blocks={cb['num_blocks']}, max_requests_per_batch="
              f"{cb['max_requests_per_batch']}, max_batch_tokens={cb['max_batch_tokens']})`, prefix sharing "
-             f"on). Fastest of {r['rounds']} interleaved rounds after an untimed one, measured {r['date']} "
+             f"on). Fastest of {r['rounds']} interleaved rounds after untimed replays, measured {r['date']} "
              f"(1-minute load average {_load_range(r['load_avg_1min'])} during the run).", "",
              "| server | requests/s | vs peer | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | "
              "prefix hit rate | tokens computed / fed | calls' seconds: iterations that prefill + decode-only | "
@@ -375,7 +375,8 @@ RENDERERS = {"engine-logs": engine_logs, "decode-smollm2-135m": decode_pretraine
              "llama-cpp-smollm2-135m-batch": llama_cpp_steps,
              "decode-profile-smollm2-8192-bfloat16": decode_profile,
              "decode-profile-smollm2-256-bfloat16": decode_profile,
-             "serving-peer": serving_peer, "lab-first-token": lab_first_token,
+             "serving-peer": serving_peer, "serving-peer-16-per-s": serving_peer,
+             "lab-first-token": lab_first_token,
              "memory_savers_smollm2": smollm2_savers,
              "memory_savers_smollm2_chat": smollm2_chat}
 

@@ -134,12 +134,17 @@ class Peer:
         self.proc.wait(timeout=60)
 
 
-def run(rounds: int, requests: int | None = None) -> dict:
+def results_file(rate: float) -> Path:
+    """serving-peer.json at the default rate; serving-peer-R-per-s.json at another."""
+    return RESULTS if rate == ARRIVALS_PER_S else RESULTS.with_name(f"serving-peer-{rate:g}-per-s.json")
+
+
+def run(rounds: int, requests: int | None = None, rate: float = ARRIVALS_PER_S) -> dict:
     dantinox.enable_compilation_cache()  # persist compiled programs across runs, as the CLI does
     loads = [os.getloadavg()[0]]
     _, model, tok = dantinox.load_pretrained(MODEL)
     trace = make_trace(tok)[:requests]
-    seconds = arrival_times(np.random.default_rng(SEED))[:requests] * RATE / ARRIVALS_PER_S  # iterations -> s
+    seconds = arrival_times(np.random.default_rng(SEED))[:requests] * RATE / rate  # iterations -> seconds
     cb = dict(page_size=PAGE, num_blocks=NUM_PAGES, max_requests_per_batch=MAX_SEQS, max_batch_tokens=CHUNK)
     peer = Peer(dict(gguf=str(catalogue_file(MODEL)), threads=os.cpu_count(), continuous_batching=cb,
                      trace=[dict(prompt=p, new=n, arrival_s=float(s)) for (p, n, _), s in zip(trace, seconds,
@@ -174,32 +179,37 @@ def run(rounds: int, requests: int | None = None) -> dict:
                engines_agree=all(outputs[name] == ours for name in ENGINES),
                same_tokens_as_peer=sum(a == b for a, b in zip(ours, outputs[PEER], strict=True)),
                same_first_token_as_peer=sum(a[0] == b[0] for a, b in zip(ours, outputs[PEER], strict=True)),
-               model=MODEL, requests=len(trace), arrivals_per_s=ARRIVALS_PER_S, seed=SEED,
+               model=MODEL, requests=len(trace), arrivals_per_s=rate, seed=SEED,
                arrival_span_s=float(seconds[-1]), rounds=rounds, page_size=PAGE, num_pages=NUM_PAGES,
                max_seqs=MAX_SEQS, chunk_tokens=CHUNK, prompt_tokens=[len(p) for p, _, _ in trace],
                new_tokens=[n for _, n, _ in trace], warmup_seconds=warmup,
                device=f"{jax.default_backend()} ({os.cpu_count()} cores)",
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                load_avg_1min=[round(x, 2) for x in loads])
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=1))
+    path = results_file(rate)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
     import doc_tables
 
     print(doc_tables.serving_peer(out))
-    print(f"\nwrote {RESULTS}; benchmarks/doc_tables.py renders it into docs/benchmarks.md")
+    print(f"\nwrote {path}; benchmarks/doc_tables.py renders it into docs/benchmarks.md")
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=ROUNDS)
-    ap.add_argument("--requests", type=int, default=None, help="the trace's first N requests (a quick check)")
+    ap.add_argument("--requests", type=int, default=None, help="the trace's first N requests (quick checks)")
+    ap.add_argument("--arrivals-per-s", type=float, default=ARRIVALS_PER_S,
+                    help="the offered load; above the servers' capacity, requests/s is their throughput")
     args = ap.parse_args()
     for name in ("rounds", "requests"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SystemExit(f"--{name}: expected a whole number >= 1, got {value}")
-    run(args.rounds, args.requests)
+    if not args.arrivals_per_s > 0:
+        raise SystemExit(f"--arrivals-per-s: expected a number > 0, got {args.arrivals_per_s}")
+    run(args.rounds, args.requests, args.arrivals_per_s)
 
 
 if __name__ == "__main__":
